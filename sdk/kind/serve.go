@@ -1,0 +1,184 @@
+package kind
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"runtime/debug"
+	"sort"
+	"sync"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/go-plugin"
+	"google.golang.org/grpc"
+
+	pluginv1 "github.com/better-compute/commands/proto/bc/plugin/v1"
+	"github.com/better-compute/commands/sdk/wire"
+)
+
+// SDKVersion is reported to bcd in Manifests.
+const SDKVersion = "0.1.0"
+
+// Serve serves kinds as a bcd plugin and never returns. It validates every
+// manifest first and exits with status 1, naming what is wrong, when one is
+// invalid or two claim one kind.
+func Serve(kinds ...Kind) {
+	logger := NewLogger()
+	srv, err := NewServer(logger, kinds...)
+	if err != nil {
+		logger.Error("refusing to serve", "error", err)
+		fmt.Fprintln(os.Stderr, "bcd plugin:", err)
+		os.Exit(1)
+	}
+	plugin.Serve(&plugin.ServeConfig{
+		HandshakeConfig: wire.Handshake,
+		Plugins:         wire.PluginSet(srv.bind),
+		GRPCServer: func(opts []grpc.ServerOption) *grpc.Server {
+			return grpc.NewServer(append(opts, wire.ServerOptions()...)...)
+		},
+		Logger: logger,
+	})
+	os.Exit(0)
+}
+
+// NewLogger is the plugin's hclog logger: JSON on stderr, which bcd parses and
+// re-emits under the plugin's name. The level comes from BCD_PLUGIN_LOG_LEVEL.
+func NewLogger() hclog.Logger {
+	level := hclog.LevelFromString(os.Getenv(wire.EnvLogLevel))
+	if level == hclog.NoLevel {
+		level = hclog.Info
+	}
+	return hclog.New(&hclog.LoggerOptions{
+		Level:      level,
+		Output:     os.Stderr,
+		JSONFormat: true,
+	})
+}
+
+// Server is the plugin side of bc.plugin.v1. Serve uses it; tests and
+// harnesses can serve it in-process.
+type Server struct {
+	pluginv1.UnimplementedKindPluginServer
+	logger     hclog.Logger
+	kinds      map[string]Kind
+	validators map[string]*Validator
+	broker     *plugin.GRPCBroker
+
+	// hostLock guards hosts, the dialled Host connections by broker id.
+	hostLock sync.Mutex
+	hosts    map[uint32]*grpc.ClientConn
+}
+
+// NewServer validates kinds and builds a Server.
+func NewServer(logger hclog.Logger, kinds ...Kind) (*Server, error) {
+	if len(kinds) == 0 {
+		return nil, fmt.Errorf("no kinds to serve")
+	}
+	s := &Server{
+		logger:     logger,
+		kinds:      map[string]Kind{},
+		validators: map[string]*Validator{},
+		hosts:      map[uint32]*grpc.ClientConn{},
+	}
+	for _, k := range kinds {
+		if err := k.Manifest.Validate(); err != nil {
+			return nil, fmt.Errorf("invalid manifest: %w", err)
+		}
+		if k.Handler == nil {
+			return nil, fmt.Errorf("kind %s: no handler", k.Manifest.Kind)
+		}
+		if _, dup := s.kinds[k.Manifest.Kind]; dup {
+			return nil, fmt.Errorf("kind %s is served twice by this binary", k.Manifest.Kind)
+		}
+		v, err := NewValidator(k.Manifest)
+		if err != nil {
+			return nil, err
+		}
+		s.kinds[k.Manifest.Kind] = k
+		s.validators[k.Manifest.Kind] = v
+	}
+	return s, nil
+}
+
+func (s *Server) bind(broker *plugin.GRPCBroker) pluginv1.KindPluginServer {
+	s.broker = broker
+	return s
+}
+
+// Manifests lists the kinds, sorted by name.
+func (s *Server) Manifests(ctx context.Context, _ *pluginv1.ManifestsRequest) (*pluginv1.ManifestsResponse, error) {
+	names := make([]string, 0, len(s.kinds))
+	for n := range s.kinds {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	resp := &pluginv1.ManifestsResponse{SdkVersion: SDKVersion}
+	for _, n := range names {
+		resp.Manifests = append(resp.Manifests, ManifestToProto(s.kinds[n].Manifest))
+	}
+	return resp, nil
+}
+
+// Execute runs one command and streams its progress and result. A bad payload
+// or a panic is a failed result, never a dead plugin.
+func (s *Server) Execute(req *pluginv1.ExecuteRequest, stream grpc.ServerStreamingServer[pluginv1.ExecuteEvent]) error {
+	ctx := stream.Context()
+	pc := req.GetCommand()
+	cmd := Command{ID: pc.GetId(), Kind: pc.GetKind(), NodeID: pc.GetNodeId(), Payload: pc.GetPayload()}
+	if pc.GetDeadline() != nil {
+		cmd.Deadline = pc.GetDeadline().AsTime()
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, cmd.Deadline)
+		defer cancel()
+	}
+	logger := s.logger.With("command_id", cmd.ID, "kind", cmd.Kind)
+
+	// sendLock serialises sends: a handler may report progress from several goroutines.
+	var sendLock sync.Mutex
+	send := func(ev *pluginv1.ExecuteEvent) error {
+		sendLock.Lock()
+		defer sendLock.Unlock()
+		return stream.Send(ev)
+	}
+	finish := func(r Result) error {
+		return send(&pluginv1.ExecuteEvent{Event: &pluginv1.ExecuteEvent_Result{Result: ResultToProto(r)}})
+	}
+
+	k, ok := s.kinds[cmd.Kind]
+	if !ok {
+		return finish(Result{Status: StatusFailed, Reason: ReasonUnknownKind, Message: fmt.Sprintf("this plugin does not serve kind %q", cmd.Kind)})
+	}
+	if err := s.validators[cmd.Kind].Validate(cmd.Payload); err != nil {
+		logger.Warn("refusing payload", "error", err)
+		return finish(Result{Status: StatusFailed, Reason: ReasonInvalidPayload, Message: err.Error()})
+	}
+	progress := ProgressFunc(func(percent int, message string) {
+		if percent < -1 || percent > 100 {
+			percent = -1
+		}
+		if err := send(&pluginv1.ExecuteEvent{Event: &pluginv1.ExecuteEvent_Progress{Progress: &pluginv1.Progress{Percent: int32(percent), Message: message}}}); err != nil {
+			logger.Debug("progress not sent", "error", err)
+		}
+	})
+	r := Run(ctx, k.Handler, Request{
+		Command:  cmd,
+		Progress: progress,
+		Host:     s.host(req.GetHostBrokerId()),
+		Logger:   logger,
+	})
+	return finish(r)
+}
+
+// Run calls h and turns its outcome, or its panic, into a Result.
+func Run(ctx context.Context, h Handler, req Request) (r Result) {
+	defer func() {
+		if p := recover(); p != nil {
+			if req.Logger != nil {
+				req.Logger.Error("handler panicked", "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+			}
+			r = Result{Status: StatusFailed, Reason: ReasonPanic, Message: fmt.Sprintf("the kind's handler panicked: %v", p)}
+		}
+	}()
+	v, err := h.Handle(ctx, req)
+	return ResultOf(ctx, v, err)
+}
