@@ -1,0 +1,88 @@
+// Package testutil holds helpers that tests across the repository share.
+package testutil
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+var (
+	buildLock sync.Mutex
+	built     = map[string]string{}
+	buildDir  string
+)
+
+// RepoRoot returns the repository root (the directory holding go.mod).
+func RepoRoot(t testing.TB) string {
+	t.Helper()
+	_, file, _, ok := runtime.Caller(0)
+	if !ok {
+		t.Fatal("cannot locate testutil source")
+	}
+	return filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
+}
+
+// BuildBinary builds the Go main package pkg (a path relative to the
+// repository root, such as "./sdk/example/cmd/bc-kind-example") once per test
+// process and returns the binary's path. Tests run real subprocesses built
+// from the tree, never stand-ins.
+func BuildBinary(t testing.TB, pkg string) string {
+	t.Helper()
+	buildLock.Lock()
+	defer buildLock.Unlock()
+	if p, ok := built[pkg]; ok {
+		return p
+	}
+	if buildDir == "" {
+		d, err := os.MkdirTemp("", "bc-testbin-")
+		if err != nil {
+			t.Fatalf("temp dir: %v", err)
+		}
+		buildDir = d
+	}
+	name := strings.ReplaceAll(strings.Trim(pkg, "./"), "/", "_")
+	out := filepath.Join(buildDir, name)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", out, pkg)
+	cmd.Dir = RepoRoot(t)
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build %s: %v\n%s", pkg, err, b)
+	}
+	built[pkg] = out
+	return out
+}
+
+// CleanupBuilds removes the binaries built by BuildBinary; call it from TestMain.
+func CleanupBuilds() {
+	buildLock.Lock()
+	defer buildLock.Unlock()
+	if buildDir != "" {
+		_ = os.RemoveAll(buildDir)
+		buildDir = ""
+		built = map[string]string{}
+	}
+}
+
+// WaitFor polls cond until it holds or the deadline passes. Use it to wait on
+// an observable event with a deadline, never to sleep a fixed time.
+func WaitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		if cond() {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", timeout, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
