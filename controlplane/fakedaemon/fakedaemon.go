@@ -1,0 +1,306 @@
+// Package fakedaemon is the node side of the session protocol in Go, for the
+// control plane's tests and the fleet simulator. It is scriptable: per command
+// it can accept and succeed, fail, reject with a code, hang, or report BUSY;
+// across sessions it can crash, lose its journal (a new journal id) or reboot
+// (a new boot id). It is not bcd: it runs no plugins and keeps no journal on
+// disk, but it answers a duplicate delivery from its in-memory journal as bcd
+// does, and it never runs a command twice unless told to.
+package fakedaemon
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/proto"
+
+	agentv1 "github.com/better-compute/commands/proto/bc/agent/v1"
+)
+
+// ActionKind is what the fake does with a command.
+type ActionKind int
+
+// The scripted outcomes.
+const (
+	// Succeed acks, runs and reports succeeded with Result.
+	Succeed ActionKind = iota
+	// Fail acks, runs and reports failed with Reason.
+	Fail
+	// Reject reports rejected with Code (BUSY puts it back to pending).
+	Reject
+	// Hang acks and reports running, then nothing until cancelled.
+	Hang
+	// Ignore reports nothing at all (a lost ack).
+	Ignore
+	// SkipToResult reports the terminal state without acked or running.
+	SkipToResult
+)
+
+// Action is the script's answer for one command.
+type Action struct {
+	Kind   ActionKind
+	Code   agentv1.RejectCode
+	Reason string
+	Result json.RawMessage
+	// Delay is waited before the outcome is reported (after running).
+	Delay time.Duration
+}
+
+// Script decides per command; nil means Succeed for everything.
+type Script func(cmd *agentv1.Command) Action
+
+// Daemon is one fake node.
+type Daemon struct {
+	NodeID    string
+	Role      string
+	JournalID string
+	BootID    string
+	Kinds     []*agentv1.KindDigest
+	Script    Script
+
+	// mu guards everything below.
+	mu        sync.Mutex
+	journal   map[string]*agentv1.CommandUpdate // terminal answers by command id
+	running   map[string]context.CancelFunc
+	received  []*agentv1.Command
+	runs      map[string]int
+	welcome   *agentv1.Welcome
+	cancels   []string
+	onCommand func(*agentv1.Command)
+}
+
+// New returns a fake node with fresh journal and boot ids.
+func New(nodeID string) *Daemon {
+	return &Daemon{
+		NodeID:    nodeID,
+		Role:      "node",
+		JournalID: "journal-" + nodeID + "-1",
+		BootID:    "boot-" + nodeID + "-1",
+		journal:   map[string]*agentv1.CommandUpdate{},
+		running:   map[string]context.CancelFunc{},
+		runs:      map[string]int{},
+	}
+}
+
+// LoseJournal forgets everything, as a daemon whose journal file is gone.
+func (d *Daemon) LoseJournal() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.journal = map[string]*agentv1.CommandUpdate{}
+	d.JournalID = d.JournalID + "-lost"
+}
+
+// Reboot takes a new boot id for the next session.
+func (d *Daemon) Reboot() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.BootID = d.BootID + "-rebooted"
+}
+
+// OnCommand sets a hook called for every command received (tests wait on it).
+func (d *Daemon) OnCommand(f func(*agentv1.Command)) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.onCommand = f
+}
+
+// Received returns every command delivered so far, duplicates included.
+func (d *Daemon) Received() []*agentv1.Command {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return append([]*agentv1.Command(nil), d.received...)
+}
+
+// Runs reports how often the fake ran command id (duplicates answered from
+// the journal do not count).
+func (d *Daemon) Runs(id string) int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.runs[id]
+}
+
+// Cancels returns the ids of the Cancel messages received.
+func (d *Daemon) Cancels() []string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return append([]string(nil), d.cancels...)
+}
+
+// Welcome returns the last Welcome.
+func (d *Daemon) Welcome() *agentv1.Welcome {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.welcome
+}
+
+// ErrCrashed is returned by Run when the context ended the session, as a crash.
+var ErrCrashed = errors.New("fake daemon crashed")
+
+// Run holds one session over conn until ctx ends (a crash: the stream is cut
+// without a goodbye) or the gateway closes it.
+func (d *Daemon) Run(ctx context.Context, conn grpc.ClientConnInterface) error {
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stream, err := agentv1.NewSessionClient(conn).Connect(sctx)
+	if err != nil {
+		return fmt.Errorf("connect: %w", err)
+	}
+	d.mu.Lock()
+	hello := &agentv1.Hello{NodeId: d.NodeID, JournalId: d.JournalID, BootId: d.BootID, Role: d.Role, DaemonVersion: "fake", Kinds: d.Kinds}
+	for id := range d.running {
+		hello.InFlight = append(hello.InFlight, id)
+	}
+	d.mu.Unlock()
+	// sendLock serialises sends from the command goroutines.
+	var sendLock sync.Mutex
+	send := func(m *agentv1.NodeMessage) error {
+		sendLock.Lock()
+		defer sendLock.Unlock()
+		return stream.Send(m)
+	}
+	if err := send(&agentv1.NodeMessage{Msg: &agentv1.NodeMessage_Hello{Hello: hello}}); err != nil {
+		return fmt.Errorf("hello: %w", err)
+	}
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel()
+	for {
+		msg, err := stream.Recv()
+		if err != nil {
+			if ctx.Err() != nil {
+				return ErrCrashed
+			}
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			return fmt.Errorf("recv: %w", err)
+		}
+		switch m := msg.Msg.(type) {
+		case *agentv1.GatewayMessage_Welcome:
+			d.mu.Lock()
+			d.welcome = m.Welcome
+			d.mu.Unlock()
+		case *agentv1.GatewayMessage_Command:
+			var cmd agentv1.Command
+			if err := proto.Unmarshal(m.Command.GetCommand(), &cmd); err != nil {
+				return fmt.Errorf("command envelope: %w", err)
+			}
+			epoch := m.Command.GetSessionEpoch()
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				d.handle(sctx, &cmd, epoch, send)
+			}()
+		case *agentv1.GatewayMessage_Cancel:
+			d.mu.Lock()
+			d.cancels = append(d.cancels, m.Cancel.GetCommandId())
+			if c, ok := d.running[m.Cancel.GetCommandId()]; ok {
+				c()
+			}
+			d.mu.Unlock()
+		}
+	}
+}
+
+func (d *Daemon) handle(ctx context.Context, cmd *agentv1.Command, epoch int64, send func(*agentv1.NodeMessage) error) {
+	update := func(u *agentv1.CommandUpdate) {
+		u.CommandId = cmd.GetId()
+		u.SessionEpoch = epoch
+		_ = send(&agentv1.NodeMessage{Msg: &agentv1.NodeMessage_Update{Update: u}})
+	}
+	d.mu.Lock()
+	d.received = append(d.received, cmd)
+	hook := d.onCommand
+	if stored, ok := d.journal[cmd.GetId()]; ok {
+		d.mu.Unlock()
+		if hook != nil {
+			hook(cmd)
+		}
+		update(proto.Clone(stored).(*agentv1.CommandUpdate))
+		return
+	}
+	if _, ok := d.running[cmd.GetId()]; ok {
+		// Re-attach: the command runs already; its outcome will be reported.
+		d.mu.Unlock()
+		if hook != nil {
+			hook(cmd)
+		}
+		return
+	}
+	act := Action{Kind: Succeed}
+	if d.Script != nil {
+		act = d.Script(cmd)
+	}
+	var runCtx context.Context
+	var cancel context.CancelFunc
+	if act.Kind != Reject && act.Kind != Ignore {
+		runCtx, cancel = context.WithCancel(ctx)
+		d.running[cmd.GetId()] = cancel
+		d.runs[cmd.GetId()]++
+	}
+	d.mu.Unlock()
+	if hook != nil {
+		hook(cmd)
+	}
+	finish := func(u *agentv1.CommandUpdate) {
+		if len(u.Result) > 0 {
+			sum := sha256.Sum256(u.Result)
+			u.ResultSha256 = sum[:]
+		}
+		d.mu.Lock()
+		delete(d.running, cmd.GetId())
+		if u.GetRejectCode() != agentv1.RejectCode_REJECT_CODE_BUSY {
+			d.journal[cmd.GetId()] = u
+		}
+		d.mu.Unlock()
+		update(proto.Clone(u).(*agentv1.CommandUpdate))
+	}
+	switch act.Kind {
+	case Ignore:
+		return
+	case Reject:
+		finish(&agentv1.CommandUpdate{State: agentv1.CommandState_COMMAND_STATE_REJECTED, RejectCode: act.Code, Reason: act.Code.String()})
+		return
+	}
+	defer cancel()
+	if act.Kind != SkipToResult {
+		update(&agentv1.CommandUpdate{State: agentv1.CommandState_COMMAND_STATE_ACKED})
+		update(&agentv1.CommandUpdate{State: agentv1.CommandState_COMMAND_STATE_RUNNING})
+	}
+	if act.Kind == Hang {
+		<-runCtx.Done()
+		if ctx.Err() != nil {
+			return // the session ended: the command stays running on the node
+		}
+		finish(&agentv1.CommandUpdate{State: agentv1.CommandState_COMMAND_STATE_CANCELLED, Reason: "cancelled"})
+		return
+	}
+	if act.Delay > 0 {
+		t := time.NewTimer(act.Delay)
+		select {
+		case <-t.C:
+		case <-runCtx.Done():
+			t.Stop()
+			if ctx.Err() != nil {
+				return
+			}
+			finish(&agentv1.CommandUpdate{State: agentv1.CommandState_COMMAND_STATE_CANCELLED, Reason: "cancelled"})
+			return
+		}
+	}
+	if act.Kind == Fail {
+		finish(&agentv1.CommandUpdate{State: agentv1.CommandState_COMMAND_STATE_FAILED, Reason: act.Reason, Result: act.Result})
+		return
+	}
+	res := act.Result
+	if res == nil {
+		res = json.RawMessage(`{"ok":true}`)
+	}
+	finish(&agentv1.CommandUpdate{State: agentv1.CommandState_COMMAND_STATE_SUCCEEDED, Result: res})
+}
