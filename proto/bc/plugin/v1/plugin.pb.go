@@ -312,7 +312,11 @@ func (x *Manifest) GetDescription() string {
 }
 
 type ManifestsRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// host_broker_id, when set, is the go-plugin broker id on which bcd serves
+	// the Host service. The plugin dials it at once: go-plugin forgets an offered
+	// broker connection after 5 seconds, long before the first command may come.
+	HostBrokerId  uint32 `protobuf:"varint,1,opt,name=host_broker_id,json=hostBrokerId,proto3" json:"host_broker_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -345,6 +349,13 @@ func (x *ManifestsRequest) ProtoReflect() protoreflect.Message {
 // Deprecated: Use ManifestsRequest.ProtoReflect.Descriptor instead.
 func (*ManifestsRequest) Descriptor() ([]byte, []int) {
 	return file_bc_plugin_v1_plugin_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *ManifestsRequest) GetHostBrokerId() uint32 {
+	if x != nil {
+		return x.HostBrokerId
+	}
+	return 0
 }
 
 type ManifestsResponse struct {
@@ -739,6 +750,97 @@ func (*ExecuteEvent_Progress) isExecuteEvent_Event() {}
 
 func (*ExecuteEvent_Result) isExecuteEvent_Event() {}
 
+type CancelRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	CommandId     string                 `protobuf:"bytes,1,opt,name=command_id,json=commandId,proto3" json:"command_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CancelRequest) Reset() {
+	*x = CancelRequest{}
+	mi := &file_bc_plugin_v1_plugin_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CancelRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CancelRequest) ProtoMessage() {}
+
+func (x *CancelRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_bc_plugin_v1_plugin_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CancelRequest.ProtoReflect.Descriptor instead.
+func (*CancelRequest) Descriptor() ([]byte, []int) {
+	return file_bc_plugin_v1_plugin_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *CancelRequest) GetCommandId() string {
+	if x != nil {
+		return x.CommandId
+	}
+	return ""
+}
+
+type CancelResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// running is true when the command was running and has been told to stop;
+	// false when it is unknown, finished, or not started yet (a command that
+	// starts after its cancel starts cancelled).
+	Running       bool `protobuf:"varint,1,opt,name=running,proto3" json:"running,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CancelResponse) Reset() {
+	*x = CancelResponse{}
+	mi := &file_bc_plugin_v1_plugin_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CancelResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CancelResponse) ProtoMessage() {}
+
+func (x *CancelResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_bc_plugin_v1_plugin_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CancelResponse.ProtoReflect.Descriptor instead.
+func (*CancelResponse) Descriptor() ([]byte, []int) {
+	return file_bc_plugin_v1_plugin_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *CancelResponse) GetRunning() bool {
+	if x != nil {
+		return x.Running
+	}
+	return false
+}
+
 type GetInventoryRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -747,7 +849,7 @@ type GetInventoryRequest struct {
 
 func (x *GetInventoryRequest) Reset() {
 	*x = GetInventoryRequest{}
-	mi := &file_bc_plugin_v1_plugin_proto_msgTypes[9]
+	mi := &file_bc_plugin_v1_plugin_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -759,7 +861,7 @@ func (x *GetInventoryRequest) String() string {
 func (*GetInventoryRequest) ProtoMessage() {}
 
 func (x *GetInventoryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_plugin_v1_plugin_proto_msgTypes[9]
+	mi := &file_bc_plugin_v1_plugin_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -772,7 +874,7 @@ func (x *GetInventoryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetInventoryRequest.ProtoReflect.Descriptor instead.
 func (*GetInventoryRequest) Descriptor() ([]byte, []int) {
-	return file_bc_plugin_v1_plugin_proto_rawDescGZIP(), []int{9}
+	return file_bc_plugin_v1_plugin_proto_rawDescGZIP(), []int{11}
 }
 
 type GetInventoryResponse struct {
@@ -786,7 +888,7 @@ type GetInventoryResponse struct {
 
 func (x *GetInventoryResponse) Reset() {
 	*x = GetInventoryResponse{}
-	mi := &file_bc_plugin_v1_plugin_proto_msgTypes[10]
+	mi := &file_bc_plugin_v1_plugin_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -798,7 +900,7 @@ func (x *GetInventoryResponse) String() string {
 func (*GetInventoryResponse) ProtoMessage() {}
 
 func (x *GetInventoryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_plugin_v1_plugin_proto_msgTypes[10]
+	mi := &file_bc_plugin_v1_plugin_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -811,7 +913,7 @@ func (x *GetInventoryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetInventoryResponse.ProtoReflect.Descriptor instead.
 func (*GetInventoryResponse) Descriptor() ([]byte, []int) {
-	return file_bc_plugin_v1_plugin_proto_rawDescGZIP(), []int{10}
+	return file_bc_plugin_v1_plugin_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *GetInventoryResponse) GetInventory() []byte {
@@ -837,7 +939,7 @@ type PutInventoryRequest struct {
 
 func (x *PutInventoryRequest) Reset() {
 	*x = PutInventoryRequest{}
-	mi := &file_bc_plugin_v1_plugin_proto_msgTypes[11]
+	mi := &file_bc_plugin_v1_plugin_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -849,7 +951,7 @@ func (x *PutInventoryRequest) String() string {
 func (*PutInventoryRequest) ProtoMessage() {}
 
 func (x *PutInventoryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_plugin_v1_plugin_proto_msgTypes[11]
+	mi := &file_bc_plugin_v1_plugin_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -862,7 +964,7 @@ func (x *PutInventoryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutInventoryRequest.ProtoReflect.Descriptor instead.
 func (*PutInventoryRequest) Descriptor() ([]byte, []int) {
-	return file_bc_plugin_v1_plugin_proto_rawDescGZIP(), []int{11}
+	return file_bc_plugin_v1_plugin_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *PutInventoryRequest) GetInventory() []byte {
@@ -880,7 +982,7 @@ type PutInventoryResponse struct {
 
 func (x *PutInventoryResponse) Reset() {
 	*x = PutInventoryResponse{}
-	mi := &file_bc_plugin_v1_plugin_proto_msgTypes[12]
+	mi := &file_bc_plugin_v1_plugin_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -892,7 +994,7 @@ func (x *PutInventoryResponse) String() string {
 func (*PutInventoryResponse) ProtoMessage() {}
 
 func (x *PutInventoryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_plugin_v1_plugin_proto_msgTypes[12]
+	mi := &file_bc_plugin_v1_plugin_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -905,7 +1007,7 @@ func (x *PutInventoryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutInventoryResponse.ProtoReflect.Descriptor instead.
 func (*PutInventoryResponse) Descriptor() ([]byte, []int) {
-	return file_bc_plugin_v1_plugin_proto_rawDescGZIP(), []int{12}
+	return file_bc_plugin_v1_plugin_proto_rawDescGZIP(), []int{14}
 }
 
 type GetNodeSpecRequest struct {
@@ -916,7 +1018,7 @@ type GetNodeSpecRequest struct {
 
 func (x *GetNodeSpecRequest) Reset() {
 	*x = GetNodeSpecRequest{}
-	mi := &file_bc_plugin_v1_plugin_proto_msgTypes[13]
+	mi := &file_bc_plugin_v1_plugin_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -928,7 +1030,7 @@ func (x *GetNodeSpecRequest) String() string {
 func (*GetNodeSpecRequest) ProtoMessage() {}
 
 func (x *GetNodeSpecRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_plugin_v1_plugin_proto_msgTypes[13]
+	mi := &file_bc_plugin_v1_plugin_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -941,7 +1043,7 @@ func (x *GetNodeSpecRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetNodeSpecRequest.ProtoReflect.Descriptor instead.
 func (*GetNodeSpecRequest) Descriptor() ([]byte, []int) {
-	return file_bc_plugin_v1_plugin_proto_rawDescGZIP(), []int{13}
+	return file_bc_plugin_v1_plugin_proto_rawDescGZIP(), []int{15}
 }
 
 type GetNodeSpecResponse struct {
@@ -955,7 +1057,7 @@ type GetNodeSpecResponse struct {
 
 func (x *GetNodeSpecResponse) Reset() {
 	*x = GetNodeSpecResponse{}
-	mi := &file_bc_plugin_v1_plugin_proto_msgTypes[14]
+	mi := &file_bc_plugin_v1_plugin_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -967,7 +1069,7 @@ func (x *GetNodeSpecResponse) String() string {
 func (*GetNodeSpecResponse) ProtoMessage() {}
 
 func (x *GetNodeSpecResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_plugin_v1_plugin_proto_msgTypes[14]
+	mi := &file_bc_plugin_v1_plugin_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -980,7 +1082,7 @@ func (x *GetNodeSpecResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetNodeSpecResponse.ProtoReflect.Descriptor instead.
 func (*GetNodeSpecResponse) Descriptor() ([]byte, []int) {
-	return file_bc_plugin_v1_plugin_proto_rawDescGZIP(), []int{14}
+	return file_bc_plugin_v1_plugin_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *GetNodeSpecResponse) GetGeneration() int64 {
@@ -1005,7 +1107,7 @@ type GetConditionsRequest struct {
 
 func (x *GetConditionsRequest) Reset() {
 	*x = GetConditionsRequest{}
-	mi := &file_bc_plugin_v1_plugin_proto_msgTypes[15]
+	mi := &file_bc_plugin_v1_plugin_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1017,7 +1119,7 @@ func (x *GetConditionsRequest) String() string {
 func (*GetConditionsRequest) ProtoMessage() {}
 
 func (x *GetConditionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_plugin_v1_plugin_proto_msgTypes[15]
+	mi := &file_bc_plugin_v1_plugin_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1030,7 +1132,7 @@ func (x *GetConditionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetConditionsRequest.ProtoReflect.Descriptor instead.
 func (*GetConditionsRequest) Descriptor() ([]byte, []int) {
-	return file_bc_plugin_v1_plugin_proto_rawDescGZIP(), []int{15}
+	return file_bc_plugin_v1_plugin_proto_rawDescGZIP(), []int{17}
 }
 
 type Condition struct {
@@ -1046,7 +1148,7 @@ type Condition struct {
 
 func (x *Condition) Reset() {
 	*x = Condition{}
-	mi := &file_bc_plugin_v1_plugin_proto_msgTypes[16]
+	mi := &file_bc_plugin_v1_plugin_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1058,7 +1160,7 @@ func (x *Condition) String() string {
 func (*Condition) ProtoMessage() {}
 
 func (x *Condition) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_plugin_v1_plugin_proto_msgTypes[16]
+	mi := &file_bc_plugin_v1_plugin_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1071,7 +1173,7 @@ func (x *Condition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Condition.ProtoReflect.Descriptor instead.
 func (*Condition) Descriptor() ([]byte, []int) {
-	return file_bc_plugin_v1_plugin_proto_rawDescGZIP(), []int{16}
+	return file_bc_plugin_v1_plugin_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Condition) GetType() string {
@@ -1118,7 +1220,7 @@ type GetConditionsResponse struct {
 
 func (x *GetConditionsResponse) Reset() {
 	*x = GetConditionsResponse{}
-	mi := &file_bc_plugin_v1_plugin_proto_msgTypes[17]
+	mi := &file_bc_plugin_v1_plugin_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1130,7 +1232,7 @@ func (x *GetConditionsResponse) String() string {
 func (*GetConditionsResponse) ProtoMessage() {}
 
 func (x *GetConditionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_plugin_v1_plugin_proto_msgTypes[17]
+	mi := &file_bc_plugin_v1_plugin_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1143,7 +1245,7 @@ func (x *GetConditionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetConditionsResponse.ProtoReflect.Descriptor instead.
 func (*GetConditionsResponse) Descriptor() ([]byte, []int) {
-	return file_bc_plugin_v1_plugin_proto_rawDescGZIP(), []int{17}
+	return file_bc_plugin_v1_plugin_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *GetConditionsResponse) GetConditions() []*Condition {
@@ -1162,7 +1264,7 @@ type GetJournalRequest struct {
 
 func (x *GetJournalRequest) Reset() {
 	*x = GetJournalRequest{}
-	mi := &file_bc_plugin_v1_plugin_proto_msgTypes[18]
+	mi := &file_bc_plugin_v1_plugin_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1174,7 +1276,7 @@ func (x *GetJournalRequest) String() string {
 func (*GetJournalRequest) ProtoMessage() {}
 
 func (x *GetJournalRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_plugin_v1_plugin_proto_msgTypes[18]
+	mi := &file_bc_plugin_v1_plugin_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1187,7 +1289,7 @@ func (x *GetJournalRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetJournalRequest.ProtoReflect.Descriptor instead.
 func (*GetJournalRequest) Descriptor() ([]byte, []int) {
-	return file_bc_plugin_v1_plugin_proto_rawDescGZIP(), []int{18}
+	return file_bc_plugin_v1_plugin_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *GetJournalRequest) GetLimit() int32 {
@@ -1207,7 +1309,7 @@ type GetJournalResponse struct {
 
 func (x *GetJournalResponse) Reset() {
 	*x = GetJournalResponse{}
-	mi := &file_bc_plugin_v1_plugin_proto_msgTypes[19]
+	mi := &file_bc_plugin_v1_plugin_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1219,7 +1321,7 @@ func (x *GetJournalResponse) String() string {
 func (*GetJournalResponse) ProtoMessage() {}
 
 func (x *GetJournalResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_plugin_v1_plugin_proto_msgTypes[19]
+	mi := &file_bc_plugin_v1_plugin_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1232,7 +1334,7 @@ func (x *GetJournalResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetJournalResponse.ProtoReflect.Descriptor instead.
 func (*GetJournalResponse) Descriptor() ([]byte, []int) {
-	return file_bc_plugin_v1_plugin_proto_rawDescGZIP(), []int{19}
+	return file_bc_plugin_v1_plugin_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *GetJournalResponse) GetRecords() [][]byte {
@@ -1262,8 +1364,9 @@ const file_bc_plugin_v1_plugin_proto_rawDesc = "" +
 	"\fapi_runnable\x18\x06 \x01(\bR\vapiRunnable\x12%\n" +
 	"\x0epayload_schema\x18\a \x01(\fR\rpayloadSchema\x12\x18\n" +
 	"\aversion\x18\b \x01(\tR\aversion\x12 \n" +
-	"\vdescription\x18\t \x01(\tR\vdescription\"\x12\n" +
-	"\x10ManifestsRequest\"j\n" +
+	"\vdescription\x18\t \x01(\tR\vdescription\"8\n" +
+	"\x10ManifestsRequest\x12$\n" +
+	"\x0ehost_broker_id\x18\x01 \x01(\rR\fhostBrokerId\"j\n" +
 	"\x11ManifestsResponse\x124\n" +
 	"\tmanifests\x18\x01 \x03(\v2\x16.bc.plugin.v1.ManifestR\tmanifests\x12\x1f\n" +
 	"\vsdk_version\x18\x02 \x01(\tR\n" +
@@ -1288,7 +1391,12 @@ const file_bc_plugin_v1_plugin_proto_rawDesc = "" +
 	"\fExecuteEvent\x124\n" +
 	"\bprogress\x18\x01 \x01(\v2\x16.bc.plugin.v1.ProgressH\x00R\bprogress\x12.\n" +
 	"\x06result\x18\x02 \x01(\v2\x14.bc.plugin.v1.ResultH\x00R\x06resultB\a\n" +
-	"\x05event\"\x15\n" +
+	"\x05event\".\n" +
+	"\rCancelRequest\x12\x1d\n" +
+	"\n" +
+	"command_id\x18\x01 \x01(\tR\tcommandId\"*\n" +
+	"\x0eCancelResponse\x12\x18\n" +
+	"\arunning\x18\x01 \x01(\bR\arunning\"\x15\n" +
 	"\x13GetInventoryRequest\"s\n" +
 	"\x14GetInventoryResponse\x12\x1c\n" +
 	"\tinventory\x18\x01 \x01(\fR\tinventory\x12=\n" +
@@ -1326,11 +1434,12 @@ const file_bc_plugin_v1_plugin_proto_rawDesc = "" +
 	"\x12STATUS_UNSPECIFIED\x10\x00\x12\x14\n" +
 	"\x10STATUS_SUCCEEDED\x10\x01\x12\x11\n" +
 	"\rSTATUS_FAILED\x10\x02\x12\x14\n" +
-	"\x10STATUS_CANCELLED\x10\x032\xa1\x01\n" +
+	"\x10STATUS_CANCELLED\x10\x032\xe6\x01\n" +
 	"\n" +
 	"KindPlugin\x12L\n" +
 	"\tManifests\x12\x1e.bc.plugin.v1.ManifestsRequest\x1a\x1f.bc.plugin.v1.ManifestsResponse\x12E\n" +
-	"\aExecute\x12\x1c.bc.plugin.v1.ExecuteRequest\x1a\x1a.bc.plugin.v1.ExecuteEvent0\x012\xb3\x03\n" +
+	"\aExecute\x12\x1c.bc.plugin.v1.ExecuteRequest\x1a\x1a.bc.plugin.v1.ExecuteEvent0\x01\x12C\n" +
+	"\x06Cancel\x12\x1b.bc.plugin.v1.CancelRequest\x1a\x1c.bc.plugin.v1.CancelResponse2\xb3\x03\n" +
 	"\x04Host\x12U\n" +
 	"\fGetInventory\x12!.bc.plugin.v1.GetInventoryRequest\x1a\".bc.plugin.v1.GetInventoryResponse\x12U\n" +
 	"\fPutInventory\x12!.bc.plugin.v1.PutInventoryRequest\x1a\".bc.plugin.v1.PutInventoryResponse\x12R\n" +
@@ -1352,7 +1461,7 @@ func file_bc_plugin_v1_plugin_proto_rawDescGZIP() []byte {
 }
 
 var file_bc_plugin_v1_plugin_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_bc_plugin_v1_plugin_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
+var file_bc_plugin_v1_plugin_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
 var file_bc_plugin_v1_plugin_proto_goTypes = []any{
 	(Lane)(0),                     // 0: bc.plugin.v1.Lane
 	(Status)(0),                   // 1: bc.plugin.v1.Status
@@ -1365,49 +1474,53 @@ var file_bc_plugin_v1_plugin_proto_goTypes = []any{
 	(*Progress)(nil),              // 8: bc.plugin.v1.Progress
 	(*Result)(nil),                // 9: bc.plugin.v1.Result
 	(*ExecuteEvent)(nil),          // 10: bc.plugin.v1.ExecuteEvent
-	(*GetInventoryRequest)(nil),   // 11: bc.plugin.v1.GetInventoryRequest
-	(*GetInventoryResponse)(nil),  // 12: bc.plugin.v1.GetInventoryResponse
-	(*PutInventoryRequest)(nil),   // 13: bc.plugin.v1.PutInventoryRequest
-	(*PutInventoryResponse)(nil),  // 14: bc.plugin.v1.PutInventoryResponse
-	(*GetNodeSpecRequest)(nil),    // 15: bc.plugin.v1.GetNodeSpecRequest
-	(*GetNodeSpecResponse)(nil),   // 16: bc.plugin.v1.GetNodeSpecResponse
-	(*GetConditionsRequest)(nil),  // 17: bc.plugin.v1.GetConditionsRequest
-	(*Condition)(nil),             // 18: bc.plugin.v1.Condition
-	(*GetConditionsResponse)(nil), // 19: bc.plugin.v1.GetConditionsResponse
-	(*GetJournalRequest)(nil),     // 20: bc.plugin.v1.GetJournalRequest
-	(*GetJournalResponse)(nil),    // 21: bc.plugin.v1.GetJournalResponse
-	(*durationpb.Duration)(nil),   // 22: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil), // 23: google.protobuf.Timestamp
+	(*CancelRequest)(nil),         // 11: bc.plugin.v1.CancelRequest
+	(*CancelResponse)(nil),        // 12: bc.plugin.v1.CancelResponse
+	(*GetInventoryRequest)(nil),   // 13: bc.plugin.v1.GetInventoryRequest
+	(*GetInventoryResponse)(nil),  // 14: bc.plugin.v1.GetInventoryResponse
+	(*PutInventoryRequest)(nil),   // 15: bc.plugin.v1.PutInventoryRequest
+	(*PutInventoryResponse)(nil),  // 16: bc.plugin.v1.PutInventoryResponse
+	(*GetNodeSpecRequest)(nil),    // 17: bc.plugin.v1.GetNodeSpecRequest
+	(*GetNodeSpecResponse)(nil),   // 18: bc.plugin.v1.GetNodeSpecResponse
+	(*GetConditionsRequest)(nil),  // 19: bc.plugin.v1.GetConditionsRequest
+	(*Condition)(nil),             // 20: bc.plugin.v1.Condition
+	(*GetConditionsResponse)(nil), // 21: bc.plugin.v1.GetConditionsResponse
+	(*GetJournalRequest)(nil),     // 22: bc.plugin.v1.GetJournalRequest
+	(*GetJournalResponse)(nil),    // 23: bc.plugin.v1.GetJournalResponse
+	(*durationpb.Duration)(nil),   // 24: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil), // 25: google.protobuf.Timestamp
 }
 var file_bc_plugin_v1_plugin_proto_depIdxs = []int32{
 	0,  // 0: bc.plugin.v1.Manifest.lane:type_name -> bc.plugin.v1.Lane
-	22, // 1: bc.plugin.v1.Manifest.timeout:type_name -> google.protobuf.Duration
+	24, // 1: bc.plugin.v1.Manifest.timeout:type_name -> google.protobuf.Duration
 	2,  // 2: bc.plugin.v1.Manifest.flags:type_name -> bc.plugin.v1.Flags
 	3,  // 3: bc.plugin.v1.ManifestsResponse.manifests:type_name -> bc.plugin.v1.Manifest
-	23, // 4: bc.plugin.v1.Command.deadline:type_name -> google.protobuf.Timestamp
+	25, // 4: bc.plugin.v1.Command.deadline:type_name -> google.protobuf.Timestamp
 	6,  // 5: bc.plugin.v1.ExecuteRequest.command:type_name -> bc.plugin.v1.Command
 	1,  // 6: bc.plugin.v1.Result.status:type_name -> bc.plugin.v1.Status
 	8,  // 7: bc.plugin.v1.ExecuteEvent.progress:type_name -> bc.plugin.v1.Progress
 	9,  // 8: bc.plugin.v1.ExecuteEvent.result:type_name -> bc.plugin.v1.Result
-	23, // 9: bc.plugin.v1.GetInventoryResponse.collected_at:type_name -> google.protobuf.Timestamp
-	23, // 10: bc.plugin.v1.Condition.since:type_name -> google.protobuf.Timestamp
-	18, // 11: bc.plugin.v1.GetConditionsResponse.conditions:type_name -> bc.plugin.v1.Condition
+	25, // 9: bc.plugin.v1.GetInventoryResponse.collected_at:type_name -> google.protobuf.Timestamp
+	25, // 10: bc.plugin.v1.Condition.since:type_name -> google.protobuf.Timestamp
+	20, // 11: bc.plugin.v1.GetConditionsResponse.conditions:type_name -> bc.plugin.v1.Condition
 	4,  // 12: bc.plugin.v1.KindPlugin.Manifests:input_type -> bc.plugin.v1.ManifestsRequest
 	7,  // 13: bc.plugin.v1.KindPlugin.Execute:input_type -> bc.plugin.v1.ExecuteRequest
-	11, // 14: bc.plugin.v1.Host.GetInventory:input_type -> bc.plugin.v1.GetInventoryRequest
-	13, // 15: bc.plugin.v1.Host.PutInventory:input_type -> bc.plugin.v1.PutInventoryRequest
-	15, // 16: bc.plugin.v1.Host.GetNodeSpec:input_type -> bc.plugin.v1.GetNodeSpecRequest
-	17, // 17: bc.plugin.v1.Host.GetConditions:input_type -> bc.plugin.v1.GetConditionsRequest
-	20, // 18: bc.plugin.v1.Host.GetJournal:input_type -> bc.plugin.v1.GetJournalRequest
-	5,  // 19: bc.plugin.v1.KindPlugin.Manifests:output_type -> bc.plugin.v1.ManifestsResponse
-	10, // 20: bc.plugin.v1.KindPlugin.Execute:output_type -> bc.plugin.v1.ExecuteEvent
-	12, // 21: bc.plugin.v1.Host.GetInventory:output_type -> bc.plugin.v1.GetInventoryResponse
-	14, // 22: bc.plugin.v1.Host.PutInventory:output_type -> bc.plugin.v1.PutInventoryResponse
-	16, // 23: bc.plugin.v1.Host.GetNodeSpec:output_type -> bc.plugin.v1.GetNodeSpecResponse
-	19, // 24: bc.plugin.v1.Host.GetConditions:output_type -> bc.plugin.v1.GetConditionsResponse
-	21, // 25: bc.plugin.v1.Host.GetJournal:output_type -> bc.plugin.v1.GetJournalResponse
-	19, // [19:26] is the sub-list for method output_type
-	12, // [12:19] is the sub-list for method input_type
+	11, // 14: bc.plugin.v1.KindPlugin.Cancel:input_type -> bc.plugin.v1.CancelRequest
+	13, // 15: bc.plugin.v1.Host.GetInventory:input_type -> bc.plugin.v1.GetInventoryRequest
+	15, // 16: bc.plugin.v1.Host.PutInventory:input_type -> bc.plugin.v1.PutInventoryRequest
+	17, // 17: bc.plugin.v1.Host.GetNodeSpec:input_type -> bc.plugin.v1.GetNodeSpecRequest
+	19, // 18: bc.plugin.v1.Host.GetConditions:input_type -> bc.plugin.v1.GetConditionsRequest
+	22, // 19: bc.plugin.v1.Host.GetJournal:input_type -> bc.plugin.v1.GetJournalRequest
+	5,  // 20: bc.plugin.v1.KindPlugin.Manifests:output_type -> bc.plugin.v1.ManifestsResponse
+	10, // 21: bc.plugin.v1.KindPlugin.Execute:output_type -> bc.plugin.v1.ExecuteEvent
+	12, // 22: bc.plugin.v1.KindPlugin.Cancel:output_type -> bc.plugin.v1.CancelResponse
+	14, // 23: bc.plugin.v1.Host.GetInventory:output_type -> bc.plugin.v1.GetInventoryResponse
+	16, // 24: bc.plugin.v1.Host.PutInventory:output_type -> bc.plugin.v1.PutInventoryResponse
+	18, // 25: bc.plugin.v1.Host.GetNodeSpec:output_type -> bc.plugin.v1.GetNodeSpecResponse
+	21, // 26: bc.plugin.v1.Host.GetConditions:output_type -> bc.plugin.v1.GetConditionsResponse
+	23, // 27: bc.plugin.v1.Host.GetJournal:output_type -> bc.plugin.v1.GetJournalResponse
+	20, // [20:28] is the sub-list for method output_type
+	12, // [12:20] is the sub-list for method input_type
 	12, // [12:12] is the sub-list for extension type_name
 	12, // [12:12] is the sub-list for extension extendee
 	0,  // [0:12] is the sub-list for field type_name
@@ -1428,7 +1541,7 @@ func file_bc_plugin_v1_plugin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_bc_plugin_v1_plugin_proto_rawDesc), len(file_bc_plugin_v1_plugin_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   20,
+			NumMessages:   22,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -24,6 +24,7 @@ const _ = grpc.SupportPackageIsVersion9
 const (
 	KindPlugin_Manifests_FullMethodName = "/bc.plugin.v1.KindPlugin/Manifests"
 	KindPlugin_Execute_FullMethodName   = "/bc.plugin.v1.KindPlugin/Execute"
+	KindPlugin_Cancel_FullMethodName    = "/bc.plugin.v1.KindPlugin/Cancel"
 )
 
 // KindPluginClient is the client API for KindPlugin service.
@@ -37,6 +38,11 @@ type KindPluginClient interface {
 	// Execute runs one command. Cancelling the stream is the cancel: the plugin
 	// stops between actions and still reports its real outcome when it can.
 	Execute(ctx context.Context, in *ExecuteRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ExecuteEvent], error)
+	// Cancel asks the running command to stop between actions. Its Execute
+	// stream stays open, so the plugin's real outcome (what it already did)
+	// still reaches bcd; cancelling the stream itself would lose it. A plugin
+	// built before Cancel answers Unimplemented, and bcd cancels the stream.
+	Cancel(ctx context.Context, in *CancelRequest, opts ...grpc.CallOption) (*CancelResponse, error)
 }
 
 type kindPluginClient struct {
@@ -76,6 +82,16 @@ func (c *kindPluginClient) Execute(ctx context.Context, in *ExecuteRequest, opts
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type KindPlugin_ExecuteClient = grpc.ServerStreamingClient[ExecuteEvent]
 
+func (c *kindPluginClient) Cancel(ctx context.Context, in *CancelRequest, opts ...grpc.CallOption) (*CancelResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CancelResponse)
+	err := c.cc.Invoke(ctx, KindPlugin_Cancel_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // KindPluginServer is the server API for KindPlugin service.
 // All implementations must embed UnimplementedKindPluginServer
 // for forward compatibility.
@@ -87,6 +103,11 @@ type KindPluginServer interface {
 	// Execute runs one command. Cancelling the stream is the cancel: the plugin
 	// stops between actions and still reports its real outcome when it can.
 	Execute(*ExecuteRequest, grpc.ServerStreamingServer[ExecuteEvent]) error
+	// Cancel asks the running command to stop between actions. Its Execute
+	// stream stays open, so the plugin's real outcome (what it already did)
+	// still reaches bcd; cancelling the stream itself would lose it. A plugin
+	// built before Cancel answers Unimplemented, and bcd cancels the stream.
+	Cancel(context.Context, *CancelRequest) (*CancelResponse, error)
 	mustEmbedUnimplementedKindPluginServer()
 }
 
@@ -102,6 +123,9 @@ func (UnimplementedKindPluginServer) Manifests(context.Context, *ManifestsReques
 }
 func (UnimplementedKindPluginServer) Execute(*ExecuteRequest, grpc.ServerStreamingServer[ExecuteEvent]) error {
 	return status.Error(codes.Unimplemented, "method Execute not implemented")
+}
+func (UnimplementedKindPluginServer) Cancel(context.Context, *CancelRequest) (*CancelResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Cancel not implemented")
 }
 func (UnimplementedKindPluginServer) mustEmbedUnimplementedKindPluginServer() {}
 func (UnimplementedKindPluginServer) testEmbeddedByValue()                    {}
@@ -153,6 +177,24 @@ func _KindPlugin_Execute_Handler(srv interface{}, stream grpc.ServerStream) erro
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type KindPlugin_ExecuteServer = grpc.ServerStreamingServer[ExecuteEvent]
 
+func _KindPlugin_Cancel_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CancelRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(KindPluginServer).Cancel(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: KindPlugin_Cancel_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(KindPluginServer).Cancel(ctx, req.(*CancelRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // KindPlugin_ServiceDesc is the grpc.ServiceDesc for KindPlugin service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -163,6 +205,10 @@ var KindPlugin_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Manifests",
 			Handler:    _KindPlugin_Manifests_Handler,
+		},
+		{
+			MethodName: "Cancel",
+			Handler:    _KindPlugin_Cancel_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{
