@@ -1,0 +1,64 @@
+package auth
+
+import (
+	"context"
+
+	"github.com/better-compute/commands/controlplane/api/apierr"
+)
+
+// NodeLookup returns the tenant that owns a node, and found=false for a node
+// that does not exist (or was deleted).
+type NodeLookup func(ctx context.Context, nodeID string) (tenantID string, found bool, err error)
+
+// AuthorizeNode checks that the caller in ctx may use permission on the node
+// in the request's tenant. The order matters: a tenant the caller does not
+// belong to, a node that does not exist, and a node of another tenant are all
+// the same NOT_FOUND; only a node the caller sees can be PERMISSION_DENIED.
+func AuthorizeNode(ctx context.Context, lookup NodeLookup, tenantID, nodeID, permission string) (*Identity, error) {
+	id, ok := FromContext(ctx)
+	if !ok {
+		return nil, apierr.Errorf(apierr.Unauthenticated, "no authenticated identity")
+	}
+	if tenantID == "" {
+		return nil, apierr.New(apierr.InvalidInput, "tenantId is required", map[string]string{"field": "tenantId"})
+	}
+	if nodeID == "" {
+		return nil, apierr.New(apierr.InvalidInput, "nodeId is required", map[string]string{"field": "nodeId"})
+	}
+	notFound := apierr.New(apierr.NotFound, "node "+nodeID+" not found", map[string]string{"nodeId": nodeID})
+	if !id.SeesTenant(tenantID) {
+		return nil, notFound
+	}
+	owner, found, err := lookup(ctx, nodeID)
+	if err != nil {
+		return nil, err
+	}
+	if !found || owner != tenantID {
+		return nil, notFound
+	}
+	if !id.Allowed(permission, NodeResource(nodeID)) {
+		return nil, apierr.New(apierr.PermissionDenied, "missing "+permission+" on "+NodeResource(nodeID),
+			map[string]string{"permission": permission, "resource": NodeResource(nodeID)})
+	}
+	return id, nil
+}
+
+// AuthorizeTenant checks permission on a tenant the caller sees; a tenant it
+// does not see is NOT_FOUND.
+func AuthorizeTenant(ctx context.Context, tenantID, permission string) (*Identity, error) {
+	id, ok := FromContext(ctx)
+	if !ok {
+		return nil, apierr.Errorf(apierr.Unauthenticated, "no authenticated identity")
+	}
+	if tenantID == "" {
+		return nil, apierr.New(apierr.InvalidInput, "tenantId is required", map[string]string{"field": "tenantId"})
+	}
+	if !id.SeesTenant(tenantID) {
+		return nil, apierr.New(apierr.NotFound, "tenant "+tenantID+" not found", map[string]string{"tenantId": tenantID})
+	}
+	if !id.Allowed(permission, TenantResource(tenantID)) {
+		return nil, apierr.New(apierr.PermissionDenied, "missing "+permission+" on "+TenantResource(tenantID),
+			map[string]string{"permission": permission, "resource": TenantResource(tenantID)})
+	}
+	return id, nil
+}
