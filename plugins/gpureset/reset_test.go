@@ -56,7 +56,7 @@ func (h *fakeHost) NodeSpec(context.Context) (int64, json.RawMessage, error) {
 	b, err := json.Marshal(h.spec)
 	return 7, b, err
 }
-func (h *fakeHost) Conditions(context.Context) ([]kind.Condition, error)   { return nil, nil }
+func (h *fakeHost) Conditions(context.Context) ([]kind.Condition, error)    { return nil, nil }
 func (h *fakeHost) Journal(context.Context, int) ([]json.RawMessage, error) { return nil, nil }
 
 // xidRecorder is an XID store that records what it was asked to clear.
