@@ -1,0 +1,185 @@
+package queue
+
+import (
+	"encoding/json"
+	"time"
+
+	"github.com/better-compute/commands/controlplane/store"
+	"github.com/better-compute/commands/sdk/kind"
+)
+
+// DBTX is what read-only queries run on: a pool, a connection or a tx.
+type DBTX = store.DBTX
+
+// State is a command's state. A command starts pending; reports may skip
+// steps, and a state never moves backwards.
+type State string
+
+// The command states, in rank order; the last five are terminal.
+const (
+	Pending    State = "pending"
+	Dispatched State = "dispatched"
+	Acked      State = "acked"
+	Running    State = "running"
+	Succeeded  State = "succeeded"
+	Failed     State = "failed"
+	Rejected   State = "rejected"
+	Expired    State = "expired"
+	Cancelled  State = "cancelled"
+)
+
+// States lists every state in rank order.
+var States = []State{Pending, Dispatched, Acked, Running, Succeeded, Failed, Rejected, Expired, Cancelled}
+
+// Terminal reports whether s ends a command: succeeded, failed, rejected,
+// expired or cancelled.
+func (s State) Terminal() bool {
+	switch s {
+	case Succeeded, Failed, Rejected, Expired, Cancelled:
+		return true
+	}
+	return false
+}
+
+// Valid reports whether s is one of the nine states.
+func (s State) Valid() bool {
+	for _, v := range States {
+		if s == v {
+			return true
+		}
+	}
+	return false
+}
+
+// Reasons the queue itself writes.
+const (
+	ReasonCancelled   = "cancelled"
+	ReasonNodeDeleted = "node-deleted"
+)
+
+// Command is one row of the command queue.
+type Command struct {
+	// ID is the command's cmd_… id.
+	ID string
+	// TenantID owns the node.
+	TenantID string
+	// NodeID is the node the command runs on.
+	NodeID string
+	// Seq is the command's place in the node's order, from nodes.next_cmd_seq:
+	// gapless and unique per node.
+	Seq int64
+	// Kind is the registered kind name.
+	Kind string
+	// Lane is the kind's lane when it was queued.
+	Lane kind.Lane
+	// Payload is the validated payload, {} when none was given.
+	Payload json.RawMessage
+	// IdempotencyKey is unique per node; "" when none was given.
+	IdempotencyKey string
+	// State is the current state.
+	State State
+	// Reason says why the command ended (not_after, timeout, cancelled…).
+	Reason string
+	// NotAfter is the deadline for the node to accept it.
+	NotAfter time.Time
+	// NotBefore, when set, holds the command until then.
+	NotBefore *time.Time
+	// MinGeneration is the node spec generation the command presupposes.
+	MinGeneration int64
+	// Flags are the kind's wire flags when it was queued.
+	Flags kind.Flags
+	// BatchID names the destructive batch the command is part of.
+	BatchID string
+	// BundleKey is the support-bundle key of a logs.collect command.
+	BundleKey string
+	// CancelRequestedAt is set once a cancel was asked for an in-flight command.
+	CancelRequestedAt *time.Time
+	// Progress is the last progress the node reported.
+	Progress json.RawMessage
+	// Result is the node's result.
+	Result json.RawMessage
+	// ResultSHA256 is the SHA-256 of Result as the node reported it.
+	ResultSHA256 []byte
+	// NodeSig is the node's signature over an attested result, as received.
+	NodeSig []byte
+	// Rebooted is set when a new boot completed a self-terminating kind.
+	Rebooted bool
+	// Attempts counts dispatches.
+	Attempts int
+	// DispatchedEpoch is the session epoch of the last dispatch.
+	DispatchedEpoch int64
+	// NextAttemptAt holds a BUSY command back until then.
+	NextAttemptAt *time.Time
+	// CreatedAt, UpdatedAt and SettledAt are the row's timestamps; SettledAt is
+	// set exactly when State is terminal.
+	CreatedAt, UpdatedAt time.Time
+	SettledAt            *time.Time
+}
+
+// EnqueueParams describe a command to queue.
+type EnqueueParams struct {
+	// TenantID must own the node; "" skips the check (a module acting for
+	// the platform).
+	TenantID string
+	// NodeID is the target node.
+	NodeID string
+	// Kind must be registered.
+	Kind string
+	// Payload must satisfy the kind's schema; nil is {}.
+	Payload json.RawMessage
+	// IdempotencyKey, when set, makes a repeat return the first command.
+	IdempotencyKey string
+	// NotAfter is the deadline; zero means DefaultNotAfter from now.
+	NotAfter time.Time
+	// NotBefore, when set, holds the command until then.
+	NotBefore *time.Time
+	// MinGeneration is the spec generation the command presupposes.
+	MinGeneration int64
+	// BatchID names the destructive batch the command belongs to.
+	BatchID string
+	// BundleKey is the support-bundle key.
+	BundleKey string
+}
+
+// DefaultNotAfter is the deadline of a command queued without one.
+const DefaultNotAfter = 600 * time.Second
+
+// Transition is a state report for a command.
+type Transition struct {
+	// CommandID is the command.
+	CommandID string
+	// To is the new state; it lands only when it ranks above the current one.
+	To State
+	// Reason says why (required sense for failed, rejected, expired).
+	Reason string
+	// Result, ResultSHA256, NodeSig and Rebooted come with a terminal report.
+	Result       json.RawMessage
+	ResultSHA256 []byte
+	NodeSig      []byte
+	Rebooted     bool
+	// Progress, when set, replaces the stored progress.
+	Progress json.RawMessage
+	// Epoch, when non-zero, fences the report: it lands only while the node's
+	// session_epoch equals it, so a superseded session cannot move state.
+	Epoch int64
+}
+
+// ListParams select one page of a node's commands.
+type ListParams struct {
+	// TenantID, when set, must own the node.
+	TenantID string
+	// NodeID is required.
+	NodeID string
+	// State, when set, filters on it.
+	State State
+	// Limit defaults to 100 and is capped at 200.
+	Limit int
+	// Cursor is the previous page's next cursor; "" is the first page.
+	Cursor string
+}
+
+// Listing limits.
+const (
+	DefaultListLimit = 100
+	MaxListLimit     = 200
+)

@@ -1,0 +1,117 @@
+package queue
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Get returns command commandID of node nodeID ("" accepts any node). An
+// unknown command, or one of another node, is NOT_FOUND.
+func (q *Queue) Get(ctx context.Context, db DBTX, nodeID, commandID string) (Command, error) {
+	cmd, err := scanCommand(db.QueryRow(ctx, `SELECT `+commandColumns("c")+` FROM commands c
+		WHERE c.id = $1 AND ($2 = '' OR c.node_id = $2)`, commandID, nodeID))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Command{}, commandNotFound(nodeID, commandID)
+	}
+	if err != nil {
+		return Command{}, fmt.Errorf("reading command %s: %w", commandID, err)
+	}
+	return cmd, nil
+}
+
+// List returns one page of a node's commands, newest first by seq, filtered
+// by state when p.State is set: p.Limit of them (default 100, capped at
+// 200), and next, an opaque cursor for the following page ("" on the last).
+// With p.TenantID set, a node of another tenant is NOT_FOUND; a deleted node
+// still lists its history.
+func (q *Queue) List(ctx context.Context, db DBTX, p ListParams) (items []Command, next string, err error) {
+	if p.NodeID == "" {
+		return nil, "", newError(InvalidInput, "missing-field", map[string]string{"field": "nodeId"}, "nodeId is required")
+	}
+	if p.State != "" && !p.State.Valid() {
+		return nil, "", newError(InvalidInput, "invalid-state", map[string]string{"field": "state", "state": string(p.State)}, "state %q is not a command state", p.State)
+	}
+	limit := p.Limit
+	switch {
+	case limit < 0:
+		return nil, "", newError(InvalidInput, "invalid-limit", map[string]string{"field": "limit"}, "limit must not be negative")
+	case limit == 0:
+		limit = DefaultListLimit
+	case limit > MaxListLimit:
+		limit = MaxListLimit
+	}
+	before, err := DecodeListCursor(p.Cursor)
+	if err != nil {
+		return nil, "", newError(InvalidInput, "invalid-cursor", map[string]string{"field": "cursor"}, "%v", err)
+	}
+	if p.TenantID != "" {
+		var ok bool
+		if err := db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM nodes WHERE id = $1 AND tenant_id = $2)`, p.NodeID, p.TenantID).Scan(&ok); err != nil {
+			return nil, "", fmt.Errorf("listing commands of %s: %w", p.NodeID, err)
+		}
+		if !ok {
+			return nil, "", nodeNotFound(p.NodeID)
+		}
+	}
+	rows, err := db.Query(ctx, `SELECT `+commandColumns("c")+` FROM commands c
+		WHERE c.node_id = $1 AND ($2 = '' OR c.state = $2) AND ($3 = 0 OR c.seq < $3)
+		ORDER BY c.seq DESC LIMIT $4`, p.NodeID, string(p.State), before, limit+1)
+	if err != nil {
+		return nil, "", fmt.Errorf("listing commands of %s: %w", p.NodeID, err)
+	}
+	items, err = scanCommands(rows)
+	if err != nil {
+		return nil, "", err
+	}
+	if len(items) > limit {
+		items = items[:limit]
+		next = EncodeListCursor(items[limit-1].Seq)
+	}
+	return items, next, nil
+}
+
+// ListOpen returns a node's non-terminal commands in seq order, from the
+// partial index: what the gateway replays when a node reconnects.
+func (q *Queue) ListOpen(ctx context.Context, db DBTX, nodeID string) ([]Command, error) {
+	rows, err := db.Query(ctx, `SELECT `+commandColumns("c")+` FROM commands c
+		WHERE c.node_id = $1 AND c.state IN ('pending', 'dispatched', 'acked', 'running')
+		ORDER BY c.seq`, nodeID)
+	if err != nil {
+		return nil, fmt.Errorf("listing open commands of %s: %w", nodeID, err)
+	}
+	return scanCommands(rows)
+}
+
+const listCursorPrefix = "seq:"
+
+// EncodeListCursor makes the opaque cursor of a page that continues below seq.
+func EncodeListCursor(seq int64) string {
+	return base64.RawURLEncoding.EncodeToString([]byte(listCursorPrefix + strconv.FormatInt(seq, 10)))
+}
+
+// DecodeListCursor reads a cursor made by EncodeListCursor; "" is 0, the
+// first page.
+func DecodeListCursor(c string) (int64, error) {
+	if c == "" {
+		return 0, nil
+	}
+	b, err := base64.RawURLEncoding.DecodeString(c)
+	if err != nil {
+		return 0, fmt.Errorf("malformed cursor %q", c)
+	}
+	s, ok := strings.CutPrefix(string(b), listCursorPrefix)
+	if !ok {
+		return 0, fmt.Errorf("malformed cursor %q", c)
+	}
+	seq, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || seq < 1 {
+		return 0, fmt.Errorf("malformed cursor %q", c)
+	}
+	return seq, nil
+}

@@ -1,0 +1,132 @@
+package queue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/better-compute/commands/controlplane/ids"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// Tenant is a row of tenants.
+type Tenant struct {
+	// ID is the tenant_… id; CreateTenant makes one when empty.
+	ID string
+	// Name is for people.
+	Name string
+	// CreatedAt is set by the database.
+	CreatedAt time.Time
+}
+
+// Node is the part of a nodes row that the queue reads.
+type Node struct {
+	// ID is the node_… id; CreateNode makes one when empty.
+	ID string
+	// TenantID owns the node.
+	TenantID string
+	// Role is the agent role ("node" when empty).
+	Role string
+	// AllowedKinds is nil for a full identity; a restricted identity lists
+	// the only kinds it accepts (an empty, non-nil list accepts none).
+	AllowedKinds []string
+	// SessionEpoch is the epoch of the node's current session.
+	SessionEpoch int64
+	// AppliedGeneration is the spec generation the node last applied.
+	AppliedGeneration int64
+	// NextCmdSeq is the seq the next command will get.
+	NextCmdSeq int64
+	// CreatedAt and DeletedAt are the row's timestamps.
+	CreatedAt time.Time
+	DeletedAt *time.Time
+}
+
+// CreateTenant inserts a tenant; a duplicate id is CONFLICT.
+func (q *Queue) CreateTenant(ctx context.Context, db DBTX, t Tenant) (Tenant, error) {
+	if t.ID == "" {
+		t.ID = ids.NewTenant()
+	}
+	err := db.QueryRow(ctx, `INSERT INTO tenants (id, name) VALUES ($1, $2) RETURNING created_at`, t.ID, t.Name).Scan(&t.CreatedAt)
+	if isUniqueViolation(err) {
+		return Tenant{}, newError(Conflict, "tenant-exists", map[string]string{"tenantId": t.ID}, "tenant %s already exists", t.ID)
+	}
+	if err != nil {
+		return Tenant{}, fmt.Errorf("creating tenant %s: %w", t.ID, err)
+	}
+	return t, nil
+}
+
+// CreateNode inserts a node of an existing tenant; a duplicate id is
+// CONFLICT and an unknown tenant NOT_FOUND.
+func (q *Queue) CreateNode(ctx context.Context, db DBTX, n Node) (Node, error) {
+	if n.ID == "" {
+		n.ID = ids.NewNode()
+	}
+	if n.Role == "" {
+		n.Role = "node"
+	}
+	err := db.QueryRow(ctx, `INSERT INTO nodes (id, tenant_id, role, allowed_kinds) VALUES ($1, $2, $3, $4)
+		RETURNING session_epoch, applied_generation, next_cmd_seq, created_at`,
+		n.ID, n.TenantID, n.Role, n.AllowedKinds).Scan(&n.SessionEpoch, &n.AppliedGeneration, &n.NextCmdSeq, &n.CreatedAt)
+	var pe *pgconn.PgError
+	switch {
+	case isUniqueViolation(err):
+		return Node{}, newError(Conflict, "node-exists", map[string]string{"nodeId": n.ID}, "node %s already exists", n.ID)
+	case errors.As(err, &pe) && pe.Code == "23503":
+		return Node{}, newError(NotFound, "tenant-not-found", map[string]string{"tenantId": n.TenantID}, "tenant %s not found", n.TenantID)
+	case err != nil:
+		return Node{}, fmt.Errorf("creating node %s: %w", n.ID, err)
+	}
+	return n, nil
+}
+
+// GetNode returns a node that tenantID can see ("" sees every tenant). A
+// deleted node, an unknown one and another tenant's are all NOT_FOUND, so
+// the API never tells a caller that someone else's node exists.
+func (q *Queue) GetNode(ctx context.Context, db DBTX, tenantID, nodeID string) (Node, error) {
+	var n Node
+	err := db.QueryRow(ctx, `SELECT id, tenant_id, role, allowed_kinds, session_epoch, applied_generation, next_cmd_seq, created_at, deleted_at
+		FROM nodes WHERE id = $1 AND ($2 = '' OR tenant_id = $2) AND deleted_at IS NULL`, nodeID, tenantID).
+		Scan(&n.ID, &n.TenantID, &n.Role, &n.AllowedKinds, &n.SessionEpoch, &n.AppliedGeneration, &n.NextCmdSeq, &n.CreatedAt, &n.DeletedAt)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Node{}, nodeNotFound(nodeID)
+	}
+	if err != nil {
+		return Node{}, fmt.Errorf("reading node %s: %w", nodeID, err)
+	}
+	return n, nil
+}
+
+// SetAllowedKinds records the allowed kinds of the node's current identity:
+// nil for a full identity, a list for a restricted one.
+func (q *Queue) SetAllowedKinds(ctx context.Context, db DBTX, nodeID string, allowed []string) error {
+	tag, err := db.Exec(ctx, `UPDATE nodes SET allowed_kinds = $2 WHERE id = $1 AND deleted_at IS NULL`, nodeID, allowed)
+	if err != nil {
+		return fmt.Errorf("setting allowed kinds of %s: %w", nodeID, err)
+	}
+	if tag.RowsAffected() == 0 {
+		return nodeNotFound(nodeID)
+	}
+	return nil
+}
+
+// BeginSession bumps the node's session epoch for a new session and returns
+// it; reports fenced with an older epoch no longer land.
+func (q *Queue) BeginSession(ctx context.Context, db DBTX, nodeID string) (int64, error) {
+	var epoch int64
+	err := db.QueryRow(ctx, `UPDATE nodes SET session_epoch = session_epoch + 1 WHERE id = $1 AND deleted_at IS NULL RETURNING session_epoch`, nodeID).Scan(&epoch)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, nodeNotFound(nodeID)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("beginning a session for %s: %w", nodeID, err)
+	}
+	return epoch, nil
+}
+
+func isUniqueViolation(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.Code == "23505"
+}

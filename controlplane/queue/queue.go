@@ -1,0 +1,196 @@
+// Package queue is the control plane's durable command queue in PostgreSQL.
+// Commands are queued in the caller's transaction (invisible until it
+// commits, NOTIFY sent inside it), numbered per node without gaps, settled by
+// guarded UPDATEs that never move a state backwards, and announced through
+// the event outbox in the same transaction as the change.
+package queue
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/better-compute/commands/controlplane/events"
+	"github.com/better-compute/commands/controlplane/ids"
+	"github.com/better-compute/commands/controlplane/kinds"
+	"github.com/better-compute/commands/sdk/kind"
+	"github.com/hashicorp/go-hclog"
+	"github.com/jackc/pgx/v5"
+)
+
+// Queue queues, cancels, reads and transitions commands. It holds no
+// connection: every method runs on the DBTX or transaction it is given.
+type Queue struct {
+	reg    *kinds.Registry
+	logger hclog.Logger
+	// requireBatch is set when the destructive-batch quorum is on and no
+	// break-glass allowance exists: a destructive kind needs a batch id.
+	requireBatch atomic.Bool
+	nowFunc      func() time.Time
+}
+
+// New returns a queue that checks kinds and payloads against reg.
+func New(reg *kinds.Registry, logger hclog.Logger) *Queue {
+	if logger == nil {
+		logger = hclog.NewNullLogger()
+	}
+	return &Queue{reg: reg, logger: logger.Named("queue"), nowFunc: time.Now}
+}
+
+// Registry returns the kind registry the queue checks against.
+func (q *Queue) Registry() *kinds.Registry { return q.reg }
+
+// RequireBatches turns on the v1.0 destructive-batch quorum rule: with it, a
+// destructive kind queued without a batch id is INVALID_STATE with reason
+// batch-required, since every daemon would refuse it anyway.
+func (q *Queue) RequireBatches(on bool) { q.requireBatch.Store(on) }
+
+// enqueueSQL takes the node's next seq, inserts the command and writes the
+// queued event in one statement. The node UPDATE locks the node row, so
+// enqueues to one node serialise and seqs are handed out in commit order;
+// its WHERE also refuses a deleted node, another tenant's node and a kind a
+// restricted identity does not accept (no row comes back; enqueueMiss says
+// which). A repeated key returns the first command with duplicate set, and
+// the caller gives the seq back (see Enqueue).
+var enqueueSQL = `
+WITH node AS (
+  UPDATE nodes SET next_cmd_seq = next_cmd_seq + 1
+  WHERE id = $1 AND ($2 = '' OR tenant_id = $2) AND deleted_at IS NULL
+    AND (allowed_kinds IS NULL OR $3 = ANY (allowed_kinds))
+  RETURNING tenant_id, next_cmd_seq - 1 AS seq
+), ins AS (
+  INSERT INTO commands AS c (id, tenant_id, node_id, seq, kind, lane, payload, idempotency_key,
+    not_after, not_before, min_generation, retry_safe, destructive, self_terminating, attested,
+    batch_id, bundle_key)
+  SELECT $4, node.tenant_id, $1, node.seq, $3, $5, $6, NULLIF($7, ''),
+    $8, $9, $10, $11, $12, $13, $14, $15, $16
+  FROM node
+  ON CONFLICT (node_id, idempotency_key) DO UPDATE SET kind = c.kind
+  RETURNING ` + commandColumns("c") + `, (c.xmax <> 0) AS duplicate
+), ev AS (
+  INSERT INTO outbox (tenant_id, topic, payload)
+  SELECT tenant_id, '` + events.TopicCommandQueued + `',
+    jsonb_build_object('nodeId', node_id, 'commandId', id, 'kind', kind, 'state', state)
+  FROM ins WHERE NOT duplicate
+)
+SELECT * FROM ins`
+
+// Enqueue queues a command in tx. It returns the new command, or the one
+// already queued under the same idempotency key with duplicate set; the same
+// key for another kind is CONFLICT. An unknown kind is UNSUPPORTED, a payload
+// its schema refuses is INVALID_INPUT naming the field, a deleted or unknown
+// node (or one of another tenant) is NOT_FOUND, and a restricted identity
+// that does not accept the kind is INVALID_STATE. A new command publishes
+// node.command.queued. A new command costs one round trip.
+func (q *Queue) Enqueue(ctx context.Context, tx pgx.Tx, p EnqueueParams) (cmd Command, duplicate bool, err error) {
+	m, payload, err := q.check(p)
+	if err != nil {
+		return Command{}, false, err
+	}
+	notAfter := p.NotAfter
+	if notAfter.IsZero() {
+		notAfter = q.nowFunc().Add(DefaultNotAfter)
+	}
+	row := tx.QueryRow(ctx, enqueueSQL,
+		p.NodeID, p.TenantID, p.Kind, ids.NewCommand(), string(m.Lane), payload, p.IdempotencyKey,
+		notAfter, p.NotBefore, p.MinGeneration,
+		m.Flags.RetrySafe, m.Flags.Destructive, m.Flags.SelfTerminating, m.Flags.Attested,
+		p.BatchID, p.BundleKey)
+	cmd, err = scanCommand(row, &duplicate)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Command{}, false, q.enqueueMiss(ctx, tx, p)
+	}
+	if err != nil {
+		return Command{}, false, fmt.Errorf("enqueueing %s on %s: %w", p.Kind, p.NodeID, err)
+	}
+	if !duplicate {
+		return cmd, false, nil
+	}
+	// The statement took a seq before the conflict showed. We still hold the
+	// node row lock, so nobody took one after it: give it back to keep the
+	// node's seqs gapless.
+	if _, err := tx.Exec(ctx, `UPDATE nodes SET next_cmd_seq = next_cmd_seq - 1 WHERE id = $1`, p.NodeID); err != nil {
+		return Command{}, false, fmt.Errorf("returning the seq of a duplicate enqueue: %w", err)
+	}
+	if cmd.Kind != p.Kind {
+		return Command{}, false, newError(Conflict, "idempotency-key-reused",
+			map[string]string{"kind": cmd.Kind, "commandId": cmd.ID},
+			"idempotency key already names command %s of kind %s, not %s", cmd.ID, cmd.Kind, p.Kind)
+	}
+	return cmd, true, nil
+}
+
+// check validates p against the registry and returns the kind's manifest and
+// the payload to store.
+func (q *Queue) check(p EnqueueParams) (kind.Manifest, []byte, error) {
+	if p.NodeID == "" {
+		return kind.Manifest{}, nil, newError(InvalidInput, "missing-field", map[string]string{"field": "nodeId"}, "nodeId is required")
+	}
+	m, ok := q.reg.Get(p.Kind)
+	if !ok {
+		return kind.Manifest{}, nil, newError(Unsupported, "unknown-kind", map[string]string{"kind": p.Kind}, "kind %q is not registered", p.Kind)
+	}
+	payload := []byte(p.Payload)
+	if len(bytes.TrimSpace(payload)) == 0 {
+		payload = []byte("{}")
+	}
+	if err := q.reg.ValidatePayload(p.Kind, payload); err != nil {
+		var pe *kind.PayloadError
+		if errors.As(err, &pe) {
+			field := pe.Field
+			if field == "" {
+				field = "(root)"
+			}
+			return kind.Manifest{}, nil, newError(InvalidInput, "invalid-payload",
+				map[string]string{"kind": p.Kind, "field": "payload" + pe.Field},
+				"payload of %s: field %s: %s", p.Kind, field, pe.Problem)
+		}
+		return kind.Manifest{}, nil, fmt.Errorf("validating payload of %s: %w", p.Kind, err)
+	}
+	var buf bytes.Buffer
+	if err := json.Compact(&buf, payload); err != nil {
+		return kind.Manifest{}, nil, newError(InvalidInput, "invalid-payload", map[string]string{"kind": p.Kind, "field": "payload"}, "payload is not JSON: %v", err)
+	}
+	if p.BatchID != "" && !ids.Valid(ids.Batch, p.BatchID) {
+		return kind.Manifest{}, nil, newError(InvalidInput, "invalid-batch-id", map[string]string{"field": "batchId"}, "batchId %q is not a batch_… id", p.BatchID)
+	}
+	if m.Flags.Destructive && p.BatchID == "" && q.requireBatch.Load() {
+		return kind.Manifest{}, nil, newError(InvalidState, "batch-required", map[string]string{"reason": "batch-required", "kind": p.Kind},
+			"%s is destructive and the batch quorum is on: run it in an approved batch (batchId)", p.Kind)
+	}
+	return m, buf.Bytes(), nil
+}
+
+// enqueueMiss explains why the enqueue statement found no node row to bump.
+func (q *Queue) enqueueMiss(ctx context.Context, tx pgx.Tx, p EnqueueParams) error {
+	var (
+		tenant  string
+		deleted bool
+		allowed []string
+	)
+	err := tx.QueryRow(ctx, `SELECT tenant_id, deleted_at IS NOT NULL, allowed_kinds FROM nodes WHERE id = $1`, p.NodeID).
+		Scan(&tenant, &deleted, &allowed)
+	if errors.Is(err, pgx.ErrNoRows) || (err == nil && (deleted || (p.TenantID != "" && tenant != p.TenantID))) {
+		return nodeNotFound(p.NodeID)
+	}
+	if err != nil {
+		return fmt.Errorf("enqueueing %s on %s: reading node: %w", p.Kind, p.NodeID, err)
+	}
+	if allowed != nil {
+		return newError(InvalidState, "restricted-identity", map[string]string{"kind": p.Kind, "nodeId": p.NodeID},
+			"node %s runs a restricted identity that does not accept %s", p.NodeID, p.Kind)
+	}
+	return fmt.Errorf("enqueueing %s on %s: the node row changed under the statement", p.Kind, p.NodeID)
+}
+
+func nodeNotFound(nodeID string) *Error {
+	return newError(NotFound, "node-not-found", map[string]string{"nodeId": nodeID}, "node %s not found", nodeID)
+}
+
+func commandNotFound(nodeID, commandID string) *Error {
+	return newError(NotFound, "command-not-found", map[string]string{"nodeId": nodeID, "commandId": commandID}, "command %s not found on node %s", commandID, nodeID)
+}

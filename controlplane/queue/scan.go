@@ -1,0 +1,71 @@
+package queue
+
+import (
+	"encoding/json"
+	"fmt"
+
+	"github.com/better-compute/commands/sdk/kind"
+	"github.com/jackc/pgx/v5"
+)
+
+// commandColumns is the select list every query that returns commands uses,
+// in scanCommand's order. The prefix is the table alias.
+func commandColumns(alias string) string {
+	a := alias + "."
+	return a + "id, " + a + "tenant_id, " + a + "node_id, " + a + "seq, " + a + "kind, " + a + "lane, " +
+		a + "payload, coalesce(" + a + "idempotency_key, ''), " + a + "state, " + a + "reason, " +
+		a + "not_after, " + a + "not_before, " + a + "min_generation, " +
+		a + "retry_safe, " + a + "destructive, " + a + "self_terminating, " + a + "attested, " +
+		a + "batch_id, " + a + "bundle_key, " + a + "cancel_requested_at, " + a + "progress, " +
+		a + "result, " + a + "result_sha256, " + a + "node_sig, " + a + "rebooted, " + a + "attempts, " +
+		a + "dispatched_epoch, " + a + "next_attempt_at, " +
+		a + "created_at, " + a + "updated_at, " + a + "settled_at"
+}
+
+// scanCommand reads commandColumns plus any extra destinations after them.
+func scanCommand(row pgx.Row, extra ...any) (Command, error) {
+	var (
+		c                  Command
+		lane, state        string
+		payload, prog, res []byte
+	)
+	dest := []any{
+		&c.ID, &c.TenantID, &c.NodeID, &c.Seq, &c.Kind, &lane,
+		&payload, &c.IdempotencyKey, &state, &c.Reason,
+		&c.NotAfter, &c.NotBefore, &c.MinGeneration,
+		&c.Flags.RetrySafe, &c.Flags.Destructive, &c.Flags.SelfTerminating, &c.Flags.Attested,
+		&c.BatchID, &c.BundleKey, &c.CancelRequestedAt, &prog,
+		&res, &c.ResultSHA256, &c.NodeSig, &c.Rebooted, &c.Attempts,
+		&c.DispatchedEpoch, &c.NextAttemptAt,
+		&c.CreatedAt, &c.UpdatedAt, &c.SettledAt,
+	}
+	if err := row.Scan(append(dest, extra...)...); err != nil {
+		return Command{}, err
+	}
+	c.Lane = kind.Lane(lane)
+	c.State = State(state)
+	c.Payload = json.RawMessage(payload)
+	if prog != nil {
+		c.Progress = json.RawMessage(prog)
+	}
+	if res != nil {
+		c.Result = json.RawMessage(res)
+	}
+	return c, nil
+}
+
+func scanCommands(rows pgx.Rows) ([]Command, error) {
+	defer rows.Close()
+	var out []Command
+	for rows.Next() {
+		c, err := scanCommand(rows)
+		if err != nil {
+			return nil, fmt.Errorf("reading commands: %w", err)
+		}
+		out = append(out, c)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("reading commands: %w", err)
+	}
+	return out, nil
+}

@@ -1,0 +1,102 @@
+package queue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/better-compute/commands/controlplane/events"
+	"github.com/jackc/pgx/v5"
+)
+
+// transitionSQL is one guarded UPDATE: it lands only when the new state ranks
+// above the current one (bc_state_rank), so reports that skip steps land and
+// a late one after a terminal state changes nothing, whatever Go does. With
+// an epoch it also requires the node's current session to be that epoch. A
+// terminal landing publishes command.settled in the same statement.
+var transitionSQL = `
+WITH u AS (
+  UPDATE commands c SET
+    state = $2,
+    reason = CASE WHEN $3 <> '' THEN $3 ELSE c.reason END,
+    result = coalesce($4::jsonb, c.result),
+    result_sha256 = coalesce($5, c.result_sha256),
+    node_sig = coalesce($6, c.node_sig),
+    rebooted = c.rebooted OR $7,
+    progress = coalesce($9::jsonb, c.progress),
+    settled_at = CASE WHEN bc_state_terminal($2) THEN now() END,
+    dispatched_epoch = CASE WHEN $2 = 'dispatched' THEN $8 ELSE c.dispatched_epoch END,
+    attempts = CASE WHEN $2 = 'dispatched' THEN c.attempts + 1 ELSE c.attempts END,
+    next_attempt_at = NULL,
+    updated_at = now()
+  WHERE c.id = $1
+    AND bc_state_rank(c.state) < bc_state_rank($2)
+    AND ($8 = 0 OR EXISTS (SELECT 1 FROM nodes n WHERE n.id = c.node_id AND n.session_epoch = $8))
+  RETURNING ` + commandColumns("c") + `
+), ev AS (
+  INSERT INTO outbox (tenant_id, topic, payload)
+  SELECT tenant_id, '` + events.TopicCommandSettled + `',
+    jsonb_build_object('commandId', id, 'nodeId', node_id, 'kind', kind, 'state', state, 'reason', reason)
+  FROM u WHERE bc_state_terminal(state)
+)
+SELECT * FROM u`
+
+// Transition applies a state report. It changes the command only when t.To
+// ranks above the current state (a late running after succeeded changes
+// nothing) and, with t.Epoch set, only while that session is the node's
+// current one; changed says whether it landed, and the command returned is
+// the current row either way. A terminal landing publishes command.settled
+// (commandId, nodeId, kind, state, reason) exactly once. Moving to pending is
+// not a transition: use Requeue.
+func (q *Queue) Transition(ctx context.Context, db DBTX, t Transition) (Command, bool, error) {
+	if !t.To.Valid() || t.To == Pending {
+		return Command{}, false, newError(InvalidInput, "invalid-state", map[string]string{"state": string(t.To)}, "cannot transition to state %q", t.To)
+	}
+	var result, progress any
+	if t.Result != nil {
+		result = string(t.Result)
+	}
+	if t.Progress != nil {
+		progress = string(t.Progress)
+	}
+	cmd, err := scanCommand(db.QueryRow(ctx, transitionSQL,
+		t.CommandID, string(t.To), t.Reason, result, t.ResultSHA256, t.NodeSig, t.Rebooted, t.Epoch, progress))
+	if errors.Is(err, pgx.ErrNoRows) {
+		cur, gerr := q.Get(ctx, db, "", t.CommandID)
+		if gerr != nil {
+			return Command{}, false, gerr
+		}
+		return cur, false, nil
+	}
+	if err != nil {
+		return Command{}, false, fmt.Errorf("transitioning %s to %s: %w", t.CommandID, t.To, err)
+	}
+	if cmd.State.Terminal() {
+		q.logger.Debug("command settled", "command_id", cmd.ID, "node_id", cmd.NodeID, "state", cmd.State, "reason", cmd.Reason)
+	}
+	return cmd, true, nil
+}
+
+// Requeue puts a dispatched or acked command back to pending until
+// now+backoff: the daemon answered BUSY (no credits). It is the one move
+// towards pending, guarded like a transition (and by epoch when non-zero),
+// and it never touches a running or terminal command.
+func (q *Queue) Requeue(ctx context.Context, db DBTX, commandID string, epoch int64, backoff time.Duration) (Command, bool, error) {
+	cmd, err := scanCommand(db.QueryRow(ctx, `
+		UPDATE commands c SET state = 'pending', next_attempt_at = now() + $2 * interval '1 microsecond', updated_at = now()
+		WHERE c.id = $1 AND c.state IN ('dispatched', 'acked')
+		  AND ($3 = 0 OR EXISTS (SELECT 1 FROM nodes n WHERE n.id = c.node_id AND n.session_epoch = $3))
+		RETURNING `+commandColumns("c"), commandID, backoff.Microseconds(), epoch))
+	if errors.Is(err, pgx.ErrNoRows) {
+		cur, gerr := q.Get(ctx, db, "", commandID)
+		if gerr != nil {
+			return Command{}, false, gerr
+		}
+		return cur, false, nil
+	}
+	if err != nil {
+		return Command{}, false, fmt.Errorf("requeueing %s: %w", commandID, err)
+	}
+	return cmd, true, nil
+}
