@@ -93,6 +93,32 @@ CREATE TABLE commands (
   CONSTRAINT commands_node_key UNIQUE (node_id, idempotency_key)
 );
 
+-- The guarded UPDATEs already refuse to move a state backwards; this trigger
+-- makes the database refuse it from any writer. The one move down is BUSY's
+-- requeue, from dispatched or acked back to pending, and a terminal state
+-- never changes.
+CREATE FUNCTION bc_commands_forward_only() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+  IF NEW.state = OLD.state THEN
+    RETURN NEW;
+  END IF;
+  IF bc_state_terminal(OLD.state) THEN
+    RAISE EXCEPTION 'command %: state % is terminal; refusing %', OLD.id, OLD.state, NEW.state
+      USING ERRCODE = 'check_violation';
+  END IF;
+  IF bc_state_rank(NEW.state) < bc_state_rank(OLD.state)
+     AND NOT (NEW.state = 'pending' AND OLD.state IN ('dispatched', 'acked')) THEN
+    RAISE EXCEPTION 'command %: state may not move back from % to %', OLD.id, OLD.state, NEW.state
+      USING ERRCODE = 'check_violation';
+  END IF;
+  RETURN NEW;
+END
+$$;
+
+CREATE TRIGGER commands_forward_only BEFORE UPDATE OF state ON commands
+  FOR EACH ROW EXECUTE FUNCTION bc_commands_forward_only();
+
 -- Dispatch and replay read a node's open commands in seq order; the sweeper
 -- reads open commands by deadline. Both indexes hold only open rows, so they
 -- cost the same with ten million settled rows as with none.
