@@ -7,6 +7,7 @@ import (
 	"runtime/debug"
 	"sort"
 	"sync"
+	"time"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/go-plugin"
@@ -67,7 +68,18 @@ type Server struct {
 	// hostLock guards hosts, the dialled Host connections by broker id.
 	hostLock sync.Mutex
 	hosts    map[uint32]*grpc.ClientConn
+
+	// runningLock guards running and precancelled.
+	runningLock sync.Mutex
+	// running holds the cancel function of each command being executed, by id.
+	running map[string]context.CancelFunc
+	// precancelled holds ids whose Cancel arrived before their Execute did
+	// (the two RPCs race on separate streams), with when it arrived.
+	precancelled map[string]time.Time
 }
+
+// precancelTTL bounds how long a Cancel for a command not yet started is kept.
+const precancelTTL = time.Minute
 
 // NewServer validates kinds and builds a Server.
 func NewServer(logger hclog.Logger, kinds ...Kind) (*Server, error) {
@@ -79,6 +91,9 @@ func NewServer(logger hclog.Logger, kinds ...Kind) (*Server, error) {
 		kinds:      map[string]Kind{},
 		validators: map[string]*Validator{},
 		hosts:      map[uint32]*grpc.ClientConn{},
+
+		running:      map[string]context.CancelFunc{},
+		precancelled: map[string]time.Time{},
 	}
 	for _, k := range kinds {
 		if err := k.Manifest.Validate(); err != nil {
@@ -105,8 +120,17 @@ func (s *Server) bind(broker *plugin.GRPCBroker) pluginv1.KindPluginServer {
 	return s
 }
 
-// Manifests lists the kinds, sorted by name.
-func (s *Server) Manifests(ctx context.Context, _ *pluginv1.ManifestsRequest) (*pluginv1.ManifestsResponse, error) {
+// Manifests lists the kinds, sorted by name. When bcd names the broker id of
+// its Host service, the plugin dials it now: go-plugin drops an offered broker
+// connection that nobody dials within 5 seconds.
+func (s *Server) Manifests(ctx context.Context, req *pluginv1.ManifestsRequest) (*pluginv1.ManifestsResponse, error) {
+	if id := req.GetHostBrokerId(); id != 0 && s.broker != nil {
+		go func() {
+			if _, err := s.hostClient(id); err != nil {
+				s.logger.Warn("host service not reachable", "broker_id", id, "error", err)
+			}
+		}()
+	}
 	names := make([]string, 0, len(s.kinds))
 	for n := range s.kinds {
 		names = append(names, n)
@@ -132,6 +156,8 @@ func (s *Server) Execute(req *pluginv1.ExecuteRequest, stream grpc.ServerStreami
 		defer cancel()
 	}
 	logger := s.logger.With("command_id", cmd.ID, "kind", cmd.Kind)
+	ctx, done := s.track(ctx, cmd.ID)
+	defer done()
 
 	// sendLock serialises sends: a handler may report progress from several goroutines.
 	var sendLock sync.Mutex
@@ -167,6 +193,50 @@ func (s *Server) Execute(req *pluginv1.ExecuteRequest, stream grpc.ServerStreami
 		Logger:   logger,
 	})
 	return finish(r)
+}
+
+// Cancel tells a running command to stop between actions. The command's
+// Execute stream stays open and carries its real outcome.
+func (s *Server) Cancel(_ context.Context, req *pluginv1.CancelRequest) (*pluginv1.CancelResponse, error) {
+	id := req.GetCommandId()
+	s.runningLock.Lock()
+	defer s.runningLock.Unlock()
+	if cancel, ok := s.running[id]; ok {
+		cancel()
+		return &pluginv1.CancelResponse{Running: true}, nil
+	}
+	now := time.Now()
+	for k, at := range s.precancelled {
+		if now.Sub(at) > precancelTTL {
+			delete(s.precancelled, k)
+		}
+	}
+	if id != "" {
+		s.precancelled[id] = now
+	}
+	return &pluginv1.CancelResponse{}, nil
+}
+
+// track registers a command as running so Cancel can reach it; done
+// unregisters it. A command whose Cancel came first starts cancelled.
+func (s *Server) track(ctx context.Context, id string) (context.Context, func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	if id == "" {
+		return ctx, cancel
+	}
+	s.runningLock.Lock()
+	defer s.runningLock.Unlock()
+	if _, ok := s.precancelled[id]; ok {
+		delete(s.precancelled, id)
+		cancel()
+	}
+	s.running[id] = cancel
+	return ctx, func() {
+		s.runningLock.Lock()
+		defer s.runningLock.Unlock()
+		delete(s.running, id)
+		cancel()
+	}
 }
 
 // Run calls h and turns its outcome, or its panic, into a Result.

@@ -1,0 +1,250 @@
+// Package pluginhost is bcd's go-plugin host: it discovers the kind plugin
+// binaries in one directory, starts each once and keeps it running, reads and
+// validates their manifests, runs commands on them, and restarts a plugin that
+// exits, with backoff and a new go-plugin client each time.
+//
+// Each plugin leads its own process group and the whole group is killed with
+// it, so the tools a plugin runs (nvidia-smi, dcgmi) never outlive it. A
+// plugin gets an allowlisted environment, never bcd's own, and its stderr
+// lands in bcd's log under the plugin binary's name.
+package pluginhost
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/better-compute/commands/sdk/kind"
+	"github.com/better-compute/commands/sdk/wire"
+)
+
+// Sentinel errors; each returned error wraps one of them.
+var (
+	// ErrRefused is wrapped by every refusal of a plugin binary at Start:
+	// a symlink escaping the directory, a pinned digest that differs, an
+	// invalid manifest, a kind claimed twice.
+	ErrRefused = errors.New("plugin refused")
+	// ErrUnknownKind is returned by Execute for a kind no plugin serves.
+	ErrUnknownKind = errors.New("no plugin serves this kind")
+	// ErrPluginCrashed is returned by Execute when the plugin process exited
+	// (or lost its connection) while the command ran.
+	ErrPluginCrashed = errors.New("plugin crashed")
+	// ErrPluginUnavailable is returned by Execute when the kind's plugin was
+	// down and did not come back before the command's context ended.
+	ErrPluginUnavailable = errors.New("plugin unavailable")
+	// ErrClosed is returned once Close has been called.
+	ErrClosed = errors.New("plugin host closed")
+)
+
+// Failure reasons the host itself reports, beside the plugin's own.
+const (
+	ReasonPluginCrashed     = "plugin-crashed"
+	ReasonPluginUnavailable = "plugin-unavailable"
+	ReasonPluginError       = "plugin-error"
+	ReasonInterrupted       = "interrupted"
+	ReasonTimeout           = "timeout"
+)
+
+// Config configures the host.
+type Config struct {
+	// Dir is the plugin directory. Only regular, executable files directly
+	// in it are plugins; a symlink is followed only when it stays inside Dir;
+	// files writable by group or others are refused.
+	Dir string
+	// SHA256 optionally pins binaries: file name -> hex SHA-256. A pinned
+	// binary whose digest differs is refused, at Start and at every restart.
+	SHA256 map[string]string
+	// Env is extra environment (KEY=VALUE) passed to every plugin. Plugins
+	// never get bcd's environment: only PATH, LANG, LC_ALL, TZ and TMPDIR
+	// from it, then these.
+	Env []string
+	// StartTimeout bounds one plugin start (exec until handshake).
+	StartTimeout time.Duration
+	// RestartBackoffMin and RestartBackoffMax bound the exponential backoff
+	// between restarts of a plugin that exited.
+	RestartBackoffMin, RestartBackoffMax time.Duration
+	// LogLevel is the plugins' log level (trace, debug, info, warn, error).
+	LogLevel string
+	// CancelGrace is how long a cancelled or timed-out command has to report
+	// its real outcome before the host stops waiting; 10 s when 0.
+	CancelGrace time.Duration
+	// KillTimeout bounds a graceful plugin stop before its group is killed;
+	// 2 s when 0.
+	KillTimeout time.Duration
+}
+
+func (c Config) withDefaults() Config {
+	if c.StartTimeout <= 0 {
+		c.StartTimeout = wire.DefaultStartTimeout
+	}
+	if c.RestartBackoffMin <= 0 {
+		c.RestartBackoffMin = 500 * time.Millisecond
+	}
+	if c.RestartBackoffMax < c.RestartBackoffMin {
+		c.RestartBackoffMax = max(time.Minute, c.RestartBackoffMin)
+	}
+	if c.CancelGrace <= 0 {
+		c.CancelGrace = wire.DefaultCancelGrace
+	}
+	if c.KillTimeout <= 0 {
+		c.KillTimeout = 2 * time.Second
+	}
+	return c
+}
+
+// hostEnvAllowlist names the only variables of bcd's environment a plugin gets.
+var hostEnvAllowlist = []string{"PATH", "LANG", "LC_ALL", "TZ", "TMPDIR"}
+
+// defaultPath is the plugins' PATH when bcd has none.
+const defaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+// pluginEnv builds a plugin's whole environment.
+func (c Config) pluginEnv() []string {
+	var env []string
+	for _, k := range hostEnvAllowlist {
+		if v, ok := os.LookupEnv(k); ok {
+			env = append(env, k+"="+v)
+		} else if k == "PATH" {
+			env = append(env, "PATH="+defaultPath)
+		}
+	}
+	if c.LogLevel != "" {
+		env = append(env, wire.EnvLogLevel+"="+c.LogLevel)
+	}
+	return append(env, c.Env...)
+}
+
+// Host runs kind plugins. Its methods are safe for concurrent use.
+type Host struct {
+	logger   hclog.Logger
+	cfg      Config
+	services kind.Host
+
+	// kindsLock guards kinds and instances.
+	kindsLock sync.RWMutex
+	kinds     map[string]route
+	instances []*instance
+
+	// closeOnce and closed mark the host closed; closed is closed by Close.
+	closeOnce sync.Once
+	closed    chan struct{}
+}
+
+// route is where a kind runs.
+type route struct {
+	manifest kind.Manifest
+	inst     *instance
+}
+
+// New returns a host for cfg; nothing starts before Start. services is bcd's
+// side of the Host callback service (inventory, node spec, conditions,
+// journal), served to every plugin over go-plugin's broker; nil serves
+// nothing (plugins get ErrNoHost).
+func New(logger hclog.Logger, cfg Config, services kind.Host) *Host {
+	if logger == nil {
+		logger = hclog.NewNullLogger()
+	}
+	return &Host{
+		logger:   logger.Named("pluginhost").With("plugin_dir", cfg.Dir),
+		cfg:      cfg.withDefaults(),
+		services: services,
+		kinds:    map[string]route{},
+		closed:   make(chan struct{}),
+	}
+}
+
+// Start discovers the plugin binaries, starts each once (in parallel), reads
+// and validates its manifests and keeps it running. It returns nil when every
+// plugin file loaded. Otherwise it returns the refusals joined, each wrapping
+// ErrRefused and naming the file (a kind claimed twice names both binaries:
+// the first in name order keeps the kind, the second is stopped); the plugins
+// that did load stay up and serve Execute, so the caller may go on.
+func (h *Host) Start(ctx context.Context) error {
+	bins, errs := discover(h.logger, h.cfg.Dir, h.cfg.SHA256)
+	insts := make([]*instance, len(bins))
+	startErrs := make([]error, len(bins))
+	var wg sync.WaitGroup
+	for i, b := range bins {
+		insts[i] = newInstance(h, b)
+		wg.Go(func() { startErrs[i] = insts[i].start(ctx) })
+	}
+	wg.Wait()
+
+	h.kindsLock.Lock()
+	defer h.kindsLock.Unlock()
+	for i, in := range insts {
+		if startErrs[i] != nil {
+			errs = append(errs, startErrs[i])
+			continue
+		}
+		var dup error
+		for _, m := range in.manifests {
+			if other, ok := h.kinds[m.Kind]; ok {
+				dup = fmt.Errorf("%w: kind %s is claimed by both %s and %s; %s is stopped", ErrRefused, m.Kind, other.inst.bin.name, in.bin.name, in.bin.name)
+				break
+			}
+		}
+		if dup != nil {
+			h.logger.Error("refusing plugin", "plugin", in.bin.name, "error", dup)
+			in.close()
+			errs = append(errs, dup)
+			continue
+		}
+		for _, m := range in.manifests {
+			h.kinds[m.Kind] = route{manifest: m, inst: in}
+		}
+		h.instances = append(h.instances, in)
+		h.logger.Info("plugin loaded", "plugin", in.bin.name, "kinds", strings.Join(kindNames(in.manifests), ","))
+	}
+	return errors.Join(errs...)
+}
+
+func kindNames(ms []kind.Manifest) []string {
+	out := make([]string, 0, len(ms))
+	for _, m := range ms {
+		out = append(out, m.Kind)
+	}
+	return out
+}
+
+// Manifests returns the loaded kinds' manifests, sorted by kind.
+func (h *Host) Manifests() []kind.Manifest {
+	h.kindsLock.RLock()
+	defer h.kindsLock.RUnlock()
+	out := make([]kind.Manifest, 0, len(h.kinds))
+	for _, r := range h.kinds {
+		out = append(out, r.manifest)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Kind < out[j].Kind })
+	return out
+}
+
+// Manifest returns one loaded kind's manifest.
+func (h *Host) Manifest(kindName string) (kind.Manifest, bool) {
+	h.kindsLock.RLock()
+	defer h.kindsLock.RUnlock()
+	r, ok := h.kinds[kindName]
+	return r.manifest, ok
+}
+
+// Close stops every plugin and kills its whole process group. In-flight
+// commands end failed with reason interrupted.
+func (h *Host) Close() error {
+	h.closeOnce.Do(func() { close(h.closed) })
+	h.kindsLock.RLock()
+	insts := append([]*instance(nil), h.instances...)
+	h.kindsLock.RUnlock()
+	var wg sync.WaitGroup
+	for _, in := range insts {
+		wg.Go(in.close)
+	}
+	wg.Wait()
+	return nil
+}

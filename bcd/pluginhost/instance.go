@@ -1,0 +1,362 @@
+package pluginhost
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/go-plugin"
+	"google.golang.org/grpc"
+
+	pluginv1 "github.com/better-compute/commands/proto/bc/plugin/v1"
+	"github.com/better-compute/commands/sdk/kind"
+	"github.com/better-compute/commands/sdk/wire"
+)
+
+// instance supervises one plugin binary: one process at a time, restarted
+// with backoff when it exits, until the host closes.
+type instance struct {
+	h      *Host
+	bin    binary
+	logger hclog.Logger
+
+	// manifests are read at the first start and never change: a restarted
+	// process must serve the same kinds.
+	manifests []kind.Manifest
+
+	// procLock guards cur, ready and closing.
+	procLock sync.Mutex
+	// cur is the running process, nil while the plugin is down.
+	cur *proc
+	// ready is closed when cur is set or the instance closes; a new one is
+	// made each time the plugin goes down.
+	ready   chan struct{}
+	closing bool
+
+	// supervised is closed when the supervisor goroutine returns.
+	supervised chan struct{}
+}
+
+// proc is one plugin process.
+type proc struct {
+	client *plugin.Client
+	kc     *wire.Client
+	// pid is the plugin's pid and its process group id.
+	pid int
+	// brokerID is where the Host service is served to this process.
+	brokerID uint32
+	// exited is closed when the process has exited.
+	exited  chan struct{}
+	started time.Time
+}
+
+func newInstance(h *Host, b binary) *instance {
+	return &instance{
+		h:          h,
+		bin:        b,
+		logger:     h.logger.With("plugin", b.name),
+		ready:      make(chan struct{}),
+		supervised: make(chan struct{}),
+	}
+}
+
+// start runs the plugin for the first time and reads its manifests. An error
+// wraps ErrRefused and names the binary.
+func (in *instance) start(ctx context.Context) error {
+	p, ms, err := in.spawn(ctx)
+	if err != nil {
+		close(in.supervised)
+		return fmt.Errorf("%w: %s: %w", ErrRefused, in.bin.name, err)
+	}
+	in.manifests = ms
+	in.procLock.Lock()
+	in.cur = p
+	close(in.ready)
+	in.procLock.Unlock()
+	go in.supervise(p)
+	return nil
+}
+
+// spawn starts one process and reads its manifests.
+func (in *instance) spawn(ctx context.Context) (*proc, []kind.Manifest, error) {
+	type spawned struct {
+		p   *proc
+		err error
+	}
+	ch := make(chan spawned, 1)
+	go func() {
+		// The plugin gets Pdeathsig, which fires when the thread that forked
+		// it exits, not the process (golang/go#27505). This goroutine keeps
+		// its thread for the plugin's life, so the signal means "bcd died".
+		// It never unlocks: the runtime retires the thread when it returns.
+		runtime.LockOSThread()
+		client, cmd := wire.NewClient(wire.Launch{
+			Path:         in.bin.path,
+			Env:          in.h.cfg.pluginEnv(),
+			Logger:       in.h.logger,
+			StartTimeout: in.h.cfg.StartTimeout,
+			SHA256:       in.bin.sha256,
+		})
+		kc, err := wire.Dispense(client)
+		if err != nil {
+			if cmd.Process != nil {
+				_ = wire.KillGroup(cmd.Process.Pid)
+			}
+			client.Kill()
+			ch <- spawned{err: err}
+			return
+		}
+		p := &proc{client: client, kc: kc, pid: cmd.Process.Pid, exited: make(chan struct{}), started: time.Now()}
+		go watchExit(p.pid, kc.Done.Done(), p.exited)
+		ch <- spawned{p: p}
+		<-p.exited
+	}()
+	s := <-ch
+	if s.err != nil {
+		return nil, nil, s.err
+	}
+	p := s.p
+	p.brokerID = p.kc.Broker.NextId()
+	go p.kc.Broker.AcceptAndServe(p.brokerID, in.newHostServer)
+	ms, err := in.readManifests(ctx, p)
+	if err != nil {
+		in.stop(p)
+		return nil, nil, err
+	}
+	return p, ms, nil
+}
+
+// newHostServer serves bcd's Host service to one plugin process.
+func (in *instance) newHostServer(opts []grpc.ServerOption) *grpc.Server {
+	s := grpc.NewServer(append(opts, wire.ServerOptions()...)...)
+	pluginv1.RegisterHostServer(s, kind.NewHostServer(in.h.services))
+	return s
+}
+
+// readManifests asks the process for its manifests and validates them.
+func (in *instance) readManifests(ctx context.Context, p *proc) ([]kind.Manifest, error) {
+	ctx, cancel := context.WithTimeout(ctx, in.h.cfg.StartTimeout)
+	defer cancel()
+	resp, err := p.kc.Manifests(ctx, &pluginv1.ManifestsRequest{HostBrokerId: p.brokerID})
+	if err != nil {
+		return nil, fmt.Errorf("reading manifests: %w", err)
+	}
+	if len(resp.GetManifests()) == 0 {
+		return nil, errors.New("serves no kinds")
+	}
+	var errs []error
+	seen := map[string]bool{}
+	ms := make([]kind.Manifest, 0, len(resp.GetManifests()))
+	for _, pm := range resp.GetManifests() {
+		m := kind.ManifestFromProto(pm)
+		if err := m.Validate(); err != nil {
+			errs = append(errs, fmt.Errorf("invalid manifest: %w", err))
+			continue
+		}
+		if seen[m.Kind] {
+			errs = append(errs, fmt.Errorf("kind %s is served twice", m.Kind))
+			continue
+		}
+		seen[m.Kind] = true
+		ms = append(ms, m)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	return ms, nil
+}
+
+// sameKinds reports whether a restarted process serves what the first did.
+func (in *instance) sameKinds(ms []kind.Manifest) bool {
+	if len(ms) != len(in.manifests) {
+		return false
+	}
+	want := map[string]string{}
+	for _, m := range in.manifests {
+		want[m.Kind] = m.Digest()
+	}
+	for _, m := range ms {
+		if want[m.Kind] != m.Digest() {
+			return false
+		}
+	}
+	return true
+}
+
+// supervise waits for each process to exit and starts the next, with
+// exponential backoff, until the instance closes. The backoff resets once a
+// process has stayed up for RestartBackoffMax.
+func (in *instance) supervise(p *proc) {
+	defer close(in.supervised)
+	attempt := 0
+	for {
+		select {
+		case <-p.exited:
+		case <-in.h.closed:
+			return
+		}
+		in.procLock.Lock()
+		if in.closing {
+			in.procLock.Unlock()
+			return
+		}
+		if in.cur == p {
+			in.cur = nil
+			in.ready = make(chan struct{})
+		}
+		in.procLock.Unlock()
+		in.logger.Error("plugin exited; restarting it", "pid", p.pid, "up", time.Since(p.started).Round(time.Millisecond))
+		in.reap(p)
+		if time.Since(p.started) >= in.h.cfg.RestartBackoffMax {
+			attempt = 0
+		}
+		for {
+			delay := backoff(in.h.cfg.RestartBackoffMin, in.h.cfg.RestartBackoffMax, attempt)
+			attempt++
+			timer := time.NewTimer(delay)
+			select {
+			case <-timer.C:
+			case <-in.h.closed:
+				timer.Stop()
+				return
+			}
+			np, ms, err := in.spawn(context.Background())
+			if err == nil && !in.sameKinds(ms) {
+				in.stop(np)
+				err = errors.New("the restarted binary serves other kinds or manifests than at start; restart bcd to load it")
+			}
+			if err != nil {
+				in.logger.Error("plugin restart failed", "attempt", attempt, "next_in", backoff(in.h.cfg.RestartBackoffMin, in.h.cfg.RestartBackoffMax, attempt), "error", err)
+				continue
+			}
+			in.procLock.Lock()
+			if in.closing {
+				in.procLock.Unlock()
+				in.stop(np)
+				return
+			}
+			in.cur = np
+			close(in.ready)
+			in.procLock.Unlock()
+			in.logger.Info("plugin restarted", "pid", np.pid, "attempt", attempt)
+			p = np
+			break
+		}
+	}
+}
+
+// backoff is min doubled attempt times, capped at max.
+func backoff(lo, hi time.Duration, attempt int) time.Duration {
+	d := lo
+	for i := 0; i < attempt && d < hi; i++ {
+		d *= 2
+	}
+	return min(d, hi)
+}
+
+// get returns the running process, waiting for a restart while ctx allows.
+func (in *instance) get(ctx context.Context) (*proc, error) {
+	for {
+		in.procLock.Lock()
+		p, ready, closing := in.cur, in.ready, in.closing
+		in.procLock.Unlock()
+		switch {
+		case closing:
+			return nil, ErrClosed
+		case p != nil:
+			return p, nil
+		}
+		select {
+		case <-ready:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// fail treats p as crashed though its process may live on (its connection
+// broke): killing its group makes it exit, and the supervisor restarts it.
+func (in *instance) fail(p *proc) {
+	if err := wire.KillGroup(p.pid); err != nil {
+		in.logger.Warn("killing plugin", "pid", p.pid, "error", err)
+	}
+}
+
+// reap cleans up after a process that exited: its children die with its
+// group, and go-plugin's client is released, bounded in time since its Kill
+// can hang (terraform#38940).
+func (in *instance) reap(p *proc) {
+	if err := wire.KillGroup(p.pid); err != nil {
+		in.logger.Warn("killing plugin process group", "pid", p.pid, "error", err)
+	}
+	in.killClient(p)
+}
+
+// stop ends a process: a graceful go-plugin Kill, bounded, then the whole
+// process group is killed whatever happened.
+func (in *instance) stop(p *proc) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		p.client.Kill()
+	}()
+	timer := time.NewTimer(in.h.cfg.KillTimeout)
+	defer timer.Stop()
+	select {
+	case <-p.exited:
+	case <-timer.C:
+		in.logger.Warn("plugin did not stop in time; killing its process group", "pid", p.pid)
+	}
+	if err := wire.KillGroup(p.pid); err != nil {
+		in.logger.Warn("killing plugin process group", "pid", p.pid, "error", err)
+	}
+	select {
+	case <-done:
+	case <-time.After(in.h.cfg.KillTimeout):
+		in.logger.Warn("go-plugin Kill did not return in time", "pid", p.pid)
+	}
+}
+
+func (in *instance) killClient(p *proc) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		p.client.Kill()
+	}()
+	select {
+	case <-done:
+	case <-time.After(in.h.cfg.KillTimeout):
+		in.logger.Warn("go-plugin Kill did not return in time", "pid", p.pid)
+	}
+}
+
+// close stops the instance for good: waiters get ErrClosed, the process and
+// its group are killed, and the supervisor has returned when close does.
+func (in *instance) close() {
+	in.procLock.Lock()
+	if in.closing {
+		in.procLock.Unlock()
+		return
+	}
+	in.closing = true
+	p := in.cur
+	in.cur = nil
+	select {
+	case <-in.ready:
+	default:
+		close(in.ready)
+	}
+	in.procLock.Unlock()
+	if p != nil {
+		in.stop(p)
+	}
+	select {
+	case <-in.supervised:
+	case <-time.After(in.h.cfg.KillTimeout + in.h.cfg.StartTimeout):
+		in.logger.Warn("plugin supervisor did not stop in time")
+	}
+}

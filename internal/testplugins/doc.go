@@ -1,0 +1,18 @@
+// Package testplugins holds test-only plugin mains under cmd/: kinds that
+// sleep, spawn children, panic, call back into bcd, write to stdout after the
+// handshake or serve an invalid manifest, and a bare gRPC server that is the
+// floor for cold-start benchmarks. Tests build them with
+// internal/testutil.BuildBinary and run them as real subprocesses.
+package testplugins
+
+// The packages that tests build.
+const (
+	// KindTest serves test.sleep, test.child, test.panic, test.host, test.env and test.noop.
+	KindTest = "./internal/testplugins/cmd/bc-kind-test"
+	// BadManifest serves a manifest that fails validation, bypassing the SDK.
+	BadManifest = "./internal/testplugins/cmd/bc-kind-badmanifest"
+	// Stdout serves test.stdout, which writes to stdout after the handshake.
+	Stdout = "./internal/testplugins/cmd/bc-kind-stdout"
+	// GRPCFloor is a bare gRPC server on a unix socket: the cold-start floor.
+	GRPCFloor = "./internal/testplugins/cmd/grpc-floor"
+)

@@ -1,0 +1,128 @@
+package wire
+
+import (
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"io"
+	"os/exec"
+	"syscall"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/go-plugin"
+)
+
+// DefaultStartTimeout bounds a plugin's start (exec until handshake). Plugins
+// keep their init lazy (NVML, DCGM), so a slow start is a broken plugin.
+const DefaultStartTimeout = 10 * time.Second
+
+// LogBufferSize is the buffer for one line of plugin stderr: go-plugin's 64 KiB
+// default splits long JSON log lines (go-plugin #265), a stack trace included.
+const LogBufferSize = 256 << 10
+
+// Launch says how to start one plugin binary. bcd's plugin host and the
+// conformance harness (sdk/kindtest) both start plugins through it, so a
+// vendor's harness run sees exactly what bcd would do.
+type Launch struct {
+	// Path is the plugin binary.
+	Path string
+	// Env is the plugin's whole environment, besides go-plugin's own
+	// variables: the host's environment is never passed (SkipHostEnv), so
+	// daemon secrets never reach a vendor plugin.
+	Env []string
+	// Logger receives go-plugin's own messages; the plugin's stderr is
+	// re-emitted under Logger.Named(<binary name>) at each line's level.
+	Logger hclog.Logger
+	// StartTimeout bounds exec until handshake; DefaultStartTimeout when 0.
+	StartTimeout time.Duration
+	// SHA256, when set, pins the binary: a file whose digest differs is
+	// refused before it runs.
+	SHA256 []byte
+	// SyncStdout receives what the plugin writes to stdout after the
+	// handshake; it should be nothing. Discarded when nil.
+	SyncStdout io.Writer
+}
+
+// Command builds the plugin's exec.Cmd. The plugin leads its own process
+// group, so killing the group (KillGroup) also ends its children (nvidia-smi,
+// dcgmi), which go-plugin's Kill would orphan (go-plugin #136). Pdeathsig
+// kills the plugin when the thread that started it exits; callers that want
+// it to mean "when bcd dies" start the plugin from a goroutine locked to its
+// OS thread for the plugin's life (golang/go#27505).
+func Command(path string, env []string) *exec.Cmd {
+	cmd := exec.Command(path)
+	cmd.Env = append([]string(nil), env...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	return cmd
+}
+
+// NewClient returns a go-plugin client for l, speaking gRPC only. Each start
+// needs a new client: a go-plugin Client cannot be restarted (go-plugin #306).
+// It returns the exec.Cmd too, whose Process, once started, names the
+// process group to kill.
+func NewClient(l Launch) (*plugin.Client, *exec.Cmd) {
+	cmd := Command(l.Path, l.Env)
+	timeout := l.StartTimeout
+	if timeout <= 0 {
+		timeout = DefaultStartTimeout
+	}
+	var secure *plugin.SecureConfig
+	if l.SHA256 != nil {
+		// A new hash every start: SecureConfig.Check never resets it.
+		secure = &plugin.SecureConfig{Checksum: l.SHA256, Hash: sha256.New()}
+	}
+	logger := l.Logger
+	if logger == nil {
+		logger = hclog.NewNullLogger()
+	}
+	client := plugin.NewClient(&plugin.ClientConfig{
+		HandshakeConfig:     Handshake,
+		Plugins:             PluginSet(nil),
+		Cmd:                 cmd,
+		SecureConfig:        secure,
+		AllowedProtocols:    []plugin.Protocol{plugin.ProtocolGRPC},
+		StartTimeout:        timeout,
+		Logger:              logger,
+		SkipHostEnv:         true,
+		SyncStdout:          l.SyncStdout,
+		PluginLogBufferSize: LogBufferSize,
+		GRPCDialOptions:     DialOptions(),
+	})
+	return client, cmd
+}
+
+// ErrChecksum is returned by Dispense when a pinned binary's digest differs.
+var ErrChecksum = errors.New("plugin binary does not match its pinned SHA-256")
+
+// Dispense starts the client's plugin and returns its kind client.
+func Dispense(client *plugin.Client) (*Client, error) {
+	rpc, err := client.Client()
+	if err != nil {
+		if errors.Is(err, plugin.ErrChecksumsDoNotMatch) {
+			return nil, fmt.Errorf("%w: %w", ErrChecksum, err)
+		}
+		return nil, fmt.Errorf("starting plugin: %w", err)
+	}
+	raw, err := rpc.Dispense(PluginName)
+	if err != nil {
+		return nil, fmt.Errorf("dispensing %q: %w", PluginName, err)
+	}
+	c, ok := raw.(*Client)
+	if !ok {
+		return nil, fmt.Errorf("dispensing %q: got %T, want *wire.Client", PluginName, raw)
+	}
+	return c, nil
+}
+
+// KillGroup sends SIGKILL to the process group pgid (a plugin and every child
+// it started). A group already gone is not an error.
+func KillGroup(pgid int) error {
+	if pgid <= 1 {
+		return fmt.Errorf("refusing to kill process group %d", pgid)
+	}
+	if err := syscall.Kill(-pgid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
+		return fmt.Errorf("killing process group %d: %w", pgid, err)
+	}
+	return nil
+}
