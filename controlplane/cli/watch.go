@@ -1,0 +1,184 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/spf13/cobra"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
+
+	apiv1 "github.com/better-compute/commands/proto/bc/api/v1"
+)
+
+func (a *app) watchCommand() *cobra.Command {
+	var (
+		asJSON bool
+		count  int
+	)
+	cmd := &cobra.Command{
+		Use:   "watch [nodeId=…] [types=…] [cursor=…]",
+		Short: "Follow events; reconnects and resumes from the last cursor",
+		Long: `watch follows the tenant's events (events.watch): node.command.queued,
+node.command.cancel-requested and command.settled. When the connection drops it
+reconnects and resumes after the last event it printed, so none is lost or
+repeated. cursor=now starts at the newest event.`,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			m, err := FindMethod("events.watch")
+			if err != nil {
+				return err
+			}
+			conn, err := a.connect(cmd)
+			if err != nil {
+				return err
+			}
+			msg, err := BuildRequest(m.Desc.Input(), a.withTenant(m, args))
+			if err != nil {
+				return usageErr("events.watch: %v", err)
+			}
+			req := msg.(*apiv1.WatchEventsRequest)
+			client := apiv1.NewEventsClient(conn)
+			seen := 0
+			return followEvents(cmd.Context(), client, req, a.env.Stderr, func(e *apiv1.Event) error {
+				if asJSON {
+					b, err := protojson.Marshal(e)
+					if err != nil {
+						return err
+					}
+					writeLine(a.env.Stdout, "%s", b)
+				} else {
+					writeLine(a.env.Stdout, "%s", eventLine(e))
+				}
+				seen++
+				if count > 0 && seen >= count {
+					return errStop
+				}
+				return nil
+			})
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print each event as one JSON line")
+	cmd.Flags().IntVar(&count, "count", 0, "exit after this many events (0: follow forever)")
+	return cmd
+}
+
+// errStop ends a follow without an error.
+var errStop = errors.New("stop")
+
+// followEvents runs the watch, reconnecting with the last cursor after a
+// transport error, until fn returns errStop or an error, the context ends, or
+// the server refuses the request itself.
+func followEvents(ctx context.Context, client apiv1.EventsClient, req *apiv1.WatchEventsRequest, progress io.Writer, fn func(*apiv1.Event) error) error {
+	backoff := 200 * time.Millisecond
+	for {
+		stream, err := client.Watch(ctx, req)
+		if err == nil {
+			for {
+				var e *apiv1.Event
+				e, err = stream.Recv()
+				if err != nil {
+					break
+				}
+				backoff = 200 * time.Millisecond
+				req.Cursor = e.GetCursor()
+				if ferr := fn(e); ferr != nil {
+					if errors.Is(ferr, errStop) {
+						return nil
+					}
+					return ferr
+				}
+			}
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+		if c := status.Code(err); c != codes.Unavailable && c != codes.Internal && c != codes.Unknown && !errors.Is(err, io.EOF) {
+			return err
+		}
+		writeLine(progress, "watch: %v; resuming after %q in %s", err, req.GetCursor(), backoff)
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil
+		case <-t.C:
+		}
+		backoff = min(backoff*2, 5*time.Second)
+	}
+}
+
+func eventLine(e *apiv1.Event) string {
+	d := e.GetData().GetFields()
+	s := fmt.Sprintf("%s  %-30s %s", ts(e.GetOccurredAt().AsTime()), e.GetType(), e.GetNodeId())
+	for _, k := range []string{"commandId", "kind", "state", "reason"} {
+		if v, ok := d[k]; ok && v.GetStringValue() != "" {
+			s += "  " + k + "=" + v.GetStringValue()
+		}
+	}
+	return s
+}
+
+// wait follows a command until it settles: events are hints to re-read it,
+// and a poll every interval covers an event missed between the watch
+// starting and the first read.
+func (a *app) wait(cmd *cobra.Command, c *apiv1.Command, interval time.Duration) (*apiv1.Command, error) {
+	ctx, cancel := context.WithCancel(cmd.Context())
+	defer cancel()
+	conn, err := a.connect(cmd)
+	if err != nil {
+		return nil, err
+	}
+	commands := apiv1.NewCommandsClient(conn)
+	hints := make(chan struct{}, 1)
+	go func() {
+		req := &apiv1.WatchEventsRequest{TenantId: c.GetTenantId(), NodeId: c.GetNodeId(), Cursor: "now"}
+		_ = followEvents(ctx, apiv1.NewEventsClient(conn), req, io.Discard, func(e *apiv1.Event) error {
+			if e.GetData().GetFields()["commandId"].GetStringValue() == c.GetId() {
+				select {
+				case hints <- struct{}{}:
+				default:
+				}
+			}
+			return nil
+		})
+	}()
+	last := ""
+	for {
+		if c.GetState() != last {
+			writeLine(a.env.Stderr, "%s  %s %s%s", time.Now().UTC().Format(time.RFC3339), c.GetId(), c.GetState(), reasonSuffix(c))
+			last = c.GetState()
+		}
+		if terminal(c.GetState()) {
+			return c, nil
+		}
+		t := time.NewTimer(interval)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, fmt.Errorf("waiting for %s: %w", c.GetId(), ctx.Err())
+		case <-hints:
+			t.Stop()
+		case <-t.C:
+		}
+		next, err := commands.Get(ctx, &apiv1.GetCommandRequest{TenantId: c.GetTenantId(), NodeId: c.GetNodeId(), CommandId: c.GetId()})
+		if err != nil {
+			if status.Code(err) == codes.Unavailable {
+				continue
+			}
+			return nil, err
+		}
+		c = next
+	}
+}
+
+func terminal(state string) bool {
+	switch state {
+	case "succeeded", "failed", "rejected", "expired", "cancelled":
+		return true
+	}
+	return false
+}
