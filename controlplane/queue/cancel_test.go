@@ -1,0 +1,117 @@
+package queue_test
+
+import (
+	"testing"
+
+	"github.com/better-compute/commands/controlplane/events"
+	"github.com/better-compute/commands/controlplane/ids"
+	"github.com/better-compute/commands/controlplane/queue"
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+)
+
+// "a pending command becomes cancelled at once and never runs", and
+// commands.cancel publishes node.command.cancel-requested with state cancelled.
+func TestCancelPending(t *testing.T) {
+	b := setup(t)
+	cmd, _ := b.enqueue(t, b.params("k"))
+	got, err := b.cancel(t, b.node.ID, cmd.ID)
+	require.NoError(t, err)
+	require.Equal(t, queue.Cancelled, got.State)
+	require.Equal(t, queue.ReasonCancelled, got.Reason)
+	require.NotNil(t, got.SettledAt)
+	require.Equal(t, []map[string]any{{"nodeId": b.node.ID, "commandId": cmd.ID, "kind": "test.refresh", "state": "cancelled"}},
+		b.outbox(t, events.TopicCommandCancelRequested))
+	require.Equal(t, []map[string]any{{"commandId": cmd.ID, "nodeId": b.node.ID, "kind": "test.refresh", "state": "cancelled", "reason": "cancelled"}},
+		b.outbox(t, events.TopicCommandSettled))
+
+	// It never runs: a late dispatch changes nothing.
+	after, changed := b.transition(t, queue.Transition{CommandID: cmd.ID, To: queue.Dispatched})
+	require.False(t, changed)
+	require.Equal(t, queue.Cancelled, after.State)
+	open, err := b.q.ListOpen(b.ctx, b.pool, b.node.ID)
+	require.NoError(t, err)
+	require.Empty(t, open)
+}
+
+// "an in-flight command keeps its state and is marked cancel_requested_at";
+// the event carries the in-flight state, once.
+func TestCancelInFlight(t *testing.T) {
+	for _, st := range []queue.State{queue.Dispatched, queue.Acked, queue.Running} {
+		t.Run(string(st), func(t *testing.T) {
+			b := setup(t)
+			cmd, _ := b.enqueue(t, b.params("k"))
+			_, changed := b.transition(t, queue.Transition{CommandID: cmd.ID, To: st})
+			require.True(t, changed)
+
+			got, err := b.cancel(t, b.node.ID, cmd.ID)
+			require.NoError(t, err)
+			require.Equal(t, st, got.State)
+			require.NotNil(t, got.CancelRequestedAt)
+			require.Nil(t, got.SettledAt)
+			want := []map[string]any{{"nodeId": b.node.ID, "commandId": cmd.ID, "kind": "test.refresh", "state": string(st)}}
+			require.Equal(t, want, b.outbox(t, events.TopicCommandCancelRequested))
+
+			// Asking again changes nothing and publishes nothing new.
+			again, err := b.cancel(t, "", cmd.ID)
+			require.NoError(t, err)
+			require.Equal(t, got.CancelRequestedAt.UnixMicro(), again.CancelRequestedAt.UnixMicro())
+			require.Equal(t, want, b.outbox(t, events.TopicCommandCancelRequested))
+			require.Empty(t, b.outbox(t, events.TopicCommandSettled))
+
+			// "The daemon stops between actions and reports the real outcome".
+			final, changed := b.transition(t, queue.Transition{CommandID: cmd.ID, To: queue.Succeeded})
+			require.True(t, changed)
+			require.Equal(t, queue.Succeeded, final.State)
+		})
+	}
+}
+
+// "a terminal command is returned unchanged; an unknown id (or a node your
+// tenant cannot see) is NOT_FOUND".
+func TestCancelTerminalAndUnknown(t *testing.T) {
+	b := setup(t)
+	cmd, _ := b.enqueue(t, b.params("k"))
+	done, _ := b.transition(t, queue.Transition{CommandID: cmd.ID, To: queue.Failed, Reason: "timeout"})
+	got, err := b.cancel(t, b.node.ID, cmd.ID)
+	require.NoError(t, err)
+	require.Equal(t, queue.Failed, got.State)
+	require.Equal(t, "timeout", got.Reason)
+	require.Nil(t, got.CancelRequestedAt)
+	require.Equal(t, done.UpdatedAt, got.UpdatedAt)
+	require.Empty(t, b.outbox(t, events.TopicCommandCancelRequested))
+
+	_, err = b.cancel(t, b.node.ID, ids.NewCommand())
+	requireCode(t, err, queue.NotFound)
+
+	other, err := b.q.CreateNode(b.ctx, b.pool, queue.Node{TenantID: b.tenant.ID})
+	require.NoError(t, err)
+	_, err = b.cancel(t, other.ID, cmd.ID)
+	requireCode(t, err, queue.NotFound)
+}
+
+// "Deleting a node cancels its pending commands with reason node-deleted."
+func TestDeleteNodeCancelsPending(t *testing.T) {
+	b := setup(t)
+	pending, _ := b.enqueue(t, b.params("a"))
+	running, _ := b.enqueue(t, b.params("b"))
+	b.transition(t, queue.Transition{CommandID: running.ID, To: queue.Running})
+
+	require.NoError(t, pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) error { return b.q.DeleteNode(b.ctx, tx, b.node.ID) }))
+
+	got, err := b.q.Get(b.ctx, b.pool, b.node.ID, pending.ID)
+	require.NoError(t, err)
+	require.Equal(t, queue.Cancelled, got.State)
+	require.Equal(t, queue.ReasonNodeDeleted, got.Reason)
+	require.NotNil(t, got.SettledAt)
+	got, err = b.q.Get(b.ctx, b.pool, b.node.ID, running.ID)
+	require.NoError(t, err)
+	require.Equal(t, queue.Running, got.State, "in-flight commands are left to the sweeper")
+	require.Equal(t, []map[string]any{{"commandId": pending.ID, "nodeId": b.node.ID, "kind": "test.refresh", "state": "cancelled", "reason": "node-deleted"}},
+		b.outbox(t, events.TopicCommandSettled))
+
+	_, err = b.q.GetNode(b.ctx, b.pool, b.tenant.ID, b.node.ID)
+	requireCode(t, err, queue.NotFound)
+	err = pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) error { return b.q.DeleteNode(b.ctx, tx, b.node.ID) })
+	requireCode(t, err, queue.NotFound)
+}
