@@ -194,7 +194,7 @@ func run(ctx context.Context, cfg Config, req kind.Request) (any, error) {
 	if len(unknown) > 0 {
 		return nil, kind.Fail(ReasonUnknownGPU, "nvidia-smi lists no GPU %s", strings.Join(unknown, ", "))
 	}
-	busy, err := ProcessReasons(ctx, cfg.SMI, cfg.ProcRoot, byIndex, nil, gpus)
+	busy, err := inuse.Processes(ctx, cfg.SMI, cfg.ProcRoot, byIndex, nil, gpus)
 	if err != nil {
 		return nil, kind.Fail(ReasonSmiFailed, "cannot rule out a process on the GPUs: %v", err)
 	}
@@ -328,23 +328,6 @@ func AppliedSpec(ctx context.Context, host kind.Host) (nodespec.Spec, int64, err
 		return nodespec.Spec{}, gen, err
 	}
 	return spec, gen, nil
-}
-
-// ProcessReasons finds the processes that use gpus: compute contexts that
-// nvidia-smi reports and open device nodes under procRoot. Processes whose
-// name is in ignoreComm are left out.
-func ProcessReasons(ctx context.Context, r smi.Runner, procRoot string, byIndex map[int]string, ignoreComm []string, gpus []string) ([]string, error) {
-	apps, err := r.QueryComputeApps(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("querying compute processes: %w", err)
-	}
-	holders := inuse.ScanHolders(procRoot, inuse.ScanOptions{
-		Minors:     inuse.Minors(procRoot),
-		ByIndex:    byIndex,
-		IgnoreComm: ignoreComm,
-		SkipPID:    os.Getpid(),
-	})
-	return inuse.Reasons(inuse.Input{Apps: apps, Holders: holders}, gpus), nil
 }
 
 func dedupe(in []string) []string {

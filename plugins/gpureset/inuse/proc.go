@@ -2,10 +2,14 @@ package inuse
 
 import (
 	"bufio"
+	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+
+	"github.com/better-compute/commands/plugins/gpureset/smi"
 )
 
 // Holder is a process with a GPU's device node (/dev/nvidiaN) open.
@@ -134,4 +138,24 @@ func deviceMinor(target string) (int, bool) {
 		return 0, false
 	}
 	return n, true
+}
+
+// Processes finds the processes that use gpus: compute contexts that
+// nvidia-smi reports, and device nodes open under procRoot (byIndex maps
+// GPU indices to UUIDs for minors the driver does not map). Processes whose
+// name is in ignoreComm are left out. It returns one reason per finding,
+// nil when none uses them; an error when nvidia-smi does not answer, since
+// then a process cannot be ruled out.
+func Processes(ctx context.Context, r smi.Runner, procRoot string, byIndex map[int]string, ignoreComm []string, gpus []string) ([]string, error) {
+	apps, err := r.QueryComputeApps(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("querying compute processes: %w", err)
+	}
+	holders := ScanHolders(procRoot, ScanOptions{
+		Minors:     Minors(procRoot),
+		ByIndex:    byIndex,
+		IgnoreComm: ignoreComm,
+		SkipPID:    os.Getpid(),
+	})
+	return Reasons(Input{Apps: apps, Holders: holders}, gpus), nil
 }
