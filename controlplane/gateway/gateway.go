@@ -1,0 +1,125 @@
+// Package gateway holds each node's session: one gRPC bidirectional stream
+// (bc.agent.v1.Session) over mTLS. It settles what a reconnect proves, replays
+// every open command in seq order, dispatches pending commands within the
+// lane credits, relays cancels until the node reports a terminal state, and
+// lands the node's reports as guarded transitions fenced by session epoch.
+// The gateway keeps no state beyond its sessions: replicas scale out against
+// one PostgreSQL.
+package gateway
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/better-compute/commands/controlplane/queue"
+	agentv1 "github.com/better-compute/commands/proto/bc/agent/v1"
+	"github.com/better-compute/commands/sdk/kind"
+)
+
+// DefaultCredits are the spec's lane credits per session: "at most 8
+// control, 4 provision and 2 bulk commands outstanding per session".
+var DefaultCredits = map[kind.Lane]int{kind.LaneControl: 8, kind.LaneProvision: 4, kind.LaneBulk: 2}
+
+// Options tune a gateway.
+type Options struct {
+	// Credits per lane; DefaultCredits when nil.
+	Credits map[kind.Lane]int
+	// Poll is the fallback wake-up when no NOTIFY arrives (default 2s).
+	Poll time.Duration
+	// CancelResend is how often Cancel is sent again until the node reports
+	// a terminal state (default 2s).
+	CancelResend time.Duration
+	// BusyBackoffMin and BusyBackoffMax bound BUSY's backoff (1s, 30s).
+	BusyBackoffMin, BusyBackoffMax time.Duration
+	// Now is the clock (tests).
+	Now func() time.Time
+	// TrustBundle is sent in Welcome.
+	TrustBundle *agentv1.TrustBundle
+}
+
+func (o *Options) defaults() {
+	if o.Credits == nil {
+		o.Credits = DefaultCredits
+	}
+	if o.Poll <= 0 {
+		o.Poll = 2 * time.Second
+	}
+	if o.CancelResend <= 0 {
+		o.CancelResend = 2 * time.Second
+	}
+	if o.BusyBackoffMin <= 0 {
+		o.BusyBackoffMin = time.Second
+	}
+	if o.BusyBackoffMax <= 0 {
+		o.BusyBackoffMax = 30 * time.Second
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+}
+
+// Gateway serves bc.agent.v1.Session.
+type Gateway struct {
+	agentv1.UnimplementedSessionServer
+	pool   *pgxpool.Pool
+	queue  *queue.Queue
+	logger hclog.Logger
+	opts   Options
+	hub    *hub
+
+	// statsLock guards maxOutstanding and dispatched.
+	statsLock      sync.Mutex
+	maxOutstanding map[string]map[kind.Lane]int
+	dispatched     int64
+}
+
+// New builds a gateway. Call Run to start its wake-up listener.
+func New(pool *pgxpool.Pool, q *queue.Queue, logger hclog.Logger, opts Options) *Gateway {
+	opts.defaults()
+	return &Gateway{
+		pool:           pool,
+		queue:          q,
+		logger:         logger.Named("gateway"),
+		opts:           opts,
+		hub:            newHub(),
+		maxOutstanding: map[string]map[kind.Lane]int{},
+	}
+}
+
+// Run listens for dispatch wake-ups until ctx ends.
+func (g *Gateway) Run(ctx context.Context) {
+	g.hub.listen(ctx, g.pool, g.logger)
+}
+
+// MaxOutstanding reports the most commands the gateway ever had outstanding
+// at once in one lane of one node's sessions: its own credit accounting.
+func (g *Gateway) MaxOutstanding(nodeID string) map[kind.Lane]int {
+	g.statsLock.Lock()
+	defer g.statsLock.Unlock()
+	out := map[kind.Lane]int{}
+	for l, n := range g.maxOutstanding[nodeID] {
+		out[l] = n
+	}
+	return out
+}
+
+// Sessions is the number of sessions this gateway holds.
+func (g *Gateway) Sessions() int { return g.hub.count() }
+
+func (g *Gateway) noteOutstanding(nodeID string, lane kind.Lane, n int) {
+	g.statsLock.Lock()
+	defer g.statsLock.Unlock()
+	m := g.maxOutstanding[nodeID]
+	if m == nil {
+		m = map[kind.Lane]int{}
+		g.maxOutstanding[nodeID] = m
+	}
+	if n > m[lane] {
+		m[lane] = n
+	}
+	g.dispatched++
+}
