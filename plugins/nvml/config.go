@@ -1,0 +1,110 @@
+package nvml
+
+import (
+	"fmt"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/better-compute/commands/plugins/internal/gpu/smi"
+	"github.com/better-compute/commands/plugins/internal/gpu/toolexec"
+	"github.com/better-compute/commands/plugins/internal/gpu/xid"
+)
+
+// The environment variables the plugin reads; bcd passes them through its
+// allowlist from its configuration.
+const (
+	// EnvNVML selects the NVML source: "" or "nvml" (the real library),
+	// "nvml:/path/libnvidia-ml.so.1", "mock:dgxh200" (or dgxa100, dgxh100,
+	// dgxb200), or "none".
+	EnvNVML = "BCD_NVML"
+	// EnvNVMLFaults injects faults into a mock source:
+	// "gpu=3:row-remap-pending,gpu=5:ecc-uncorrectable=2".
+	EnvNVMLFaults = "BCD_NVML_FAULTS"
+	// EnvNvidiaSmi is nvidia-smi's path ("nvidia-smi" on PATH by default);
+	// "mock" answers from the mock NVML source, for demos.
+	EnvNvidiaSmi = "BCD_NVIDIA_SMI"
+	// EnvKmsgPath is the kernel log (/dev/kmsg).
+	EnvKmsgPath = "BCD_KMSG_PATH"
+	// EnvSysRoot is the root under which proc/ and sys/ are read ("/").
+	EnvSysRoot = "BCD_SYSFS_ROOT"
+	// EnvStateDir is bcd's state directory; the XID store lives there.
+	EnvStateDir = "BCD_STATE_DIR"
+	// EnvXIDStore overrides the XID store's path.
+	EnvXIDStore = "BCD_XID_STORE"
+	// EnvXIDIgnore is the XID ignore list ("13,31,43,45,68,109" by default,
+	// "none" for none).
+	EnvXIDIgnore = "BCD_XID_IGNORE"
+	// EnvExecTimeout bounds each nvidia-smi run ("30s").
+	EnvExecTimeout = "BCD_GPU_EXEC_TIMEOUT"
+	// EnvExpectedGPUs is the node's expected GPU count for gpus.count.
+	EnvExpectedGPUs = "BCD_EXPECTED_GPUS"
+)
+
+// EnvVars lists every variable the plugin reads, for bcd's allowlist.
+var EnvVars = []string{EnvNVML, EnvNVMLFaults, EnvNvidiaSmi, EnvKmsgPath, EnvSysRoot, EnvStateDir, EnvXIDStore, EnvXIDIgnore, EnvExecTimeout, EnvExpectedGPUs}
+
+// MockSmi is the EnvNvidiaSmi value that answers from the mock NVML source.
+const MockSmi = "mock"
+
+// Config is the plugin's settings.
+type Config struct {
+	NVMLSource   string
+	NVMLFaults   string
+	NvidiaSmi    string
+	KmsgPath     string
+	SysRoot      string
+	XIDStore     string
+	Ignore       xid.Ignore
+	ExecTimeout  time.Duration
+	ExpectedGPUs int
+}
+
+// ConfigFromEnv reads the settings with getenv (os.Getenv). It fails, naming
+// the variable, on a value it cannot read.
+func ConfigFromEnv(getenv func(string) string) (Config, error) {
+	c := Config{
+		NVMLSource: strings.TrimSpace(getenv(EnvNVML)),
+		NVMLFaults: strings.TrimSpace(getenv(EnvNVMLFaults)),
+		NvidiaSmi:  strings.TrimSpace(getenv(EnvNvidiaSmi)),
+		KmsgPath:   strings.TrimSpace(getenv(EnvKmsgPath)),
+		SysRoot:    strings.TrimSpace(getenv(EnvSysRoot)),
+		XIDStore:   strings.TrimSpace(getenv(EnvXIDStore)),
+	}
+	if c.NvidiaSmi == "" {
+		c.NvidiaSmi = smi.DefaultPath
+	}
+	if c.KmsgPath == "" {
+		c.KmsgPath = xid.DefaultKmsgPath
+	}
+	if c.SysRoot == "" {
+		c.SysRoot = "/"
+	}
+	if c.XIDStore == "" {
+		if dir := strings.TrimSpace(getenv(EnvStateDir)); dir != "" {
+			c.XIDStore = filepath.Join(dir, xid.StoreFile)
+		}
+	}
+	ig, err := xid.ParseIgnore(getenv(EnvXIDIgnore))
+	if err != nil {
+		return c, fmt.Errorf("%s: %w", EnvXIDIgnore, err)
+	}
+	c.Ignore = ig
+	c.ExecTimeout = toolexec.DefaultTimeout
+	if s := strings.TrimSpace(getenv(EnvExecTimeout)); s != "" {
+		d, err := time.ParseDuration(s)
+		if err != nil || d <= 0 {
+			return c, fmt.Errorf("%s: %q is not a positive duration such as 30s", EnvExecTimeout, s)
+		}
+		c.ExecTimeout = d
+	}
+	if s := strings.TrimSpace(getenv(EnvExpectedGPUs)); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 0 {
+			return c, fmt.Errorf("%s: %q is not a GPU count", EnvExpectedGPUs, s)
+		}
+		c.ExpectedGPUs = n
+	}
+	return c, nil
+}

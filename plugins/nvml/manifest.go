@@ -1,0 +1,90 @@
+// Package nvml serves the kinds inventory.refresh and diag.nvml: their
+// manifests, which the control plane's registry imports, and their cgo-free
+// logic (collection through plugins/internal/gpu/collect, the diag.nvml
+// checks, the settings bcd passes in the environment). It must not import
+// go-nvml: the control plane imports this package for the manifests, and
+// go-nvml needs cgo. The NVML driver lives in nvmldriver, which only the
+// plugin binary links.
+package nvml
+
+import (
+	"encoding/json"
+	"time"
+
+	"github.com/better-compute/commands/sdk/kind"
+)
+
+// The kinds this package serves.
+const (
+	KindInventoryRefresh = "inventory.refresh"
+	KindDiagNVML         = "diag.nvml"
+)
+
+// InventoryRefreshManifest is inventory.refresh: collect the GPU inventory
+// again (NVML, nvidia-smi, the kernel's view, this boot's XIDs), update
+// bcd's inventory, and return it.
+var InventoryRefreshManifest = kind.Manifest{
+	Kind:        KindInventoryRefresh,
+	Lane:        kind.LaneControl,
+	Timeout:     kind.Duration(2 * time.Minute),
+	Roles:       []string{"node", "discovery"},
+	Flags:       kind.Flags{RetrySafe: true},
+	APIRunnable: true,
+	PayloadSchema: json.RawMessage(`{
+  "$schema": "https://json-schema.org/draft/2020-12/schema",
+  "type": "object",
+  "additionalProperties": false,
+  "properties": {
+    "sections": {
+      "description": "The sections to collect again; the others are carried over. Default: all.",
+      "type": "array",
+      "items": {"enum": ["gpus", "xids", "pcie"]},
+      "uniqueItems": true
+    },
+    "rescan": {
+      "description": "Ask the kernel to rescan the PCI bus first (after a GPU swap).",
+      "type": "boolean"
+    }
+  }
+}`),
+	Version:     "1.0.0",
+	Description: "Collect the GPU inventory again (NVML, nvidia-smi, the kernel, this boot's XIDs) and update the node's inventory.",
+}
+
+// DiagNVMLManifest is diag.nvml: judge the collected GPU inventory with the
+// checks nvml.init, gpus.visible, gpus.count, then per GPU
+// ecc.uncorrectable, row-remap.pending, row-remap.failure, pcie.link and
+// xid.recent. It fails with checks-failed when a check fails.
+var DiagNVMLManifest = kind.Manifest{
+	Kind:        KindDiagNVML,
+	Lane:        kind.LaneControl,
+	Timeout:     kind.Duration(2 * time.Minute),
+	Roles:       []string{"node", "discovery"},
+	Flags:       kind.Flags{RetrySafe: true},
+	APIRunnable: true,
+	PayloadSchema: json.RawMessage(`{
+  "$schema": "https://json-schema.org/draft/2020-12/schema",
+  "type": "object",
+  "additionalProperties": false,
+  "properties": {
+    "expectedCount": {
+      "description": "How many GPUs the node should have; default: the node's configured count.",
+      "type": "integer",
+      "minimum": 0,
+      "maximum": 1024
+    },
+    "refresh": {
+      "description": "Collect a fresh inventory instead of judging the one the node holds.",
+      "type": "boolean"
+    }
+  }
+}`),
+	Version:     "1.0.0",
+	Description: "Check the GPUs from the collected inventory: driver answers, visible count, ECC, row remapping, PCIe width, XIDs this boot.",
+}
+
+// Manifests are both kinds' manifests.
+var Manifests = []kind.Manifest{InventoryRefreshManifest, DiagNVMLManifest}
+
+// ReasonChecksFailed is diag.nvml's failure reason when a check failed.
+const ReasonChecksFailed = "checks-failed"
