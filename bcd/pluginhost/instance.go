@@ -262,7 +262,14 @@ func backoff(lo, hi time.Duration, attempt int) time.Duration {
 func (in *instance) get(ctx context.Context) (*proc, error) {
 	for {
 		in.procLock.Lock()
-		p, ready, closing := in.cur, in.ready, in.closing
+		p, closing := in.cur, in.closing
+		if p != nil && isClosed(p.exited) {
+			// Exited, and the supervisor has not seen it yet: never hand
+			// out a dead process; wait for its replacement.
+			in.cur, p = nil, nil
+			in.ready = make(chan struct{})
+		}
+		ready := in.ready
 		in.procLock.Unlock()
 		switch {
 		case closing:
@@ -275,6 +282,15 @@ func (in *instance) get(ctx context.Context) (*proc, error) {
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		}
+	}
+}
+
+func isClosed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
 	}
 }
 
