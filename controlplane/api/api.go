@@ -1,0 +1,213 @@
+// Package api implements the public gRPC API (bc.api.v1): Commands (run,
+// get, list, cancel), Events (a resumable watch over the outbox) and Nodes.
+// Authentication happens in the auth interceptors before a handler runs;
+// every handler authorises against the request's tenant and node, and every
+// error leaves as a gRPC status with an ErrorInfo (package apierr).
+package api
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/better-compute/commands/controlplane/api/apierr"
+	"github.com/better-compute/commands/controlplane/auth"
+	"github.com/better-compute/commands/controlplane/events"
+	"github.com/better-compute/commands/controlplane/queue"
+	apiv1 "github.com/better-compute/commands/proto/bc/api/v1"
+)
+
+// DefaultAllowlist is the kinds commands.run accepts: any other kind is
+// UNSUPPORTED, and so is an allowlisted kind whose manifest is not
+// API-runnable or that is not registered.
+var DefaultAllowlist = []string{"diag.nvml", "inventory.refresh", "logs.collect", "node.reboot"}
+
+// The bounds of notAfterSeconds.
+const (
+	MinNotAfterSeconds     = 10
+	MaxNotAfterSeconds     = 3600
+	DefaultNotAfterSeconds = 600
+)
+
+// Config is what the API needs.
+type Config struct {
+	// Pool is the control plane's database.
+	Pool *pgxpool.Pool
+	// Queue is the command queue; its registry holds the kinds.
+	Queue *queue.Queue
+	// Logger is the API's logger.
+	Logger hclog.Logger
+	// Allowlist overrides DefaultAllowlist.
+	Allowlist []string
+	// BatchQuorum says that approver keys are configured, so a batched
+	// command waits for approvals (awaitingApproval) until its notBefore is set.
+	BatchQuorum bool
+	// WatchPoll is how often a watch re-reads the outbox without a NOTIFY;
+	// events.DefaultPoll when zero.
+	WatchPoll time.Duration
+	// Now is the clock; time.Now when nil.
+	Now func() time.Time
+}
+
+// Server holds the three services.
+type Server struct {
+	pool      *pgxpool.Pool
+	queue     *queue.Queue
+	logger    hclog.Logger
+	allowlist map[string]bool
+	quorum    bool
+	poll      time.Duration
+	now       func() time.Time
+	hub       *hub
+}
+
+// New builds the API server. Call Start before serving Events.Watch.
+func New(cfg Config) *Server {
+	logger := cfg.Logger
+	if logger == nil {
+		logger = hclog.NewNullLogger()
+	}
+	allow := cfg.Allowlist
+	if allow == nil {
+		allow = DefaultAllowlist
+	}
+	s := &Server{
+		pool: cfg.Pool, queue: cfg.Queue, logger: logger.Named("api"),
+		allowlist: map[string]bool{}, quorum: cfg.BatchQuorum, poll: cfg.WatchPoll, now: cfg.Now,
+		hub: newHub(),
+	}
+	for _, k := range allow {
+		s.allowlist[k] = true
+	}
+	if s.now == nil {
+		s.now = time.Now
+	}
+	if s.poll <= 0 {
+		s.poll = events.DefaultPoll
+	}
+	return s
+}
+
+// Start runs the one outbox listener that wakes every watch, until ctx ends.
+func (s *Server) Start(ctx context.Context) {
+	wake := events.Listen(ctx, s.pool, s.poll, s.logger)
+	go s.hub.run(wake)
+}
+
+// Register adds the Commands, Events and Nodes services to g.
+func (s *Server) Register(g grpc.ServiceRegistrar) {
+	apiv1.RegisterCommandsServer(g, &commandsServer{s: s})
+	apiv1.RegisterEventsServer(g, &eventsServer{s: s})
+	apiv1.RegisterNodesServer(g, &nodesServer{s: s})
+}
+
+// lookupNode tells auth which tenant owns a node.
+func (s *Server) lookupNode(ctx context.Context, nodeID string) (string, bool, error) {
+	n, err := s.queue.GetNode(ctx, s.pool, "", nodeID)
+	if queue.CodeOf(err) == queue.NotFound {
+		return "", false, nil
+	}
+	if err != nil {
+		return "", false, s.fail(ctx, "looking up node", err)
+	}
+	return n.TenantID, true, nil
+}
+
+// fail turns any error into an API status: a queue refusal keeps its code,
+// reason and details; a lost database is UNAVAILABLE; anything else is
+// logged and leaves as INTERNAL without its text, which may name internals.
+func (s *Server) fail(ctx context.Context, op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	if _, ok := status.FromError(err); ok {
+		return err
+	}
+	var qe *queue.Error
+	if errors.As(err, &qe) {
+		details := map[string]string{}
+		for k, v := range qe.Details {
+			details[k] = v
+		}
+		if _, set := details["reason"]; !set && qe.Reason != "" {
+			details["reason"] = qe.Reason
+		}
+		return apierr.New(apierr.Code(qe.Code), qe.Message, details)
+	}
+	switch {
+	case errors.Is(err, context.Canceled):
+		return status.Error(codes.Canceled, op+": cancelled")
+	case errors.Is(err, context.DeadlineExceeded):
+		return status.Error(codes.DeadlineExceeded, op+": deadline exceeded")
+	case ctx.Err() != nil:
+		return status.FromContextError(ctx.Err()).Err()
+	}
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) || pe.Code[:2] == "08" || pe.Code[:2] == "57" || pe.Code == "53300" {
+		// No server error at all (a refused or dropped connection), a
+		// connection exception, an operator intervention (shutdown) or too
+		// many connections: the database is not there right now.
+		s.logger.Warn("database unavailable", "op", op, "error", err)
+		return apierr.New(apierr.Unavailable, op+": the database is unavailable; retry", nil)
+	}
+	s.logger.Error("internal error", "op", op, "error", err)
+	return apierr.New(apierr.Internal, op+": internal error", nil)
+}
+
+// identity returns the authenticated caller.
+func identity(ctx context.Context) (*auth.Identity, error) {
+	id, ok := auth.FromContext(ctx)
+	if !ok {
+		return nil, apierr.Errorf(apierr.Unauthenticated, "no authenticated identity")
+	}
+	return id, nil
+}
+
+func required(field, value string) error {
+	if value == "" {
+		return apierr.New(apierr.InvalidInput, field+" is required", map[string]string{"field": field})
+	}
+	return nil
+}
+
+// hub fans the single outbox listener out to every watch.
+type hub struct {
+	// mu guards subs.
+	mu   sync.Mutex
+	subs map[chan struct{}]struct{}
+}
+
+func newHub() *hub { return &hub{subs: map[chan struct{}]struct{}{}} }
+
+func (h *hub) run(wake <-chan struct{}) {
+	for range wake {
+		h.mu.Lock()
+		for c := range h.subs {
+			select {
+			case c <- struct{}{}:
+			default:
+			}
+		}
+		h.mu.Unlock()
+	}
+}
+
+func (h *hub) subscribe() (<-chan struct{}, func()) {
+	c := make(chan struct{}, 1)
+	h.mu.Lock()
+	h.subs[c] = struct{}{}
+	h.mu.Unlock()
+	return c, func() {
+		h.mu.Lock()
+		delete(h.subs, c)
+		h.mu.Unlock()
+	}
+}

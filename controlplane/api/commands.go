@@ -1,0 +1,164 @@
+package api
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"google.golang.org/protobuf/encoding/protojson"
+
+	"github.com/better-compute/commands/controlplane/api/apierr"
+	"github.com/better-compute/commands/controlplane/auth"
+	"github.com/better-compute/commands/controlplane/queue"
+	apiv1 "github.com/better-compute/commands/proto/bc/api/v1"
+)
+
+type commandsServer struct {
+	apiv1.UnimplementedCommandsServer
+	s *Server
+}
+
+// authorizeRun checks permission for commands.run without a database round
+// trip when the caller holds the grant: Enqueue's own tenant check (in its one
+// statement) then turns an invisible node into NOT_FOUND. Only a caller
+// without the grant costs a lookup, to tell NOT_FOUND (invisible node) from
+// PERMISSION_DENIED. Use it only where the next query checks the tenant.
+func (s *Server) authorizeRun(ctx context.Context, tenantID, nodeID, permission string) (*auth.Identity, error) {
+	id, err := identity(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := required("tenantId", tenantID); err != nil {
+		return nil, err
+	}
+	if err := required("nodeId", nodeID); err != nil {
+		return nil, err
+	}
+	if id.SeesTenant(tenantID) && id.Allowed(permission, auth.NodeResource(nodeID)) {
+		return id, nil
+	}
+	return auth.AuthorizeNode(ctx, s.lookupNode, tenantID, nodeID, permission)
+}
+
+// Run queues a command: allowlist, notAfterSeconds bounds, then one enqueue
+// transaction whose key is the caller's key scoped to tenant and identity.
+func (c *commandsServer) Run(ctx context.Context, req *apiv1.RunCommandRequest) (*apiv1.Command, error) {
+	s := c.s
+	id, err := s.authorizeRun(ctx, req.GetTenantId(), req.GetNodeId(), auth.PermNodesExec)
+	if err != nil {
+		return nil, err
+	}
+	if err := required("kind", req.GetKind()); err != nil {
+		return nil, err
+	}
+	if !s.allowlist[req.GetKind()] {
+		return nil, apierr.New(apierr.Unsupported, fmt.Sprintf("commands.run does not accept kind %q", req.GetKind()),
+			map[string]string{"kind": req.GetKind(), "reason": "not-allowlisted"})
+	}
+	m, ok := s.queue.Registry().Get(req.GetKind())
+	if !ok || !m.APIRunnable {
+		return nil, apierr.New(apierr.Unsupported, fmt.Sprintf("commands.run does not accept kind %q", req.GetKind()),
+			map[string]string{"kind": req.GetKind(), "reason": "not-api-runnable"})
+	}
+	secs := int32(DefaultNotAfterSeconds)
+	if req.NotAfterSeconds != nil {
+		secs = req.GetNotAfterSeconds()
+	}
+	if secs < MinNotAfterSeconds || secs > MaxNotAfterSeconds {
+		return nil, apierr.New(apierr.InvalidInput,
+			fmt.Sprintf("notAfterSeconds %d is outside %d to %d", secs, MinNotAfterSeconds, MaxNotAfterSeconds),
+			map[string]string{"field": "notAfterSeconds", "min": strconv.Itoa(MinNotAfterSeconds), "max": strconv.Itoa(MaxNotAfterSeconds)})
+	}
+	var payload []byte
+	if req.GetPayload() != nil {
+		if payload, err = protojson.Marshal(req.GetPayload()); err != nil {
+			return nil, apierr.New(apierr.InvalidInput, "payload: "+err.Error(), map[string]string{"field": "payload"})
+		}
+	}
+	p := queue.EnqueueParams{
+		TenantID: req.GetTenantId(),
+		NodeID:   req.GetNodeId(),
+		Kind:     req.GetKind(),
+		Payload:  payload,
+		NotAfter: s.now().Add(time.Duration(secs) * time.Second),
+		BatchID:  req.GetBatchId(),
+	}
+	if req.GetIdempotencyKey() != "" {
+		p.IdempotencyKey = queue.APIKey(req.GetTenantId(), id.Name, req.GetIdempotencyKey())
+	}
+	var cmd queue.Command
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		var err error
+		cmd, _, err = s.queue.Enqueue(ctx, tx, p)
+		return err
+	})
+	if err != nil {
+		return nil, s.fail(ctx, "commands.run", err)
+	}
+	return s.toProto(cmd), nil
+}
+
+// Get returns one command of a node the caller may read.
+func (c *commandsServer) Get(ctx context.Context, req *apiv1.GetCommandRequest) (*apiv1.Command, error) {
+	s := c.s
+	if _, err := auth.AuthorizeNode(ctx, s.lookupNode, req.GetTenantId(), req.GetNodeId(), auth.PermNodesRead); err != nil {
+		return nil, err
+	}
+	if err := required("commandId", req.GetCommandId()); err != nil {
+		return nil, err
+	}
+	cmd, err := s.queue.Get(ctx, s.pool, req.GetNodeId(), req.GetCommandId())
+	if err != nil {
+		return nil, s.fail(ctx, "commands.get", err)
+	}
+	return s.toProto(cmd), nil
+}
+
+// List returns a page of a node's commands, newest first by seq.
+func (c *commandsServer) List(ctx context.Context, req *apiv1.ListCommandsRequest) (*apiv1.ListCommandsResponse, error) {
+	s := c.s
+	if _, err := auth.AuthorizeNode(ctx, s.lookupNode, req.GetTenantId(), req.GetNodeId(), auth.PermNodesRead); err != nil {
+		return nil, err
+	}
+	items, next, err := s.queue.List(ctx, s.pool, queue.ListParams{
+		TenantID: req.GetTenantId(),
+		NodeID:   req.GetNodeId(),
+		State:    queue.State(req.GetState()),
+		Limit:    int(req.GetLimit()),
+		Cursor:   req.GetCursor(),
+	})
+	if err != nil {
+		return nil, s.fail(ctx, "commands.list", err)
+	}
+	out := &apiv1.ListCommandsResponse{Items: make([]*apiv1.Command, len(items)), NextCursor: next}
+	for i, cmd := range items {
+		out.Items[i] = s.toProto(cmd)
+	}
+	return out, nil
+}
+
+// Cancel cancels a command (pending: at once; in flight: requested;
+// terminal: unchanged) and returns it.
+func (c *commandsServer) Cancel(ctx context.Context, req *apiv1.CancelCommandRequest) (*apiv1.Command, error) {
+	s := c.s
+	// No grant shortcut here: queue.Cancel does not check the tenant, so the
+	// node's owner is read before anything changes.
+	if _, err := auth.AuthorizeNode(ctx, s.lookupNode, req.GetTenantId(), req.GetNodeId(), auth.PermNodesExec); err != nil {
+		return nil, err
+	}
+	if err := required("commandId", req.GetCommandId()); err != nil {
+		return nil, err
+	}
+	var cmd queue.Command
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		var err error
+		cmd, err = s.queue.Cancel(ctx, tx, req.GetNodeId(), req.GetCommandId())
+		return err
+	})
+	if err != nil {
+		return nil, s.fail(ctx, "commands.cancel", err)
+	}
+	return s.toProto(cmd), nil
+}

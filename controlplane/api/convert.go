@@ -1,0 +1,78 @@
+package api
+
+import (
+	"encoding/json"
+	"time"
+
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/types/known/structpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/better-compute/commands/controlplane/queue"
+	apiv1 "github.com/better-compute/commands/proto/bc/api/v1"
+)
+
+// toProto renders a command in the spec's shape: retrySafe always present;
+// batchId, awaitingApproval, notBefore and bundleKey only where they apply.
+func (s *Server) toProto(c queue.Command) *apiv1.Command {
+	retrySafe := c.Flags.RetrySafe
+	out := &apiv1.Command{
+		Id:                c.ID,
+		TenantId:          c.TenantID,
+		NodeId:            c.NodeID,
+		Seq:               c.Seq,
+		Kind:              c.Kind,
+		Payload:           toStruct(c.Payload),
+		State:             string(c.State),
+		Reason:            c.Reason,
+		NotAfter:          timestamppb.New(c.NotAfter),
+		RetrySafe:         &retrySafe,
+		BatchId:           c.BatchID,
+		BundleKey:         c.BundleKey,
+		CreatedAt:         timestamppb.New(c.CreatedAt),
+		UpdatedAt:         timestamppb.New(c.UpdatedAt),
+		SettledAt:         ts(c.SettledAt),
+		CancelRequestedAt: ts(c.CancelRequestedAt),
+		Result:            toValue(c.Result),
+		MinGeneration:     c.MinGeneration,
+	}
+	if c.BatchID != "" && s.quorum && c.NotBefore == nil && !c.State.Terminal() {
+		// Under the quorum a batched command is held until its batch is
+		// approved, which is when notBefore is set.
+		out.AwaitingApproval = true
+	} else {
+		out.NotBefore = ts(c.NotBefore)
+	}
+	return out
+}
+
+func ts(t *time.Time) *timestamppb.Timestamp {
+	if t == nil {
+		return nil
+	}
+	return timestamppb.New(*t)
+}
+
+// toStruct reads a JSON object; anything else (or nothing) is nil.
+func toStruct(b json.RawMessage) *structpb.Struct {
+	if len(b) == 0 {
+		return nil
+	}
+	st := &structpb.Struct{}
+	if protojson.Unmarshal(b, st) != nil {
+		return nil
+	}
+	return st
+}
+
+// toValue reads any JSON value.
+func toValue(b json.RawMessage) *structpb.Value {
+	if len(b) == 0 {
+		return nil
+	}
+	v := &structpb.Value{}
+	if protojson.Unmarshal(b, v) != nil {
+		return nil
+	}
+	return v
+}

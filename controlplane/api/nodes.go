@@ -1,0 +1,118 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/better-compute/commands/controlplane/api/apierr"
+	"github.com/better-compute/commands/controlplane/auth"
+	"github.com/better-compute/commands/controlplane/ids"
+	"github.com/better-compute/commands/controlplane/queue"
+	apiv1 "github.com/better-compute/commands/proto/bc/api/v1"
+)
+
+type nodesServer struct {
+	apiv1.UnimplementedNodesServer
+	s *Server
+}
+
+// condition is a node condition as the nodes.conditions column holds it.
+type condition struct {
+	Type    string    `json:"type"`
+	Status  string    `json:"status"`
+	Reason  string    `json:"reason"`
+	Message string    `json:"message"`
+	Since   time.Time `json:"since"`
+}
+
+// Get returns a node with its inventory and conditions.
+func (n *nodesServer) Get(ctx context.Context, req *apiv1.GetNodeRequest) (*apiv1.Node, error) {
+	s := n.s
+	if _, err := auth.AuthorizeNode(ctx, s.lookupNode, req.GetTenantId(), req.GetNodeId(), auth.PermNodesRead); err != nil {
+		return nil, err
+	}
+	var (
+		out        = &apiv1.Node{Id: req.GetNodeId(), TenantId: req.GetTenantId()}
+		allowed    []string
+		inv, conds []byte
+		created    time.Time
+	)
+	err := s.pool.QueryRow(ctx, `SELECT role, allowed_kinds, inventory, conditions, applied_generation, created_at
+		FROM nodes WHERE id = $1 AND tenant_id = $2 AND deleted_at IS NULL`, req.GetNodeId(), req.GetTenantId()).
+		Scan(&out.Role, &allowed, &inv, &conds, &out.AppliedGeneration, &created)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, apierr.New(apierr.NotFound, "node "+req.GetNodeId()+" not found", map[string]string{"nodeId": req.GetNodeId()})
+	}
+	if err != nil {
+		return nil, s.fail(ctx, "nodes.get", err)
+	}
+	out.AllowedKinds = allowed
+	out.CreatedAt = timestamppb.New(created)
+	out.Inventory = toStruct(inv)
+	var cs []condition
+	if len(conds) > 0 && json.Unmarshal(conds, &cs) == nil {
+		for _, c := range cs {
+			pc := &apiv1.Condition{Type: c.Type, Status: c.Status, Reason: c.Reason, Message: c.Message}
+			if !c.Since.IsZero() {
+				pc.Since = timestamppb.New(c.Since)
+			}
+			out.Conditions = append(out.Conditions, pc)
+		}
+	}
+	return out, nil
+}
+
+// CreateTenant registers a tenant (compute:tenants:create on tenant/{id}).
+func (n *nodesServer) CreateTenant(ctx context.Context, req *apiv1.CreateTenantRequest) (*apiv1.Tenant, error) {
+	s := n.s
+	tenantID := req.GetTenantId()
+	if tenantID == "" {
+		tenantID = ids.NewTenant()
+	}
+	if _, err := auth.AuthorizeTenant(ctx, tenantID, auth.PermTenantsCreate); err != nil {
+		return nil, err
+	}
+	t, err := s.queue.CreateTenant(ctx, s.pool, queue.Tenant{ID: tenantID, Name: req.GetName()})
+	if err != nil {
+		return nil, s.fail(ctx, "nodes.createTenant", err)
+	}
+	return &apiv1.Tenant{Id: t.ID, Name: t.Name, CreatedAt: timestamppb.New(t.CreatedAt)}, nil
+}
+
+// Create registers a node (compute:nodes:create on compute-node/{nodeId}).
+func (n *nodesServer) Create(ctx context.Context, req *apiv1.CreateNodeRequest) (*apiv1.Node, error) {
+	s := n.s
+	id, err := identity(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := required("tenantId", req.GetTenantId()); err != nil {
+		return nil, err
+	}
+	nodeID := req.GetNodeId()
+	if nodeID == "" {
+		nodeID = ids.NewNode()
+	}
+	if !id.SeesTenant(req.GetTenantId()) {
+		return nil, apierr.New(apierr.NotFound, "tenant "+req.GetTenantId()+" not found", map[string]string{"tenantId": req.GetTenantId()})
+	}
+	if !id.Allowed(auth.PermNodesCreate, auth.NodeResource(nodeID)) {
+		return nil, apierr.New(apierr.PermissionDenied, "missing "+auth.PermNodesCreate+" on "+auth.NodeResource(nodeID),
+			map[string]string{"permission": auth.PermNodesCreate, "resource": auth.NodeResource(nodeID)})
+	}
+	var allowed []string
+	if req.GetAllowedKinds() != nil {
+		allowed = req.GetAllowedKinds()
+	}
+	node, err := s.queue.CreateNode(ctx, s.pool, queue.Node{ID: nodeID, TenantID: req.GetTenantId(), Role: req.GetRole(), AllowedKinds: allowed})
+	if err != nil {
+		return nil, s.fail(ctx, "nodes.create", err)
+	}
+	return &apiv1.Node{Id: node.ID, TenantId: node.TenantID, Role: node.Role, AllowedKinds: node.AllowedKinds,
+		AppliedGeneration: node.AppliedGeneration, CreatedAt: timestamppb.New(node.CreatedAt)}, nil
+}
