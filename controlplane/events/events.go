@@ -5,10 +5,11 @@
 // Positions follow commit order, not id order: a transaction that took a
 // lower id can commit after one with a higher id, and a reader that had moved
 // past would never see it. So Read returns only events of transactions older
-// than every transaction still running (pg_snapshot_xmin), ordered by the
-// writer's transaction id and then the event id; no later commit can sort
-// below the cursor. The price is that a long open transaction anywhere on the
-// cluster holds delivery back until it ends.
+// than every transaction still running in this database (the SQL function
+// bc_outbox_horizon), ordered by the writer's transaction id and then the
+// event id; no later commit can sort below the cursor. The price is that a
+// long open transaction in the control plane's database holds delivery back
+// until it ends.
 package events
 
 import (
@@ -70,7 +71,9 @@ func Write(ctx context.Context, tx store.DBTX, tenantID, topic string, payload a
 }
 
 // Read returns up to limit events after cursor ("" reads from the start),
-// oldest first. tenantID "" reads every tenant's events.
+// oldest first. tenantID "" reads every tenant's events. Run it on a pool or
+// a READ COMMITTED transaction: a REPEATABLE READ snapshot taken before the
+// horizon could hide an event below it.
 func Read(ctx context.Context, db store.DBTX, tenantID, after string, limit int) ([]Event, error) {
 	txid, id, err := ParseCursor(after)
 	if err != nil {
@@ -81,12 +84,7 @@ func Read(ctx context.Context, db store.DBTX, tenantID, after string, limit int)
 	}
 	rows, err := db.Query(ctx, `
 		SELECT id, txid::text, tenant_id, topic, payload, created_at
-		FROM outbox
-		WHERE (txid, id) > ($1::text::xid8, $2)
-		  AND txid < pg_snapshot_xmin(pg_current_snapshot())
-		  AND ($3 = '' OR tenant_id = $3)
-		ORDER BY txid, id
-		LIMIT $4`, strconv.FormatUint(txid, 10), id, tenantID, limit)
+		FROM bc_outbox_read($1::text::xid8, $2, $3, $4)`, strconv.FormatUint(txid, 10), id, tenantID, limit)
 	if err != nil {
 		return nil, fmt.Errorf("reading events: %w", err)
 	}
@@ -113,13 +111,13 @@ func Read(ctx context.Context, db store.DBTX, tenantID, after string, limit int)
 // returns only events that are not yet readable now. Use it to follow from
 // "now" without replaying history.
 func Head(ctx context.Context, db store.DBTX) (string, error) {
-	var xmin string
-	if err := db.QueryRow(ctx, `SELECT pg_snapshot_xmin(pg_current_snapshot())::text`).Scan(&xmin); err != nil {
+	var h string
+	if err := db.QueryRow(ctx, `SELECT bc_outbox_horizon()::text`).Scan(&h); err != nil {
 		return "", fmt.Errorf("reading the outbox head: %w", err)
 	}
-	// (xmin, 0) sorts after every readable event and before every event of a
-	// transaction that was still running.
-	return xmin + ".0", nil
+	// (horizon, 0) sorts after every readable event and before every event of
+	// a transaction that was still running.
+	return h + ".0", nil
 }
 
 // ParseCursor splits a cursor into the writer's transaction id and the

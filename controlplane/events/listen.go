@@ -66,15 +66,16 @@ func listenOnce(ctx context.Context, pool *pgxpool.Pool, poll time.Duration, sig
 	}
 	// A connection that has LISTENed must not go back to the pool to serve
 	// other queries with notifications queued on it.
-	defer conn.Hijack().Close(context.Background())
-	if _, err := conn.Exec(ctx, "LISTEN "+Channel); err != nil {
+	pc := conn.Hijack()
+	defer pc.Close(context.Background())
+	if _, err := pc.Exec(ctx, "LISTEN "+Channel); err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}
 	// Anything committed before LISTEN took effect sent no notification to us.
 	signal()
 	for {
 		wctx, cancel := context.WithTimeout(ctx, poll)
-		_, err := conn.Conn().WaitForNotification(wctx)
+		_, err := pc.WaitForNotification(wctx)
 		cancel()
 		switch {
 		case err == nil:

@@ -130,9 +130,10 @@ CREATE INDEX commands_open_by_not_after ON commands (not_after)
 CREATE INDEX commands_node_state_seq ON commands (node_id, state, seq);
 
 -- The outbox: events written in the transaction that caused them. txid is the
--- writer's transaction id; readers take only rows below the oldest running
--- transaction (pg_snapshot_xmin) and order by (txid, id), so an event that
--- commits late can never land behind a reader's cursor.
+-- writer's transaction id. An event id is taken before its transaction
+-- commits, so ids do not follow commit order; readers order by (txid, id) and
+-- take only rows below bc_outbox_horizon(), under which every writer has
+-- finished, so a late commit can never land behind a reader's cursor.
 CREATE TABLE outbox (
   id         bigserial PRIMARY KEY,
   txid       xid8 NOT NULL DEFAULT pg_current_xact_id(),
@@ -143,6 +144,49 @@ CREATE TABLE outbox (
 );
 
 CREATE INDEX outbox_position ON outbox (txid, id);
+
+-- bc_outbox_horizon is the oldest transaction id that may still write an
+-- event in this database: the oldest of this database's running transactions
+-- (prepared ones included), or the next id to be assigned when none runs. It
+-- looks only at this database, so a long transaction elsewhere on the cluster
+-- does not hold events back. Running transactions come from the statement's
+-- snapshot and are kept when pg_stat_activity (read later) still shows them
+-- here; one that ended in between is visible to a reader's later snapshot.
+CREATE FUNCTION bc_outbox_horizon() RETURNS xid8
+LANGUAGE sql VOLATILE AS $$
+  WITH s AS (SELECT pg_current_snapshot() AS snap),
+  here AS (
+    SELECT backend_xid::text AS x FROM pg_stat_activity
+    WHERE datname = current_database() AND backend_xid IS NOT NULL
+    UNION ALL
+    SELECT transaction::text FROM pg_prepared_xacts WHERE database = current_database()
+  )
+  SELECT least(pg_snapshot_xmax(s.snap),
+    (SELECT min(r) FROM pg_snapshot_xip(s.snap) AS r
+     WHERE (r::text::numeric % 4294967296)::text IN (SELECT x FROM here)))
+  FROM s
+$$;
+
+-- bc_outbox_read returns events after (after_txid, after_id) in position
+-- order. The horizon is computed first and the rows are read under a later
+-- snapshot (a VOLATILE function takes one per statement), so everything below
+-- the horizon is committed or gone by then. Call it in READ COMMITTED.
+CREATE FUNCTION bc_outbox_read(after_txid xid8, after_id bigint, tenant text, lim int)
+RETURNS TABLE (id bigint, txid xid8, tenant_id text, topic text, payload jsonb, created_at timestamptz)
+LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+  h xid8;
+BEGIN
+  SELECT bc_outbox_horizon() INTO h;
+  RETURN QUERY
+    SELECT o.id, o.txid, o.tenant_id, o.topic, o.payload, o.created_at
+    FROM outbox o
+    WHERE (o.txid, o.id) > (after_txid, after_id) AND o.txid < h
+      AND (tenant = '' OR o.tenant_id = tenant)
+    ORDER BY o.txid, o.id
+    LIMIT lim;
+END
+$$;
 
 -- One NOTIFY per inserting statement; PostgreSQL folds identical
 -- notifications within a transaction and sends them at commit.
