@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -52,21 +53,26 @@ type Config struct {
 	DiagTimeouts map[int]time.Duration
 }
 
-// Environment variables read by ConfigFromEnv.
+// Environment variables read by ConfigFromEnv; those shared with gpu.reset
+// and the nvml plugin mean the same there.
 const (
 	EnvDcgmi       = "BCD_DCGMI"
 	EnvNvidiaSmi   = gpureset.EnvNvidiaSmi
+	EnvSysRoot     = gpureset.EnvSysRoot
 	EnvProcRoot    = gpureset.EnvProcRoot
 	EnvExecTimeout = gpureset.EnvExecTimeout
 )
 
+// EnvVars lists every variable the plugin reads, for bcd's allowlist.
+var EnvVars = []string{EnvDcgmi, EnvNvidiaSmi, EnvSysRoot, EnvProcRoot, EnvExecTimeout}
+
 // ConfigFromEnv builds a Config from the environment with production
-// defaults (dcgmi and nvidia-smi on PATH, /proc).
+// defaults (dcgmi and nvidia-smi on PATH, /proc or $BCD_SYSFS_ROOT/proc).
 func ConfigFromEnv() (Config, error) {
 	c := Config{
 		DCGMI:    smi.Runner{Path: envOr(EnvDcgmi, "dcgmi")},
 		SMI:      smi.Runner{Path: envOr(EnvNvidiaSmi, "nvidia-smi")},
-		ProcRoot: envOr(EnvProcRoot, "/proc"),
+		ProcRoot: envOr(EnvProcRoot, filepath.Join(envOr(EnvSysRoot, "/"), "proc")),
 	}
 	if v := os.Getenv(EnvExecTimeout); v != "" {
 		d, err := time.ParseDuration(v)

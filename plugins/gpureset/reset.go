@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -11,6 +12,7 @@ import (
 
 	"github.com/better-compute/commands/plugins/gpureset/inuse"
 	"github.com/better-compute/commands/plugins/gpureset/smi"
+	"github.com/better-compute/commands/plugins/internal/gpu/xid"
 	"github.com/better-compute/commands/sdk/kind"
 	"github.com/better-compute/commands/sdk/nodespec"
 )
@@ -56,18 +58,38 @@ type Config struct {
 	XIDs XIDClearer
 }
 
-// Environment variables read by ConfigFromEnv; bcd passes them to the plugin.
+// Environment variables read by ConfigFromEnv; bcd passes them to the
+// plugin. The names it shares with the nvml plugin mean the same there.
 const (
 	EnvNvidiaSmi    = "BCD_NVIDIA_SMI"
+	EnvSysRoot      = "BCD_SYSFS_ROOT"
 	EnvProcRoot     = "BCD_PROC_ROOT"
+	EnvStateDir     = "BCD_STATE_DIR"
+	EnvXIDStore     = "BCD_XID_STORE"
 	EnvExecTimeout  = "BCD_GPU_EXEC_TIMEOUT"
 	EnvResetTimeout = "BCD_GPU_RESET_TIMEOUT"
 )
 
+// EnvVars lists every variable the plugin reads, for bcd's allowlist.
+var EnvVars = []string{EnvNvidiaSmi, EnvSysRoot, EnvProcRoot, EnvStateDir, EnvXIDStore, EnvExecTimeout, EnvResetTimeout}
+
 // ConfigFromEnv builds a Config from the environment, with production
-// defaults (nvidia-smi on PATH, /proc, a 60 s exec and 2 min reset timeout).
+// defaults: nvidia-smi on PATH, /proc (or $BCD_SYSFS_ROOT/proc), the
+// default exec timeout, a 2 minute reset timeout, and the XID store at
+// $BCD_XID_STORE or $BCD_STATE_DIR/gpu-xids.json (none without either).
 func ConfigFromEnv() (Config, error) {
-	c := Config{SMI: smi.Runner{Path: envOr(EnvNvidiaSmi, "nvidia-smi")}, ProcRoot: envOr(EnvProcRoot, "/proc")}
+	sysRoot := envOr(EnvSysRoot, "/")
+	c := Config{
+		SMI:      smi.Runner{Path: envOr(EnvNvidiaSmi, "nvidia-smi")},
+		ProcRoot: envOr(EnvProcRoot, filepath.Join(sysRoot, "proc")),
+	}
+	store := os.Getenv(EnvXIDStore)
+	if store == "" && os.Getenv(EnvStateDir) != "" {
+		store = filepath.Join(os.Getenv(EnvStateDir), xid.StoreFile)
+	}
+	if store != "" {
+		c.XIDs = StoreXIDs{Path: store, SysRoot: sysRoot}
+	}
 	var err error
 	if c.SMI.Timeout, err = envDuration(EnvExecTimeout); err != nil {
 		return c, err

@@ -18,6 +18,7 @@ import (
 	"github.com/better-compute/commands/plugins/gpureset"
 	"github.com/better-compute/commands/plugins/gpureset/plugintest"
 	"github.com/better-compute/commands/plugins/gpureset/smi"
+	"github.com/better-compute/commands/plugins/internal/gpu/xid"
 	"github.com/better-compute/commands/sdk/kind"
 	"github.com/better-compute/commands/sdk/nodespec"
 )
@@ -316,7 +317,7 @@ func TestResetHangIsKilledByTheTimeout(t *testing.T) {
 	require.Less(t, time.Since(start), 30*time.Second)
 	require.Equal(t, "reset-failed", r.Reason)
 	require.Len(t, doc.GPUs, 1)
-	require.Contains(t, doc.GPUs[0].Error, "timed out after 500ms")
+	require.Contains(t, doc.GPUs[0].Error, "timed out and was killed after 500ms")
 	require.True(t, doc.GPUs[0].PersistenceRestored)
 
 	child := e.smi.HangChild()
@@ -411,4 +412,43 @@ func TestPluginBinary(t *testing.T) {
 	r, _, err = p.Execute(ctx, gpureset.KindName, json.RawMessage(`{"gpus":[]}`), e.host)
 	require.NoError(t, err)
 	require.Equal(t, kind.ReasonInvalidPayload, r.Reason)
+}
+
+// The XID store that inventory.refresh keeps loses the conditions of the GPU
+// the reset left healthy, and only those.
+func TestPluginBinaryClearsTheXIDStore(t *testing.T) {
+	bin := testutil.BuildBinary(t, "./plugins/gpureset/cmd/bc-kind-gpureset")
+	e := newEnv(t)
+	root := t.TempDir()
+	bootDir := filepath.Join(root, "proc", "sys", "kernel", "random")
+	require.NoError(t, os.MkdirAll(bootDir, 0o755))
+	const boot = "4e1ba0c3-3b2a-4b8e-9f64-1c2d3e4f5a6b"
+	require.NoError(t, os.WriteFile(filepath.Join(bootDir, "boot_id"), []byte(boot+"\n"), 0o644))
+	storePath := filepath.Join(t.TempDir(), xid.StoreFile)
+	st, err := xid.OpenStore(storePath, boot)
+	require.NoError(t, err)
+	require.True(t, st.Observe(xid.Record{Seq: 10, Timestamp: time.Second, Message: "NVRM: Xid (PCI:0000:3b:00): 63, pid='<unknown>', name=<unknown>, Row Remapper: New row (0x00000000000d2a40) marked for remapping, reset gpu to activate."}))
+	require.True(t, st.Observe(xid.Record{Seq: 11, Timestamp: 2 * time.Second, Message: "NVRM: Xid (PCI:0000:86:00): 48, pid='<unknown>', name=<unknown>, An uncorrectable double bit error (DBE) has been detected on GPU in the framebuffer at partition 6, subpartition 0."}))
+	require.NoError(t, st.Save())
+
+	p := plugintest.Start(t, bin,
+		gpureset.EnvNvidiaSmi+"="+e.smi.Path,
+		gpureset.EnvSysRoot+"="+root,
+		gpureset.EnvProcRoot+"="+e.proc,
+		gpureset.EnvXIDStore+"="+storePath)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	r, _, err := p.Execute(ctx, gpureset.KindName, json.RawMessage(`{"gpus":["`+gpuA+`"]}`), e.host)
+	require.NoError(t, err)
+	require.Equal(t, kind.StatusSucceeded, r.Status, r.Message)
+	var doc gpureset.Result
+	require.NoError(t, json.Unmarshal(r.Data, &doc))
+	require.True(t, doc.GPUs[0].XIDsCleared, doc.GPUs[0].XIDError)
+
+	after, err := xid.OpenStore(storePath, boot)
+	require.NoError(t, err)
+	conds := after.Conditions(nil)
+	require.Len(t, conds, 1)
+	require.Equal(t, "0000:86:00", conds[0].BusID)
+	require.Equal(t, 48, conds[0].XID)
 }

@@ -1,27 +1,27 @@
-// Package smi runs the GPU vendor tools (nvidia-smi, dcgmi) the way a node
-// daemon must: every run has a timeout, and on timeout or cancel the whole
-// process group is killed, since a hung GPU firmware hangs nvidia-smi and
-// whatever it started. It also parses the CSV that nvidia-smi's query modes
-// print.
+// Package smi runs nvidia-smi and dcgmi the way a node daemon must (through
+// plugins/internal/gpu/toolexec: every run has a timeout, and on timeout or
+// cancel the tool's whole process group is killed, since a hung GPU firmware
+// hangs nvidia-smi and whatever it started), and reads what gpu.reset and
+// diag.dcgm need from nvidia-smi's query modes: the GPU list, compute
+// processes, persistence mode, and health after a reset.
 package smi
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"os/exec"
 	"strings"
-	"syscall"
 	"time"
+
+	"github.com/better-compute/commands/plugins/internal/gpu/toolexec"
 )
 
-// DefaultTimeout bounds one nvidia-smi run when the caller sets none.
-const DefaultTimeout = 60 * time.Second
+// DefaultTimeout bounds one run when the caller sets none.
+const DefaultTimeout = toolexec.DefaultTimeout
 
 // ErrTimeout is wrapped by Run's error when the tool ran past its timeout
-// and was killed.
-var ErrTimeout = errors.New("timed out")
+// and its process group was killed.
+var ErrTimeout = toolexec.ErrTimeout
 
 // Output is what one run of a tool produced.
 type Output struct {
@@ -54,47 +54,17 @@ type Runner struct {
 // fallen off the bus, 255 in use). The error is set when the tool could not
 // start, ran past its timeout (wrapping ErrTimeout), or ctx ended.
 func (r Runner) Run(ctx context.Context, args ...string) (Output, error) {
-	timeout := r.Timeout
-	if timeout <= 0 {
-		timeout = DefaultTimeout
-	}
-	out := Output{Args: append([]string(nil), args...), ExitCode: -1}
-	runCtx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-
-	cmd := exec.CommandContext(runCtx, r.Path, args...)
-	// Its own process group, so that a kill reaches the children a wrapper
-	// script or the tool itself started.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	cmd.Cancel = func() error {
-		if cmd.Process == nil {
-			return nil
-		}
-		return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-	}
-	// A grandchild that outlives the kill could hold the pipes open; do not
-	// wait on it for long.
-	cmd.WaitDelay = 2 * time.Second
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout = &stdout
-	cmd.Stderr = &stderr
-	err := cmd.Run()
-	out.Stdout, out.Stderr = stdout.String(), stderr.String()
-	if ctx.Err() != nil {
-		return out, fmt.Errorf("%s %s: %w", r.Path, strings.Join(args, " "), ctx.Err())
-	}
-	if runCtx.Err() != nil {
-		out.TimedOut = true
-		return out, fmt.Errorf("%s %s: %w after %s; its process group was killed", r.Path, strings.Join(args, " "), ErrTimeout, timeout)
-	}
-	var exitErr *exec.ExitError
-	if errors.As(err, &exitErr) {
-		out.ExitCode = exitErr.ExitCode()
-		return out, nil
+	res, err := toolexec.Run(ctx, r.Timeout, r.Path, args...)
+	out := Output{
+		Args:     append([]string(nil), args...),
+		Stdout:   string(res.Stdout),
+		Stderr:   string(res.Stderr),
+		ExitCode: res.ExitCode,
 	}
 	if err != nil {
-		return out, fmt.Errorf("running %s: %w", r.Path, err)
+		out.ExitCode = -1
+		out.TimedOut = errors.Is(err, toolexec.ErrTimeout)
+		return out, fmt.Errorf("%s %s: %w", r.Path, strings.Join(args, " "), err)
 	}
-	out.ExitCode = 0
 	return out, nil
 }
