@@ -85,7 +85,7 @@ func (h *Host) Execute(ctx context.Context, cmd kind.Command, progress func(perc
 	if progress != nil {
 		onProgress = func(pr *pluginv1.Progress) { progress(int(pr.GetPercent()), pr.GetMessage()) }
 	}
-	res, err := wire.Execute(runCtx, p.kc, req, onProgress, h.cfg.CancelGrace)
+	res, err := wire.Execute(runCtx, p.Kind, req, onProgress, h.cfg.CancelGrace)
 	if err == nil {
 		return kind.ResultFromProto(res), nil
 	}
@@ -105,7 +105,7 @@ func (h *Host) failure(ctx context.Context, in *instance, p *proc, err error) (k
 	}
 	if crashed(p, err) {
 		in.fail(p)
-		in.logger.Error("plugin crashed mid-command", "pid", p.pid, "error", err)
+		in.logger.Error("plugin crashed mid-command", "pid", p.Pid, "error", err)
 		return kind.Result{Status: kind.StatusFailed, Reason: ReasonPluginCrashed, Message: "the plugin " + in.bin.name + " exited while the command ran; it is being restarted"},
 			fmt.Errorf("%w: %s: %w", ErrPluginCrashed, in.bin.name, err)
 	}
@@ -119,7 +119,7 @@ func crashed(p *proc, err error) bool {
 	timer := time.NewTimer(crashWait)
 	defer timer.Stop()
 	select {
-	case <-p.exited:
+	case <-p.Exited:
 		return true
 	default:
 	}
@@ -129,7 +129,7 @@ func crashed(p *proc, err error) bool {
 	// A stream error that is not Unavailable may still be the process going
 	// down (the error raced its exit): give the exit a moment to show.
 	select {
-	case <-p.exited:
+	case <-p.Exited:
 		return true
 	case <-timer.C:
 		return false

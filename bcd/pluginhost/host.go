@@ -13,7 +13,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"sort"
 	"strings"
 	"sync"
@@ -99,22 +98,10 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
-// hostEnvAllowlist names the only variables of bcd's environment a plugin gets.
-var hostEnvAllowlist = []string{"PATH", "LANG", "LC_ALL", "TZ", "TMPDIR"}
-
-// defaultPath is the plugins' PATH when bcd has none.
-const defaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-
-// pluginEnv builds a plugin's whole environment.
+// pluginEnv builds a plugin's whole environment: wire.BaseEnv (PATH, LANG,
+// LC_ALL, TZ, TMPDIR), the log level, then Config.Env.
 func (c Config) pluginEnv() []string {
-	var env []string
-	for _, k := range hostEnvAllowlist {
-		if v, ok := os.LookupEnv(k); ok {
-			env = append(env, k+"="+v)
-		} else if k == "PATH" {
-			env = append(env, "PATH="+defaultPath)
-		}
-	}
+	env := wire.BaseEnv()
 	if c.LogLevel != "" {
 		env = append(env, wire.EnvLogLevel+"="+c.LogLevel)
 	}

@@ -4,13 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"runtime"
 	"sync"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
-	"github.com/hashicorp/go-plugin"
-	"google.golang.org/grpc"
 
 	pluginv1 "github.com/better-compute/commands/proto/bc/plugin/v1"
 	"github.com/better-compute/commands/sdk/kind"
@@ -43,15 +40,10 @@ type instance struct {
 
 // proc is one plugin process.
 type proc struct {
-	client *plugin.Client
-	kc     *wire.Client
-	// pid is the plugin's pid and its process group id.
-	pid int
+	*wire.Process
 	// brokerID is where the Host service is served to this process.
 	brokerID uint32
-	// exited is closed when the process has exited.
-	exited  chan struct{}
-	started time.Time
+	started  time.Time
 }
 
 func newInstance(h *Host, b binary) *instance {
@@ -81,47 +73,21 @@ func (in *instance) start(ctx context.Context) error {
 	return nil
 }
 
-// spawn starts one process and reads its manifests.
+// spawn starts one process, serves it the Host service and reads its
+// manifests.
 func (in *instance) spawn(ctx context.Context) (*proc, []kind.Manifest, error) {
-	type spawned struct {
-		p   *proc
-		err error
+	wp, err := wire.Start(wire.Launch{
+		Path:         in.bin.path,
+		Env:          in.h.cfg.pluginEnv(),
+		Logger:       in.h.logger,
+		StartTimeout: in.h.cfg.StartTimeout,
+		SHA256:       in.bin.sha256,
+	})
+	if err != nil {
+		return nil, nil, err
 	}
-	ch := make(chan spawned, 1)
-	go func() {
-		// The plugin gets Pdeathsig, which fires when the thread that forked
-		// it exits, not the process (golang/go#27505). This goroutine keeps
-		// its thread for the plugin's life, so the signal means "bcd died".
-		// It never unlocks: the runtime retires the thread when it returns.
-		runtime.LockOSThread()
-		client, cmd := wire.NewClient(wire.Launch{
-			Path:         in.bin.path,
-			Env:          in.h.cfg.pluginEnv(),
-			Logger:       in.h.logger,
-			StartTimeout: in.h.cfg.StartTimeout,
-			SHA256:       in.bin.sha256,
-		})
-		kc, err := wire.Dispense(client)
-		if err != nil {
-			if cmd.Process != nil {
-				_ = wire.KillGroup(cmd.Process.Pid)
-			}
-			client.Kill()
-			ch <- spawned{err: err}
-			return
-		}
-		p := &proc{client: client, kc: kc, pid: cmd.Process.Pid, exited: make(chan struct{}), started: time.Now()}
-		go watchExit(p.pid, kc.Done.Done(), p.exited)
-		ch <- spawned{p: p}
-		<-p.exited
-	}()
-	s := <-ch
-	if s.err != nil {
-		return nil, nil, s.err
-	}
-	p := s.p
-	p.brokerID = p.kc.Broker.NextId()
-	go p.kc.Broker.AcceptAndServe(p.brokerID, in.newHostServer)
+	p := &proc{Process: wp, started: time.Now()}
+	p.brokerID = wp.ServeHost(kind.NewHostServer(in.h.services))
 	ms, err := in.readManifests(ctx, p)
 	if err != nil {
 		in.stop(p)
@@ -130,18 +96,11 @@ func (in *instance) spawn(ctx context.Context) (*proc, []kind.Manifest, error) {
 	return p, ms, nil
 }
 
-// newHostServer serves bcd's Host service to one plugin process.
-func (in *instance) newHostServer(opts []grpc.ServerOption) *grpc.Server {
-	s := grpc.NewServer(append(opts, wire.ServerOptions()...)...)
-	pluginv1.RegisterHostServer(s, kind.NewHostServer(in.h.services))
-	return s
-}
-
 // readManifests asks the process for its manifests and validates them.
 func (in *instance) readManifests(ctx context.Context, p *proc) ([]kind.Manifest, error) {
 	ctx, cancel := context.WithTimeout(ctx, in.h.cfg.StartTimeout)
 	defer cancel()
-	resp, err := p.kc.Manifests(ctx, &pluginv1.ManifestsRequest{HostBrokerId: p.brokerID})
+	resp, err := p.Kind.Manifests(ctx, &pluginv1.ManifestsRequest{HostBrokerId: p.brokerID})
 	if err != nil {
 		return nil, fmt.Errorf("reading manifests: %w", err)
 	}
@@ -195,7 +154,7 @@ func (in *instance) supervise(p *proc) {
 	attempt := 0
 	for {
 		select {
-		case <-p.exited:
+		case <-p.Exited:
 		case <-in.h.closed:
 			return
 		}
@@ -209,7 +168,7 @@ func (in *instance) supervise(p *proc) {
 			in.ready = make(chan struct{})
 		}
 		in.procLock.Unlock()
-		in.logger.Error("plugin exited; restarting it", "pid", p.pid, "up", time.Since(p.started).Round(time.Millisecond))
+		in.logger.Error("plugin exited; restarting it", "pid", p.Pid, "up", time.Since(p.started).Round(time.Millisecond))
 		in.reap(p)
 		if time.Since(p.started) >= in.h.cfg.RestartBackoffMax {
 			attempt = 0
@@ -242,7 +201,7 @@ func (in *instance) supervise(p *proc) {
 			in.cur = np
 			close(in.ready)
 			in.procLock.Unlock()
-			in.logger.Info("plugin restarted", "pid", np.pid, "attempt", attempt)
+			in.logger.Info("plugin restarted", "pid", np.Pid, "attempt", attempt)
 			p = np
 			break
 		}
@@ -263,7 +222,7 @@ func (in *instance) get(ctx context.Context) (*proc, error) {
 	for {
 		in.procLock.Lock()
 		p, closing := in.cur, in.closing
-		if p != nil && isClosed(p.exited) {
+		if p != nil && isClosed(p.Exited) {
 			// Exited, and the supervisor has not seen it yet: never hand
 			// out a dead process; wait for its replacement.
 			in.cur, p = nil, nil
@@ -296,9 +255,24 @@ func isClosed(ch <-chan struct{}) bool {
 
 // fail treats p as crashed though its process may live on (its connection
 // broke): killing its group makes it exit, and the supervisor restarts it.
+// When fail returns, p is no longer handed out, so the next command waits
+// for the new process instead of meeting the dead one.
 func (in *instance) fail(p *proc) {
-	if err := wire.KillGroup(p.pid); err != nil {
-		in.logger.Warn("killing plugin", "pid", p.pid, "error", err)
+	if err := wire.KillGroup(p.Pid); err != nil {
+		in.logger.Warn("killing plugin", "pid", p.Pid, "error", err)
+	}
+	timer := time.NewTimer(in.h.cfg.KillTimeout)
+	defer timer.Stop()
+	select {
+	case <-p.Exited:
+	case <-timer.C:
+		in.logger.Warn("plugin did not exit after its group was killed", "pid", p.Pid)
+	}
+	in.procLock.Lock()
+	defer in.procLock.Unlock()
+	if in.cur == p {
+		in.cur = nil
+		in.ready = make(chan struct{})
 	}
 }
 
@@ -306,34 +280,16 @@ func (in *instance) fail(p *proc) {
 // group, and go-plugin's client is released, bounded in time since its Kill
 // can hang (terraform#38940).
 func (in *instance) reap(p *proc) {
-	if err := wire.KillGroup(p.pid); err != nil {
-		in.logger.Warn("killing plugin process group", "pid", p.pid, "error", err)
+	if err := wire.KillGroup(p.Pid); err != nil {
+		in.logger.Warn("killing plugin process group", "pid", p.Pid, "error", err)
 	}
 	in.killClient(p)
 }
 
-// stop ends a process: a graceful go-plugin Kill, bounded, then the whole
-// process group is killed whatever happened.
+// stop ends a process gracefully, bounded, then kills its whole group.
 func (in *instance) stop(p *proc) {
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		p.client.Kill()
-	}()
-	timer := time.NewTimer(in.h.cfg.KillTimeout)
-	defer timer.Stop()
-	select {
-	case <-p.exited:
-	case <-timer.C:
-		in.logger.Warn("plugin did not stop in time; killing its process group", "pid", p.pid)
-	}
-	if err := wire.KillGroup(p.pid); err != nil {
-		in.logger.Warn("killing plugin process group", "pid", p.pid, "error", err)
-	}
-	select {
-	case <-done:
-	case <-time.After(in.h.cfg.KillTimeout):
-		in.logger.Warn("go-plugin Kill did not return in time", "pid", p.pid)
+	if err := p.Stop(in.h.cfg.KillTimeout); err != nil {
+		in.logger.Warn("stopping plugin", "pid", p.Pid, "error", err)
 	}
 }
 
@@ -341,12 +297,14 @@ func (in *instance) killClient(p *proc) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		p.client.Kill()
+		p.Client.Kill()
 	}()
+	timer := time.NewTimer(in.h.cfg.KillTimeout)
+	defer timer.Stop()
 	select {
 	case <-done:
-	case <-time.After(in.h.cfg.KillTimeout):
-		in.logger.Warn("go-plugin Kill did not return in time", "pid", p.pid)
+	case <-timer.C:
+		in.logger.Warn("go-plugin Kill did not return in time", "pid", p.Pid)
 	}
 }
 

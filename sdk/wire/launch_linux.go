@@ -1,3 +1,5 @@
+//go:build linux
+
 package wire
 
 import (
@@ -5,12 +7,18 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"os/exec"
+	"runtime"
 	"syscall"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/go-plugin"
+	"golang.org/x/sys/unix"
+	"google.golang.org/grpc"
+
+	pluginv1 "github.com/better-compute/commands/proto/bc/plugin/v1"
 )
 
 // DefaultStartTimeout bounds a plugin's start (exec until handshake). Plugins
@@ -125,4 +133,131 @@ func KillGroup(pgid int) error {
 		return fmt.Errorf("killing process group %d: %w", pgid, err)
 	}
 	return nil
+}
+
+// baseEnv names the only variables of the host's environment a plugin gets.
+var baseEnv = []string{"PATH", "LANG", "LC_ALL", "TZ", "TMPDIR"}
+
+// DefaultPath is a plugin's PATH when the host has none.
+const DefaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+// BaseEnv is the part of the host's environment every plugin gets: PATH
+// (DefaultPath when unset), LANG, LC_ALL, TZ and TMPDIR. Nothing else of
+// the host's environment reaches a plugin.
+func BaseEnv() []string {
+	var env []string
+	for _, k := range baseEnv {
+		if v, ok := os.LookupEnv(k); ok {
+			env = append(env, k+"="+v)
+		} else if k == "PATH" {
+			env = append(env, "PATH="+DefaultPath)
+		}
+	}
+	return env
+}
+
+// Process is one started plugin process.
+type Process struct {
+	// Client is go-plugin's client; Kill it to stop the plugin gracefully.
+	Client *plugin.Client
+	// Kind is the plugin's kind service.
+	Kind *Client
+	// Pid is the plugin's pid, and the id of its process group.
+	Pid int
+	// Exited is closed once the process has exited.
+	Exited <-chan struct{}
+}
+
+// Start starts a plugin and dispenses its kind service. The forking
+// goroutine keeps its OS thread for the plugin's life, so the plugin's
+// Pdeathsig fires when the host dies, not when a runtime thread retires. On
+// error nothing is left running.
+func Start(l Launch) (*Process, error) {
+	type started struct {
+		p   *Process
+		err error
+	}
+	ch := make(chan started, 1)
+	go func() {
+		// Never unlocked: the runtime retires the thread when this returns,
+		// which is after the plugin has exited.
+		runtime.LockOSThread()
+		client, cmd := NewClient(l)
+		kc, err := Dispense(client)
+		if err != nil {
+			if cmd.Process != nil {
+				_ = KillGroup(cmd.Process.Pid)
+			}
+			client.Kill()
+			ch <- started{err: err}
+			return
+		}
+		exited := make(chan struct{})
+		go watchExit(cmd.Process.Pid, kc.Done.Done(), exited)
+		ch <- started{p: &Process{Client: client, Kind: kc, Pid: cmd.Process.Pid, Exited: exited}}
+		<-exited
+	}()
+	s := <-ch
+	return s.p, s.err
+}
+
+// ServeHost serves h as the Host service on a new broker id of p and
+// returns the id: pass it in ManifestsRequest (so the plugin dials at once)
+// and in every ExecuteRequest.
+func (p *Process) ServeHost(server pluginv1.HostServer) uint32 {
+	id := p.Kind.Broker.NextId()
+	go p.Kind.Broker.AcceptAndServe(id, func(opts []grpc.ServerOption) *grpc.Server {
+		s := grpc.NewServer(append(opts, ServerOptions()...)...)
+		pluginv1.RegisterHostServer(s, server)
+		return s
+	})
+	return id
+}
+
+// Stop ends the plugin: a graceful go-plugin Kill, bounded by timeout (its
+// Kill can hang, terraform#38940), then the whole process group is killed
+// whatever happened, children included.
+func (p *Process) Stop(timeout time.Duration) error {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		p.Client.Kill()
+	}()
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	select {
+	case <-p.Exited:
+	case <-timer.C:
+	}
+	err := KillGroup(p.Pid)
+	select {
+	case <-done:
+	case <-timer.C:
+		return errors.Join(err, fmt.Errorf("go-plugin Kill of pid %d did not return within %s", p.Pid, timeout))
+	}
+	return err
+}
+
+// watchExit closes exited when process pid exits. It waits on a pidfd with
+// WNOWAIT, so go-plugin still reaps the process itself. go-plugin's own done
+// signal (the fallback, on kernels without pidfds) also waits for the
+// plugin's stdout and stderr pipes to close, which a child still holding
+// them can delay forever; the pidfd sees the plugin itself exit.
+func watchExit(pid int, fallback <-chan struct{}, exited chan<- struct{}) {
+	defer close(exited)
+	fd, err := unix.PidfdOpen(pid, 0)
+	if err != nil {
+		<-fallback
+		return
+	}
+	defer unix.Close(fd)
+	for {
+		var info unix.Siginfo
+		err := unix.Waitid(unix.P_PIDFD, fd, &info, unix.WEXITED|unix.WNOWAIT, nil)
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		// Exited, or already reaped (ECHILD): either way it is gone.
+		return
+	}
 }
