@@ -6,6 +6,7 @@ import (
 	"github.com/better-compute/commands/controlplane/events"
 	apiv1 "github.com/better-compute/commands/proto/bc/api/v1"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/types/known/timestamppb"
 )
 
@@ -16,6 +17,10 @@ type eventsServer struct {
 
 // CursorNow starts a watch at the newest event.
 const CursorNow = "now"
+
+// HeaderCursor is the response header that carries the cursor a watch
+// starts after.
+const HeaderCursor = "bc-cursor"
 
 // watchBatch is how many events one outbox read takes.
 const watchBatch = 500
@@ -46,6 +51,12 @@ func (e *eventsServer) Watch(req *apiv1.WatchEventsRequest, stream grpc.ServerSt
 		}
 	} else if _, _, err := events.ParseCursor(after); err != nil {
 		return apierr.New(apierr.InvalidInput, err.Error(), map[string]string{"field": "cursor"})
+	}
+	// The resolved cursor goes out as a header before any event, which
+	// tells a client that started at "now" from when on it sees everything
+	// (the CLI's --wait reads the command only after this).
+	if err := stream.SendHeader(metadata.Pairs(HeaderCursor, after)); err != nil {
+		return err
 	}
 	types := map[string]bool{}
 	for _, t := range req.GetTypes() {
