@@ -126,8 +126,8 @@ func TestRunConcurrentSameKeyMakesOneCommand(t *testing.T) {
 	b := setup(t)
 	const n = 20
 	var (
-		wg  sync.WaitGroup
-		ids = make([]string, n)
+		wg   sync.WaitGroup
+		ids  = make([]string, n)
 		errs = make([]error, n)
 	)
 	start := make(chan struct{})
