@@ -6,6 +6,7 @@ package collect
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -249,6 +250,13 @@ func attachXIDs(inv *gpu.Inventory, conds []gpu.XIDCondition) {
 func carryGPUs(inv, prev *gpu.Inventory) {
 	inv.Sources.NVML, inv.Sources.NvidiaSmi, inv.Sources.Kernel = prev.Sources.NVML, prev.Sources.NvidiaSmi, prev.Sources.Kernel
 	inv.DriverVersion = prev.DriverVersion
+	// A deep copy, so that refreshing a section never edits the caller's
+	// previous inventory through a shared pointer.
+	var gs []gpu.GPU
+	if b, err := json.Marshal(prev.GPUs); err == nil && json.Unmarshal(b, &gs) == nil {
+		inv.GPUs = gs
+		return
+	}
 	inv.GPUs = append([]gpu.GPU(nil), prev.GPUs...)
 }
 
