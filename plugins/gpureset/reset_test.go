@@ -452,3 +452,34 @@ func TestPluginBinaryClearsTheXIDStore(t *testing.T) {
 	require.Equal(t, "0000:86:00", conds[0].BusID)
 	require.Equal(t, 48, conds[0].XID)
 }
+
+// "The daemon stops between actions and reports the real outcome, so a side
+// effect that already happened is never hidden."
+func TestCancelStopsBetweenGPUsAndRestoresPersistence(t *testing.T) {
+	e := newEnv(t)
+	e.smi.Hang("--gpu-reset -i " + gpuA)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		// Cancel once the reset of the first GPU is under way.
+		deadline := time.Now().Add(20 * time.Second)
+		for e.smi.HangChild() == 0 && time.Now().Before(deadline) {
+			time.Sleep(10 * time.Millisecond)
+		}
+		cancel()
+	}()
+	r := kind.Run(ctx, gpureset.Handler(e.cfg), kind.Request{
+		Command: kind.Command{ID: "cmd_1", Kind: gpureset.KindName, Payload: json.RawMessage(`{"gpus":["` + gpuA + `","` + gpuB + `"]}`)},
+		Host:    e.host,
+		Logger:  hclog.NewNullLogger(),
+	})
+	require.Equal(t, kind.StatusCancelled, r.Status, r.Message)
+	var doc gpureset.Result
+	require.NoError(t, json.Unmarshal(r.Data, &doc))
+	require.Len(t, doc.GPUs, 2)
+	require.Equal(t, gpureset.ResetFailed, doc.GPUs[0].Reset)
+	require.True(t, doc.GPUs[0].PersistenceRestored, "persistence mode is restored after a cancel")
+	require.Equal(t, gpureset.ResetNotAttempted, doc.GPUs[1].Reset)
+	require.NotContains(t, e.smi.Calls(), "--gpu-reset -i "+gpuB)
+	require.Contains(t, e.smi.Calls(), "-pm 1 -i "+gpuA)
+}
