@@ -1,0 +1,126 @@
+package kinds_test
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/better-compute/commands/controlplane/kinds"
+	"github.com/better-compute/commands/sdk/kind"
+	"github.com/stretchr/testify/require"
+)
+
+var probe = kind.Manifest{
+	Kind: "vendor.probe", Lane: kind.LaneBulk, Timeout: kind.Duration(time.Minute), Roles: []string{"node"},
+	Version: "1.2.3", PayloadSchema: json.RawMessage(`{"type":"object","properties":{"depth":{"type":"integer","minimum":1}},"required":["depth"]}`),
+}
+
+func TestNewRegistry(t *testing.T) {
+	r, err := kinds.NewRegistry(probe)
+	require.NoError(t, err)
+	m, ok := r.Get("vendor.probe")
+	require.True(t, ok)
+	require.Equal(t, probe.Digest(), m.Digest())
+	require.Len(t, r.All(), 1)
+	_, ok = r.Get("vendor.nope")
+	require.False(t, ok)
+
+	_, err = kinds.NewRegistry(probe, probe)
+	require.ErrorIs(t, err, kinds.ErrDuplicateKind)
+
+	bad := probe
+	bad.Lane = "fast"
+	_, err = kinds.NewRegistry(bad)
+	require.ErrorContains(t, err, "lane")
+}
+
+// Unknown kinds are refused; payloads are checked against the schema and the
+// error names the failing field.
+func TestValidatePayload(t *testing.T) {
+	r, err := kinds.NewRegistry(probe)
+	require.NoError(t, err)
+	require.NoError(t, r.ValidatePayload("vendor.probe", []byte(`{"depth":2}`)))
+	require.ErrorIs(t, r.ValidatePayload("vendor.nope", nil), kinds.ErrUnknownKind)
+
+	err = r.ValidatePayload("vendor.probe", []byte(`{"depth":0}`))
+	var pe *kind.PayloadError
+	require.ErrorAs(t, err, &pe)
+	require.Equal(t, "/depth", pe.Field)
+	err = r.ValidatePayload("vendor.probe", []byte(`{}`))
+	require.ErrorAs(t, err, &pe)
+}
+
+// Third-party manifest files: JSON or YAML, one manifest or a list, each
+// validated; a duplicate or an invalid file registers nothing.
+func TestLoadDir(t *testing.T) {
+	dir := t.TempDir()
+	b, err := json.Marshal(probe)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "probe.json"), b, 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "more.yaml"), []byte(`
+- kind: vendor.flash
+  lane: provision
+  timeout: 30m
+  roles: [node, discovery]
+  flags: {destructive: true, attested: true}
+  version: 0.1.0
+- kind: vendor.ping
+  lane: control
+  timeout: 10s
+  roles: [node]
+  apiRunnable: false
+  version: 1.0.0
+`), 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "README.txt"), []byte("not a manifest"), 0o644))
+
+	r, err := kinds.NewRegistry()
+	require.NoError(t, err)
+	require.NoError(t, r.LoadDir(dir))
+	var names []string
+	for _, m := range r.All() {
+		names = append(names, m.Kind)
+	}
+	require.Equal(t, []string{"vendor.flash", "vendor.ping", "vendor.probe"}, names)
+	flash, _ := r.Get("vendor.flash")
+	require.True(t, flash.Flags.Destructive)
+	require.Equal(t, 30*time.Minute, flash.Timeout.D())
+
+	// Loading the same directory again: every kind is a duplicate.
+	require.ErrorIs(t, r.LoadDir(dir), kinds.ErrDuplicateKind)
+
+	bad := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(bad, "a.json"), b, 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(bad, "b.yml"), []byte("kind: vendor.x\nlane: control\ntimeout: 1m\nroles: [node]\nversion: 1.0.0\napiRunable: true\n"), 0o644))
+	r2, err := kinds.NewRegistry()
+	require.NoError(t, err)
+	require.ErrorContains(t, r2.LoadDir(bad), "apiRunable")
+	require.Empty(t, r2.All(), "an invalid file registers nothing")
+
+	require.Error(t, r2.LoadDir(filepath.Join(bad, "missing")))
+}
+
+func TestFirstPartyRegisters(t *testing.T) {
+	_, err := kinds.NewRegistry(kinds.FirstParty()...)
+	require.NoError(t, err)
+}
+
+func FuzzParseManifests(f *testing.F) {
+	b, _ := json.Marshal(probe)
+	f.Add(b)
+	f.Add([]byte("kind: vendor.x\nlane: control\ntimeout: 1m\nroles: [node]\nversion: 1.0.0\n"))
+	f.Add([]byte("[]"))
+	f.Add([]byte("- {kind: a.b}\n"))
+	f.Add([]byte("null"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		ms, err := kinds.ParseManifests(data)
+		if err != nil {
+			return
+		}
+		for _, m := range ms {
+			// Validation must not panic on anything that parses.
+			_ = m.Validate()
+		}
+	})
+}
