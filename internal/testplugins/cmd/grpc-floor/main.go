@@ -1,6 +1,7 @@
 // Command grpc-floor is a bare gRPC server (the health service) on the unix
 // socket named by its one argument: the floor that a plugin's cold start is
-// measured against, a Go binary that serves gRPC and nothing else.
+// measured against, a Go binary that serves gRPC and nothing else. Like a
+// go-plugin handshake, it prints one line to stdout once it listens.
 package main
 
 import (
@@ -22,6 +23,7 @@ func main() {
 		os.Stderr.WriteString(err.Error() + "\n")
 		os.Exit(1)
 	}
+	os.Stdout.WriteString("ready\n")
 	s := grpc.NewServer()
 	healthpb.RegisterHealthServer(s, health.NewServer())
 	_ = s.Serve(ln)
