@@ -1,0 +1,93 @@
+package queue_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"testing"
+	"time"
+
+	"github.com/better-compute/commands/controlplane/ids"
+	"github.com/better-compute/commands/controlplane/kinds"
+	"github.com/better-compute/commands/controlplane/queue"
+	"github.com/better-compute/commands/internal/pgtest"
+	"github.com/hashicorp/go-hclog"
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+)
+
+// ceilingSQL is the floor under any enqueue: one statement that bumps the
+// node's seq, inserts the row and notifies, with no validation, no
+// idempotency handling and no outbox.
+const ceilingSQL = `
+WITH n AS (UPDATE nodes SET next_cmd_seq = next_cmd_seq + 1 WHERE id = $1 RETURNING tenant_id, next_cmd_seq - 1 AS seq),
+ins AS (INSERT INTO commands (id, tenant_id, node_id, seq, kind, lane, payload, idempotency_key, not_after)
+  SELECT $2, n.tenant_id, $1, n.seq, 'test.refresh', 'control', $3, $4, now() + interval '5 minutes' FROM n RETURNING id)
+SELECT pg_notify('bc_events', id) FROM ins`
+
+// BenchmarkEnqueue measures Enqueue in its own transaction (begin, enqueue,
+// commit) and, interleaved on the same database in the same run, the
+// ceiling: a bare transaction that bumps the seq, inserts the row and
+// notifies. It reports both latencies' p50 and p99 and ratio = enqueue p50 /
+// ceiling p50 (1.0 is as fast as the ceiling).
+func BenchmarkEnqueue(b *testing.B) {
+	ctx := context.Background()
+	pool := pgtest.DB(b)
+	reg, err := kinds.NewRegistry(refreshKind)
+	require.NoError(b, err)
+	q := queue.New(reg, hclog.NewNullLogger())
+	ten, err := q.CreateTenant(ctx, pool, queue.Tenant{})
+	require.NoError(b, err)
+	node, err := q.CreateNode(ctx, pool, queue.Node{TenantID: ten.ID})
+	require.NoError(b, err)
+	floorNode, err := q.CreateNode(ctx, pool, queue.Node{TenantID: ten.ID})
+	require.NoError(b, err)
+	payload := json.RawMessage(`{"sections":["gpus"],"rescan":true}`)
+
+	enq := make([]time.Duration, 0, b.N)
+	floor := make([]time.Duration, 0, b.N)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		key := fmt.Sprintf("bench-%d", i)
+		t0 := time.Now()
+		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			_, _, err := q.Enqueue(ctx, tx, queue.EnqueueParams{
+				TenantID: ten.ID, NodeID: node.ID, Kind: refreshKind.Kind, Payload: payload,
+				IdempotencyKey: key, NotAfter: time.Now().Add(5 * time.Minute),
+			})
+			return err
+		})
+		enq = append(enq, time.Since(t0))
+		if err != nil {
+			b.Fatal(err)
+		}
+
+		t0 = time.Now()
+		err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			_, err := tx.Exec(ctx, ceilingSQL, floorNode.ID, ids.NewCommand(), payload, key)
+			return err
+		})
+		floor = append(floor, time.Since(t0))
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.StopTimer()
+	p50, p99 := percentiles(enq)
+	f50, f99 := percentiles(floor)
+	b.ReportMetric(float64(p50.Nanoseconds()), "p50-ns")
+	b.ReportMetric(float64(p99.Nanoseconds()), "p99-ns")
+	b.ReportMetric(float64(f50.Nanoseconds()), "floor-p50-ns")
+	b.ReportMetric(float64(f99.Nanoseconds()), "floor-p99-ns")
+	b.ReportMetric(float64(p50)/float64(f50), "ratio")
+}
+
+func percentiles(d []time.Duration) (p50, p99 time.Duration) {
+	s := append([]time.Duration(nil), d...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	if len(s) == 0 {
+		return 0, 0
+	}
+	return s[len(s)*50/100], s[min(len(s)-1, len(s)*99/100)]
+}
