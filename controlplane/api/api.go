@@ -67,6 +67,9 @@ type Server struct {
 	poll      time.Duration
 	now       func() time.Time
 	hub       *hub
+	// done closes when the context given to Start ends: watches then end
+	// with UNAVAILABLE so that their clients resume on another replica.
+	done chan struct{}
 }
 
 // New builds the API server. Call Start before serving Events.Watch.
@@ -82,7 +85,7 @@ func New(cfg Config) *Server {
 	s := &Server{
 		pool: cfg.Pool, queue: cfg.Queue, logger: logger.Named("api"),
 		allowlist: map[string]bool{}, quorum: cfg.BatchQuorum, poll: cfg.WatchPoll, now: cfg.Now,
-		hub: newHub(),
+		hub: newHub(), done: make(chan struct{}),
 	}
 	for _, k := range allow {
 		s.allowlist[k] = true
@@ -100,6 +103,10 @@ func New(cfg Config) *Server {
 func (s *Server) Start(ctx context.Context) {
 	wake := events.Listen(ctx, s.pool, s.poll, s.logger)
 	go s.hub.run(wake)
+	go func() {
+		<-ctx.Done()
+		close(s.done)
+	}()
 }
 
 // Register adds the Commands, Events and Nodes services to g.

@@ -91,6 +91,9 @@ func (e *eventsServer) Watch(req *apiv1.WatchEventsRequest, stream grpc.ServerSt
 		select {
 		case <-ctx.Done():
 			return nil
+		case <-s.done:
+			return apierr.New(apierr.Unavailable, "the server is shutting down; resume the watch from your last cursor",
+				map[string]string{"cursor": after})
 		case <-wake:
 		}
 	}

@@ -1,0 +1,265 @@
+package server
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"runtime"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/reflection"
+	reflectionv1 "google.golang.org/grpc/reflection/grpc_reflection_v1"
+	reflectionv1alpha "google.golang.org/grpc/reflection/grpc_reflection_v1alpha"
+
+	"github.com/better-compute/commands/controlplane/api"
+	"github.com/better-compute/commands/controlplane/auth"
+	"github.com/better-compute/commands/controlplane/kinds"
+	"github.com/better-compute/commands/controlplane/queue"
+	"github.com/better-compute/commands/controlplane/store"
+)
+
+// Server is a running control plane API server.
+type Server struct {
+	cfg      Config
+	logger   hclog.Logger
+	pool     *pgxpool.Pool
+	grpc     *grpc.Server
+	health   *health.Server
+	http     *http.Server
+	grpcLis  net.Listener
+	httpLis  net.Listener
+	api      *api.Server
+	metrics  *metrics
+	stopping atomic.Bool
+}
+
+// New opens the database (applying migrations), builds the registry from the
+// first-party manifests and KindsDir, and binds both listeners, so a bad
+// address or database fails here rather than after start.
+func New(ctx context.Context, cfg Config, reg *kinds.Registry, logger hclog.Logger) (*Server, error) {
+	if logger == nil {
+		logger = hclog.NewNullLogger()
+	}
+	authCfg, err := cfg.authConfig()
+	if err != nil {
+		return nil, err
+	}
+	authn, err := auth.New(authCfg)
+	if err != nil {
+		return nil, fmt.Errorf("auth: %w", err)
+	}
+	if reg == nil {
+		if reg, err = kinds.NewRegistry(kinds.FirstParty()...); err != nil {
+			return nil, fmt.Errorf("kind registry: %w", err)
+		}
+	}
+	if cfg.KindsDir != "" {
+		if err := reg.LoadDir(cfg.KindsDir); err != nil {
+			return nil, fmt.Errorf("loading kinds from %s: %w", cfg.KindsDir, err)
+		}
+	}
+	creds, err := cfg.TLS.credentials()
+	if err != nil {
+		return nil, err
+	}
+	poolCfg, err := pgxpool.ParseConfig(cfg.DatabaseURL)
+	if err != nil {
+		return nil, fmt.Errorf("database url: %w", err)
+	}
+	// The pool bounds the API's concurrency on the database; an enqueue
+	// holds a connection for three round trips, so a few per CPU keep the
+	// database busy without queueing behind the pool.
+	poolCfg.MaxConns = cfg.MaxConns
+	if poolCfg.MaxConns <= 0 {
+		poolCfg.MaxConns = int32(max(8, 4*runtime.GOMAXPROCS(0)))
+	}
+	pool, err := store.OpenConfig(ctx, poolCfg, logger)
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{cfg: cfg, logger: logger.Named("server"), pool: pool}
+	closeOnErr := func(err error) (*Server, error) {
+		pool.Close()
+		if s.grpcLis != nil {
+			_ = s.grpcLis.Close()
+		}
+		return nil, err
+	}
+
+	q := queue.New(reg, logger)
+	q.RequireBatches(cfg.BatchQuorum)
+	s.api = api.New(api.Config{Pool: pool, Queue: q, Logger: logger, Allowlist: cfg.Allowlist, BatchQuorum: cfg.BatchQuorum})
+	s.metrics = newMetrics(pool)
+
+	authn.AllowUnauthenticated(healthpb.Health_ServiceDesc.ServiceName,
+		reflectionv1.ServerReflection_ServiceDesc.ServiceName, reflectionv1alpha.ServerReflection_ServiceDesc.ServiceName)
+	opts := []grpc.ServerOption{
+		grpc.ChainUnaryInterceptor(s.metrics.unary(), authn.UnaryInterceptor()),
+		grpc.ChainStreamInterceptor(s.metrics.stream(), authn.StreamInterceptor()),
+	}
+	if creds != nil {
+		opts = append(opts, grpc.Creds(creds))
+	} else {
+		s.logger.Warn("the API serves plaintext: set tls.cert and tls.key outside loopback and tests")
+	}
+	s.grpc = grpc.NewServer(opts...)
+	s.api.Register(s.grpc)
+	s.health = health.NewServer()
+	healthpb.RegisterHealthServer(s.grpc, s.health)
+	// Reflection lets grpcurl, Postman and any language's tooling use the
+	// API without our CLI or the .proto files.
+	reflection.Register(s.grpc)
+
+	if s.grpcLis, err = net.Listen("tcp", cfg.GRPCListen); err != nil {
+		return closeOnErr(fmt.Errorf("listening for gRPC on %s: %w", cfg.GRPCListen, err))
+	}
+	if cfg.HTTPListen != "" {
+		if s.httpLis, err = net.Listen("tcp", cfg.HTTPListen); err != nil {
+			return closeOnErr(fmt.Errorf("listening for HTTP on %s: %w", cfg.HTTPListen, err))
+		}
+		mux := http.NewServeMux()
+		mux.HandleFunc("/healthz", s.healthz)
+		mux.HandleFunc("/readyz", s.readyz)
+		mux.Handle("/metrics", promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{}))
+		s.http = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	}
+	return s, nil
+}
+
+// GRPCAddr is the API's bound address.
+func (s *Server) GRPCAddr() net.Addr { return s.grpcLis.Addr() }
+
+// HTTPAddr is the health and metrics address, nil when off.
+func (s *Server) HTTPAddr() net.Addr {
+	if s.httpLis == nil {
+		return nil
+	}
+	return s.httpLis.Addr()
+}
+
+// Pool is the server's database pool.
+func (s *Server) Pool() *pgxpool.Pool { return s.pool }
+
+// healthz says the process is alive.
+func (s *Server) healthz(w http.ResponseWriter, _ *http.Request) {
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write([]byte("ok\n"))
+}
+
+// readyz says the server takes traffic: not stopping, and the database
+// answers.
+func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
+	if s.stopping.Load() {
+		http.Error(w, "shutting down", http.StatusServiceUnavailable)
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+	defer cancel()
+	if err := s.pool.Ping(ctx); err != nil {
+		http.Error(w, "database: "+err.Error(), http.StatusServiceUnavailable)
+		return
+	}
+	_, _ = w.Write([]byte("ready\n"))
+}
+
+// Run serves until ctx ends, then stops gracefully: readiness and gRPC
+// health turn NOT_SERVING, watches end with UNAVAILABLE (clients resume on
+// another replica with their cursor), unary calls in flight finish within
+// ShutdownTimeout, and the pool closes last.
+func (s *Server) Run(ctx context.Context) error {
+	apiCtx, stopAPI := context.WithCancel(context.Background())
+	defer stopAPI()
+	s.api.Start(apiCtx)
+	s.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+
+	errc := make(chan error, 2)
+	go func() { errc <- s.grpc.Serve(s.grpcLis) }()
+	if s.http != nil {
+		go func() {
+			if err := s.http.Serve(s.httpLis); !errors.Is(err, http.ErrServerClosed) {
+				errc <- err
+			}
+		}()
+	}
+	s.logger.Info("serving", "grpc", s.GRPCAddr().String(), "http", fmt.Sprint(s.HTTPAddr()))
+
+	var runErr error
+	select {
+	case <-ctx.Done():
+	case runErr = <-errc:
+		s.logger.Error("listener failed; stopping", "error", runErr)
+	}
+
+	s.stopping.Store(true)
+	s.health.Shutdown()
+	stopAPI()
+	timeout := time.Duration(s.cfg.ShutdownTimeout)
+	if timeout <= 0 {
+		timeout = DefaultShutdownTimeout
+	}
+	stopped := make(chan struct{})
+	go func() {
+		s.grpc.GracefulStop()
+		close(stopped)
+	}()
+	timer := time.NewTimer(timeout)
+	select {
+	case <-stopped:
+		timer.Stop()
+	case <-timer.C:
+		s.logger.Warn("graceful stop timed out; closing connections", "timeout", timeout)
+		s.grpc.Stop()
+		<-stopped
+	}
+	if s.http != nil {
+		hctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_ = s.http.Shutdown(hctx)
+		cancel()
+	}
+	s.pool.Close()
+	s.logger.Info("stopped")
+	return runErr
+}
+
+// credentials builds the API's TLS; nil without a certificate.
+func (t TLSConfig) credentials() (credentials.TransportCredentials, error) {
+	if t.Cert == "" && t.Key == "" {
+		if t.ClientCA != "" {
+			return nil, errors.New("tls.clientCa needs tls.cert and tls.key")
+		}
+		return nil, nil
+	}
+	pair, err := tls.LoadX509KeyPair(t.Cert, t.Key)
+	if err != nil {
+		return nil, fmt.Errorf("loading the server certificate: %w", err)
+	}
+	cfg := &tls.Config{Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12}
+	if t.ClientCA != "" {
+		pem, err := os.ReadFile(t.ClientCA)
+		if err != nil {
+			return nil, fmt.Errorf("reading the client CA: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("client CA %s holds no PEM certificate", t.ClientCA)
+		}
+		cfg.ClientCAs = pool
+		// Verify a certificate when one is sent; a client without one may
+		// still authenticate with a bearer token.
+		cfg.ClientAuth = tls.VerifyClientCertIfGiven
+	}
+	return credentials.NewTLS(cfg), nil
+}

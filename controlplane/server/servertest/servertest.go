@@ -1,0 +1,156 @@
+// Package servertest starts a real control plane server for tests: a fresh
+// PostgreSQL database (internal/pgtest), loopback listeners and a set of test
+// identities, kinds, tenants and nodes.
+package servertest
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/better-compute/commands/controlplane/auth"
+	"github.com/better-compute/commands/controlplane/kinds"
+	"github.com/better-compute/commands/controlplane/queue"
+	"github.com/better-compute/commands/controlplane/server"
+	"github.com/better-compute/commands/internal/pgtest"
+	"github.com/better-compute/commands/internal/testutil"
+	"github.com/better-compute/commands/sdk/kind"
+)
+
+// The fixtures every started server has.
+const (
+	TenantA  = "tenant_a"
+	TenantB  = "tenant_b"
+	NodeA1   = "node_a1"
+	NodeB1   = "node_b1"
+	TokOps   = "ops-token"    // tenant_a, compute:nodes:* on every node
+	TokRead  = "reader-token" // tenant_a, compute:nodes:read only
+	TokOther = "other-token"  // tenant_b, compute:nodes:*
+	TokAdmin = "admin-token"  // everything
+)
+
+// Manifests are the test kinds: the four API kinds, gpu.reset (not
+// API-runnable) and vendor.blink (API-runnable, not allowlisted).
+func Manifests() []kind.Manifest {
+	mk := func(name string, lane kind.Lane, flags kind.Flags, runnable bool) kind.Manifest {
+		return kind.Manifest{Kind: name, Lane: lane, Timeout: kind.Duration(5 * time.Minute), Roles: []string{"node"},
+			Flags: flags, APIRunnable: runnable, Version: "1.0.0"}
+	}
+	return []kind.Manifest{
+		mk("diag.nvml", kind.LaneControl, kind.Flags{RetrySafe: true}, true),
+		mk("inventory.refresh", kind.LaneControl, kind.Flags{RetrySafe: true}, true),
+		mk("logs.collect", kind.LaneBulk, kind.Flags{RetrySafe: true}, true),
+		mk("node.reboot", kind.LaneControl, kind.Flags{Destructive: true, SelfTerminating: true}, true),
+		mk("gpu.reset", kind.LaneProvision, kind.Flags{Destructive: true}, false),
+		mk("vendor.blink", kind.LaneControl, kind.Flags{RetrySafe: true}, true),
+	}
+}
+
+// AuthConfig is the test identities.
+func AuthConfig() auth.Config {
+	all := []auth.Grant{{Permission: "compute:nodes:*", Resource: "compute-node/*"}}
+	return auth.Config{Identities: []auth.IdentityConfig{
+		{Name: "ops", Tenants: []string{TenantA}, Tokens: []string{TokOps}, Grants: all},
+		{Name: "reader", Tenants: []string{TenantA}, Tokens: []string{TokRead},
+			Grants: []auth.Grant{{Permission: auth.PermNodesRead, Resource: "compute-node/*"}}},
+		{Name: "other", Tenants: []string{TenantB}, Tokens: []string{TokOther}, Grants: all},
+		{Name: "admin", Tenants: []string{"*"}, Tokens: []string{TokAdmin}, Grants: []auth.Grant{{Permission: "*", Resource: "*"}}},
+	}}
+}
+
+// Running is a started server.
+type Running struct {
+	// Server is the server.
+	Server *server.Server
+	// GRPC is the API's host:port; HTTP the health and metrics host:port.
+	GRPC, HTTP string
+	// Pool is a pool of the test's own on the server's database.
+	Pool *pgxpool.Pool
+	// Queue reads and moves commands the way the gateway would.
+	Queue *queue.Queue
+	// Stop stops the server and waits for Run to return its error.
+	Stop func() error
+}
+
+// Start starts a server on a fresh database with tenants a and b and nodes
+// node_a1 and node_b1. adjust may change the config first.
+func Start(t testing.TB, adjust func(*server.Config)) *Running {
+	t.Helper()
+	name := pgtest.Create(t)
+	cfg := server.DefaultConfig()
+	cfg.GRPCListen, cfg.HTTPListen = "127.0.0.1:0", "127.0.0.1:0"
+	cfg.DatabaseURL = "dbname=" + name
+	cfg.Auth = AuthConfig()
+	cfg.ShutdownTimeout = server.Duration(5 * time.Second)
+	if adjust != nil {
+		adjust(&cfg)
+	}
+	reg, err := kinds.NewRegistry(Manifests()...)
+	require.NoError(t, err)
+	ctx := context.Background()
+	srv, err := server.New(ctx, cfg, reg, hclog.NewNullLogger())
+	require.NoError(t, err)
+
+	pool, err := pgxpool.NewWithConfig(ctx, pgtest.Config(t, name))
+	require.NoError(t, err)
+	q := queue.New(reg, hclog.NewNullLogger())
+	for _, tn := range []string{TenantA, TenantB} {
+		_, err := q.CreateTenant(ctx, pool, queue.Tenant{ID: tn})
+		require.NoError(t, err)
+	}
+	for _, n := range []queue.Node{{ID: NodeA1, TenantID: TenantA}, {ID: NodeB1, TenantID: TenantB}} {
+		_, err := q.CreateNode(ctx, pool, n)
+		require.NoError(t, err)
+	}
+
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- srv.Run(runCtx) }()
+	stopped := false
+	var runErr error
+	stop := func() error {
+		if !stopped {
+			stopped = true
+			cancel()
+			runErr = <-done
+		}
+		return runErr
+	}
+	// Cleanups run last-in first-out: stop the server before the pool
+	// closes and pgtest drops the database.
+	t.Cleanup(pool.Close)
+	t.Cleanup(func() { _ = stop() })
+	r := &Running{Server: srv, GRPC: srv.GRPCAddr().String(), Pool: pool, Queue: q, Stop: stop}
+	if a := srv.HTTPAddr(); a != nil {
+		r.HTTP = a.String()
+		testutil.WaitFor(t, 10*time.Second, "the server to be ready", func() bool {
+			resp, err := http.Get("http://" + r.HTTP + "/readyz")
+			if err != nil {
+				return false
+			}
+			resp.Body.Close()
+			return resp.StatusCode == http.StatusOK
+		})
+	}
+	return r
+}
+
+// SetState moves a command as the gateway would.
+func (r *Running) SetState(t testing.TB, commandID string, to queue.State, reason string, result any) {
+	t.Helper()
+	tr := queue.Transition{CommandID: commandID, To: to, Reason: reason}
+	if result != nil {
+		b, err := json.Marshal(result)
+		require.NoError(t, err)
+		tr.Result = b
+	}
+	_, ok, err := r.Queue.Transition(context.Background(), r.Pool, tr)
+	require.NoError(t, err)
+	require.True(t, ok, "transition of %s to %s landed", commandID, to)
+}
