@@ -1,0 +1,5 @@
+package logs_test
+
+import "syscall"
+
+var syscallZero = syscall.Signal(0)
