@@ -124,3 +124,20 @@ func FuzzParseManifests(f *testing.F) {
 		}
 	})
 }
+
+// "the built-ins are diag.nvml, inventory.refresh, logs.collect, node.reboot
+// and gpu.reset"; commands.run accepts the first four, not gpu.reset.
+func TestFirstPartyBuiltIns(t *testing.T) {
+	r, err := kinds.NewRegistry(kinds.FirstParty()...)
+	require.NoError(t, err)
+	for k, runnable := range map[string]bool{
+		"diag.nvml": true, "inventory.refresh": true, "logs.collect": true, "node.reboot": true, "gpu.reset": false,
+	} {
+		m, ok := r.Get(k)
+		require.True(t, ok, k)
+		require.Equal(t, runnable, m.APIRunnable, k)
+	}
+	reboot, _ := r.Get("node.reboot")
+	require.True(t, reboot.Flags.Destructive)
+	require.True(t, reboot.Flags.SelfTerminating)
+}
