@@ -1,0 +1,234 @@
+// Package daemon is bcd's command runner: each command goes through the
+// acceptance checks, the journal (synced to disk before it runs), its lane's
+// worker pool and the plugin host, and its updates go back to whoever
+// submitted it and to the daemon-wide subscribers (the session client).
+// Duplicates are answered from the journal or re-attached to the running
+// command; Recover settles what a crash left unfinished.
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/better-compute/commands/bcd/accept"
+	"github.com/better-compute/commands/bcd/journal"
+	"github.com/better-compute/commands/bcd/lanes"
+	"github.com/better-compute/commands/sdk/kind"
+)
+
+// Executor runs kinds; *pluginhost.Host is the real one.
+type Executor interface {
+	// Manifests lists the loaded kinds.
+	Manifests() []kind.Manifest
+	// Manifest returns one loaded kind's manifest.
+	Manifest(kind string) (kind.Manifest, bool)
+	// Execute runs cmd and returns its terminal result, always; the error
+	// says why the result was made up rather than reported by the plugin.
+	Execute(ctx context.Context, cmd kind.Command, progress func(percent int, message string)) (kind.Result, error)
+}
+
+// Errors returned by the daemon.
+var (
+	// ErrClosed is returned once Close has begun.
+	ErrClosed = errors.New("daemon closed")
+	// ErrNotFound is returned by Cancel for a command bcd never saw.
+	ErrNotFound = errors.New("no such command")
+)
+
+// Config configures a daemon.
+type Config struct {
+	// NodeID and Role are the node's identity.
+	NodeID string
+	Role   string
+	// AllowedKinds restricts a node whose certificate carries allowed
+	// kinds; nil accepts every loaded kind its role allows.
+	AllowedKinds []string
+	// BootID is the current boot id; "" reads /proc/sys/kernel/random/boot_id.
+	BootID string
+	// Lanes are the worker counts per lane; zero sizes take the defaults.
+	Lanes lanes.Sizes
+	// Trust and Batches feed checks 4 and 5; nil passes them (no roots, no
+	// approver keys).
+	Trust   accept.Trust
+	Batches accept.Batches
+	// OnSpecRequest is called when a command needs a newer node spec than
+	// the applied one (the session client sends SpecRequest).
+	OnSpecRequest func(haveGeneration int64)
+	// CompactEvery is how often the journal is compacted; 1 h when 0.
+	CompactEvery time.Duration
+	// Now is the clock; time.Now when nil.
+	Now func() time.Time
+}
+
+// Daemon runs commands. Its methods are safe for concurrent use.
+type Daemon struct {
+	logger  hclog.Logger
+	cfg     Config
+	journal *journal.Journal
+	state   *State
+	exec    Executor
+	pool    *lanes.Pool
+	bootID  string
+	subs    subscribers
+
+	// baseCtx parents every run; Close cancels it.
+	baseCtx    context.Context
+	baseCancel context.CancelFunc
+	// runs counts the goroutines that run or wait for commands.
+	runs sync.WaitGroup
+
+	// lock guards active, closing and offset.
+	lock    sync.Mutex
+	active  map[string]*entry
+	closing bool
+	offset  time.Duration
+
+	compactDone chan struct{}
+}
+
+// entry is a command bcd is working on: waiting for a spec, journaled and
+// queued, or running.
+type entry struct {
+	cmd      accept.Command
+	manifest kind.Manifest
+	rec      journal.Record
+	watchers []*watcher
+	// last is the latest state update, replayed to a duplicate that
+	// re-attaches.
+	last *Update
+	// cancel stops the run; cancelRequested remembers a cancel that came
+	// before the run started.
+	cancel          context.CancelFunc
+	cancelRequested bool
+	// wake is closed to end a wait for the spec (a cancel).
+	wake chan struct{}
+	// sendLock is held while sending to or closing the watchers' channels
+	// (outside d.lock, since a send may wait), so no send meets a closed
+	// channel; sendClosed is set once they are closed.
+	sendLock   sync.Mutex
+	sendClosed bool
+}
+
+// New builds a daemon over an open journal, the node state and an executor.
+// Call Recover before Submit, so that a crash's leftovers are settled first.
+func New(logger hclog.Logger, cfg Config, j *journal.Journal, state *State, exec Executor) (*Daemon, error) {
+	if logger == nil {
+		logger = hclog.NewNullLogger()
+	}
+	if cfg.NodeID == "" {
+		return nil, errors.New("daemon: no node id")
+	}
+	if cfg.Role == "" {
+		cfg.Role = "node"
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.CompactEvery <= 0 {
+		cfg.CompactEvery = time.Hour
+	}
+	if err := cfg.Lanes.Validate(); err != nil {
+		return nil, fmt.Errorf("daemon: %w", err)
+	}
+	boot := cfg.BootID
+	if boot == "" {
+		b, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
+		if err != nil {
+			return nil, fmt.Errorf("daemon: reading the boot id: %w", err)
+		}
+		boot = strings.TrimSpace(string(b))
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	d := &Daemon{
+		logger:      logger.Named("daemon").With("node_id", cfg.NodeID),
+		cfg:         cfg,
+		journal:     j,
+		state:       state,
+		exec:        exec,
+		pool:        lanes.New(cfg.Lanes),
+		bootID:      boot,
+		subs:        subscribers{set: map[*watcher]struct{}{}},
+		baseCtx:     ctx,
+		baseCancel:  cancel,
+		active:      map[string]*entry{},
+		compactDone: make(chan struct{}),
+	}
+	go d.compactLoop()
+	return d, nil
+}
+
+// JournalID is the journal id bcd reports in Hello.
+func (d *Daemon) JournalID() string { return d.journal.ID() }
+
+// BootID is the boot id bcd reports in Hello and journals commands with.
+func (d *Daemon) BootID() string { return d.bootID }
+
+// State is the node state served to plugins.
+func (d *Daemon) State() *State { return d.state }
+
+// Lanes is the lane worker pool.
+func (d *Daemon) Lanes() *lanes.Pool { return d.pool }
+
+// SetServerTime keeps the offset between the server's clock
+// (Welcome.server_time) and the node's; not_after is judged in server time.
+func (d *Daemon) SetServerTime(server time.Time) {
+	d.lock.Lock()
+	d.offset = server.Sub(d.cfg.Now())
+	d.lock.Unlock()
+}
+
+// InFlight lists the commands bcd holds as not finished, for Hello.
+func (d *Daemon) InFlight() []string {
+	d.lock.Lock()
+	defer d.lock.Unlock()
+	out := make([]string, 0, len(d.active))
+	for id := range d.active {
+		out = append(out, id)
+	}
+	return out
+}
+
+func (d *Daemon) compactLoop() {
+	defer close(d.compactDone)
+	t := time.NewTicker(d.cfg.CompactEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-d.baseCtx.Done():
+			return
+		case <-t.C:
+			if n, err := d.journal.Compact(d.cfg.Now()); err != nil {
+				d.logger.Error("journal compaction failed", "error", err)
+			} else if n > 0 {
+				d.logger.Info("compacted the journal", "dropped", n)
+			}
+		}
+	}
+}
+
+// Close stops taking commands, stops the running ones and waits for them.
+// A command stopped this way stays unfinished in the journal (unless its
+// plugin reported a real outcome first), so the next start's Recover runs
+// it again if it is retry-safe and fails it with interrupted otherwise: a
+// restart of bcd is not a cancel.
+func (d *Daemon) Close() error {
+	d.lock.Lock()
+	already := d.closing
+	d.closing = true
+	d.lock.Unlock()
+	if already {
+		return nil
+	}
+	d.baseCancel()
+	d.runs.Wait()
+	d.pool.Close()
+	<-d.compactDone
+	return nil
+}
