@@ -136,8 +136,19 @@ func Handler(cfg Config) kind.Handler {
 		cfg.DiagTimeouts = defaultDiagTimeouts
 	}
 	return kind.HandlerFunc(func(ctx context.Context, req kind.Request) (any, error) {
-		return run(ctx, cfg, req)
+		v, err := run(ctx, cfg, req)
+		return cancelWins(ctx, v, err)
 	})
+}
+
+// cancelWins reports a run that failed after a cancel as cancelled, with
+// its result: a tool killed by the cancel is no failure of the GPU.
+func cancelWins(ctx context.Context, v any, err error) (any, error) {
+	var f *kind.Failure
+	if err != nil && ctx.Err() != nil && errors.As(err, &f) {
+		return f.Result, ctx.Err()
+	}
+	return v, err
 }
 
 func run(ctx context.Context, cfg Config, req kind.Request) (any, error) {

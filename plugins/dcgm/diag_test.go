@@ -17,6 +17,7 @@ import (
 	"github.com/better-compute/commands/plugins/gpureset/plugintest"
 	"github.com/better-compute/commands/plugins/gpureset/smi"
 	"github.com/better-compute/commands/sdk/kind"
+	"github.com/better-compute/commands/sdk/kindtest"
 	"github.com/better-compute/commands/sdk/nodespec"
 )
 
@@ -262,10 +263,7 @@ func TestUnknownGPU(t *testing.T) {
 func TestPluginBinary(t *testing.T) {
 	bin := testutil.BuildBinary(t, "./plugins/dcgm/cmd/bc-kind-dcgm")
 	e := newEnv(t)
-	p := plugintest.Start(t, bin,
-		dcgm.EnvDcgmi+"="+e.dcgmi.Path,
-		dcgm.EnvNvidiaSmi+"="+e.smi.Path,
-		dcgm.EnvProcRoot+"="+e.proc)
+	p := kindtest.Start(t, bin, kindtest.Options{Host: e.host, Env: e.pluginEnv()})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 
@@ -274,14 +272,38 @@ func TestPluginBinary(t *testing.T) {
 	require.Len(t, ms, 1)
 	require.Equal(t, dcgm.Manifest.Digest(), ms[0].Digest())
 
-	r, _, err := p.Execute(ctx, dcgm.KindName, json.RawMessage(`{"level":1}`), e.host)
+	r, err := p.Execute(ctx, dcgm.KindName, json.RawMessage(`{"level":1}`), nil)
 	require.NoError(t, err)
 	require.Equal(t, kind.StatusSucceeded, r.Status, r.Message)
 
 	e.host.spec = nodespec.Spec{Holds: []nodespec.Hold{{GPU: gpu0, Slot: "slot-1", State: nodespec.HoldLive}}}
-	r, _, err = p.Execute(ctx, dcgm.KindName, json.RawMessage(`{"level":2}`), e.host)
+	r, err = p.Execute(ctx, dcgm.KindName, json.RawMessage(`{"level":2}`), nil)
 	require.NoError(t, err)
 	require.Equal(t, "gpu-busy", r.Reason)
 	require.Equal(t, gpu0+" has a live assignment", r.Message)
 	require.Empty(t, e.diagCalls())
+}
+
+func (e *env) pluginEnv() []string {
+	return []string{
+		dcgm.EnvDcgmi + "=" + e.dcgmi.Path,
+		dcgm.EnvNvidiaSmi + "=" + e.smi.Path,
+		dcgm.EnvProcRoot + "=" + e.proc,
+	}
+}
+
+// sdk/kindtest's conformance checks; the long-running command is a level 2
+// diagnostic that hangs until the cancel kills dcgmi's process group.
+func TestConformance(t *testing.T) {
+	bin := testutil.BuildBinary(t, "./plugins/dcgm/cmd/bc-kind-dcgm")
+	e := newEnv(t)
+	e.dcgmi.Hang("diag -r 2 -j")
+	kindtest.Run(t, bin, kindtest.Options{
+		Kinds:       []string{dcgm.KindName},
+		BadPayloads: map[string]json.RawMessage{dcgm.KindName: json.RawMessage(`{"level":7}`)},
+		LongRunning: &kindtest.Case{Kind: dcgm.KindName, Payload: json.RawMessage(`{"level":2}`)},
+		Host:        e.host,
+		Env:         e.pluginEnv(),
+	})
+	testutil.WaitFor(t, 10*time.Second, "the cancelled diagnostic's child to be killed", func() bool { return plugintest.Gone(e.dcgmi.HangChild()) })
 }

@@ -2,6 +2,7 @@ package gpureset
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -162,8 +163,19 @@ func Handler(cfg Config) kind.Handler {
 		cfg.ProcRoot = "/proc"
 	}
 	return kind.HandlerFunc(func(ctx context.Context, req kind.Request) (any, error) {
-		return run(ctx, cfg, req)
+		v, err := run(ctx, cfg, req)
+		return cancelWins(ctx, v, err)
 	})
+}
+
+// cancelWins reports a run that failed after a cancel as cancelled, with
+// its result: a tool killed by the cancel is no failure of the GPU.
+func cancelWins(ctx context.Context, v any, err error) (any, error) {
+	var f *kind.Failure
+	if err != nil && ctx.Err() != nil && errors.As(err, &f) {
+		return f.Result, ctx.Err()
+	}
+	return v, err
 }
 
 func run(ctx context.Context, cfg Config, req kind.Request) (any, error) {
@@ -236,6 +248,10 @@ func run(ctx context.Context, cfg Config, req kind.Request) (any, error) {
 		r := resetOne(ctx, cfg, logger, uuid, byUUID[strings.ToLower(uuid)].BusID)
 		res.GPUs = append(res.GPUs, r)
 	}
+	if ctx.Err() != nil {
+		// Cancelled during the last GPU: the result says what happened to it.
+		return res, ctx.Err()
+	}
 	progress.Report(100, "done")
 	return res, verdict(res)
 }
@@ -261,12 +277,17 @@ func verdict(res *Result) error {
 }
 
 // resetOne records persistence mode, turns it off, resets, restores it,
-// then queries the GPU again.
+// then queries the GPU again. A cancel is honoured between the actions, and
+// what was changed before it is undone and reported.
 func resetOne(ctx context.Context, cfg Config, logger hclog.Logger, uuid, busID string) GPUResult {
 	r := GPUResult{UUID: uuid, BusID: busID, PersistenceMode: "unknown", Reset: ResetFailed}
 	logger = logger.With("gpu", uuid)
 
 	wasOn, perr := cfg.SMI.QueryPersistence(ctx, uuid)
+	if ctx.Err() != nil {
+		r.Reset, r.Error, r.PersistenceRestored = ResetNotAttempted, "cancelled before the reset", true
+		return r
+	}
 	if perr == nil {
 		r.PersistenceMode = map[bool]string{true: "enabled", false: "disabled"}[wasOn]
 	} else {
@@ -274,21 +295,29 @@ func resetOne(ctx context.Context, cfg Config, logger hclog.Logger, uuid, busID 
 		r.Notes = append(r.Notes, "persistence mode could not be read: "+perr.Error())
 	}
 	// Persistence mode blocks the reset ("In use by another client").
+	turnedOff := false
 	if perr != nil || wasOn {
 		if err := cfg.SMI.SetPersistence(ctx, uuid, false); err != nil {
 			logger.Warn("turning persistence mode off failed", "error", err)
 			r.Notes = append(r.Notes, "turning persistence mode off failed: "+err.Error())
+		} else {
+			turnedOff = true
 		}
 	}
 
-	resetter := cfg.SMI
-	resetter.Timeout = cfg.ResetTimeout
-	if err := resetter.ResetGPU(ctx, uuid); err != nil {
-		r.Error = err.Error()
-		logger.Error("gpu reset failed", "error", err)
+	attempted := ctx.Err() == nil
+	if !attempted {
+		r.Reset, r.Error = ResetNotAttempted, "cancelled before the reset"
 	} else {
-		r.Reset = ResetOK
-		logger.Info("gpu reset")
+		resetter := cfg.SMI
+		resetter.Timeout = cfg.ResetTimeout
+		if err := resetter.ResetGPU(ctx, uuid); err != nil {
+			r.Error = err.Error()
+			logger.Error("gpu reset failed", "error", err)
+		} else {
+			r.Reset = ResetOK
+			logger.Info("gpu reset")
+		}
 	}
 
 	// Restore even when ctx ended mid-reset: persistence left off is a side
@@ -296,17 +325,20 @@ func resetOne(ctx context.Context, cfg Config, logger hclog.Logger, uuid, busID 
 	restoreCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
 	switch {
-	case perr == nil && wasOn:
+	case !turnedOff:
+		r.PersistenceRestored = perr == nil // never changed, when it was known
+	case perr == nil:
 		if err := cfg.SMI.SetPersistence(restoreCtx, uuid, true); err != nil {
 			r.Notes = append(r.Notes, "restoring persistence mode failed: "+err.Error())
 			logger.Error("restoring persistence mode failed", "error", err)
 		} else {
 			r.PersistenceRestored = true
 		}
-	case perr == nil:
-		r.PersistenceRestored = true // it was off and stays off
 	default:
 		r.Notes = append(r.Notes, "persistence mode was unknown before the reset and is left off")
+	}
+	if !attempted {
+		return r
 	}
 
 	h, err := cfg.SMI.QueryHealth(restoreCtx, uuid)

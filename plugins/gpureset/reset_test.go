@@ -20,6 +20,7 @@ import (
 	"github.com/better-compute/commands/plugins/gpureset/smi"
 	"github.com/better-compute/commands/plugins/internal/gpu/xid"
 	"github.com/better-compute/commands/sdk/kind"
+	"github.com/better-compute/commands/sdk/kindtest"
 	"github.com/better-compute/commands/sdk/nodespec"
 )
 
@@ -376,15 +377,16 @@ func TestNvidiaSmiDriverNotLoaded(t *testing.T) {
 	require.Contains(t, r.Message, "the NVIDIA kernel driver is not loaded")
 }
 
-// The plugin binary, out of process, over real gRPC, with the host's node
-// spec served back through go-plugin's broker.
+// The plugin binary, out of process as bcd starts it (sdk/kindtest), over
+// real gRPC, with the host's node spec served back through the broker.
 func TestPluginBinary(t *testing.T) {
 	bin := testutil.BuildBinary(t, "./plugins/gpureset/cmd/bc-kind-gpureset")
 	e := newEnv(t)
-	p := plugintest.Start(t, bin,
-		gpureset.EnvNvidiaSmi+"="+e.smi.Path,
-		gpureset.EnvProcRoot+"="+e.proc,
-		gpureset.EnvResetTimeout+"=10s")
+	p := kindtest.Start(t, bin, kindtest.Options{Host: e.host, Env: []string{
+		gpureset.EnvNvidiaSmi + "=" + e.smi.Path,
+		gpureset.EnvProcRoot + "=" + e.proc,
+		gpureset.EnvResetTimeout + "=10s",
+	}})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 
@@ -394,24 +396,41 @@ func TestPluginBinary(t *testing.T) {
 	require.Equal(t, gpureset.Manifest.Digest(), ms[0].Digest())
 
 	e.host.spec = nodespec.Spec{Instances: []nodespec.Instance{{Name: "inst_vm1", PassthroughGPUs: []string{gpuB}}}}
-	r, _, err := p.Execute(ctx, gpureset.KindName, json.RawMessage(`{"gpus":["`+gpuB+`"]}`), e.host)
+	r, err := p.Execute(ctx, gpureset.KindName, json.RawMessage(`{"gpus":["`+gpuB+`"]}`), nil)
 	require.NoError(t, err)
 	require.Equal(t, "gpu-busy", r.Reason)
 	require.Equal(t, gpuB+" is passed through to inst_vm1", r.Message)
 
-	r, progress, err := p.Execute(ctx, gpureset.KindName, json.RawMessage(`{"gpus":["`+gpuA+`"]}`), e.host)
+	e.host.spec = nodespec.Spec{}
+	var progress []string
+	r, err = p.Execute(ctx, gpureset.KindName, json.RawMessage(`{"gpus":["`+gpuA+`"]}`), func(_ int, msg string) { progress = append(progress, msg) })
 	require.NoError(t, err)
 	require.Equal(t, kind.StatusSucceeded, r.Status, r.Message)
 	require.Contains(t, progress, "resetting "+gpuA)
 	var doc gpureset.Result
 	require.NoError(t, json.Unmarshal(r.Data, &doc))
 	require.True(t, doc.GPUs[0].Healthy)
-	// Out of process no XID store is wired yet: said, not hidden.
+	// Without a state directory no XID store is configured: said, not hidden.
 	require.Equal(t, "no XID store configured", doc.GPUs[0].XIDError)
+}
 
-	r, _, err = p.Execute(ctx, gpureset.KindName, json.RawMessage(`{"gpus":[]}`), e.host)
-	require.NoError(t, err)
-	require.Equal(t, kind.ReasonInvalidPayload, r.Reason)
+// sdk/kindtest's conformance checks; the long-running command is a reset
+// that hangs until the cancel kills it.
+func TestConformance(t *testing.T) {
+	bin := testutil.BuildBinary(t, "./plugins/gpureset/cmd/bc-kind-gpureset")
+	e := newEnv(t)
+	e.smi.Hang("--gpu-reset -i " + gpuA)
+	kindtest.Run(t, bin, kindtest.Options{
+		Kinds:       []string{gpureset.KindName},
+		BadPayloads: map[string]json.RawMessage{gpureset.KindName: json.RawMessage(`{"gpus":[]}`)},
+		LongRunning: &kindtest.Case{Kind: gpureset.KindName, Payload: json.RawMessage(`{"gpus":["` + gpuA + `"]}`)},
+		Host:        e.host,
+		Env: []string{
+			gpureset.EnvNvidiaSmi + "=" + e.smi.Path,
+			gpureset.EnvProcRoot + "=" + e.proc,
+			gpureset.EnvResetTimeout + "=10m",
+		},
+	})
 }
 
 // The XID store that inventory.refresh keeps loses the conditions of the GPU
@@ -431,14 +450,15 @@ func TestPluginBinaryClearsTheXIDStore(t *testing.T) {
 	require.True(t, st.Observe(xid.Record{Seq: 11, Timestamp: 2 * time.Second, Message: "NVRM: Xid (PCI:0000:86:00): 48, pid='<unknown>', name=<unknown>, An uncorrectable double bit error (DBE) has been detected on GPU in the framebuffer at partition 6, subpartition 0."}))
 	require.NoError(t, st.Save())
 
-	p := plugintest.Start(t, bin,
-		gpureset.EnvNvidiaSmi+"="+e.smi.Path,
-		gpureset.EnvSysRoot+"="+root,
-		gpureset.EnvProcRoot+"="+e.proc,
-		gpureset.EnvXIDStore+"="+storePath)
+	p := kindtest.Start(t, bin, kindtest.Options{Host: e.host, Env: []string{
+		gpureset.EnvNvidiaSmi + "=" + e.smi.Path,
+		gpureset.EnvSysRoot + "=" + root,
+		gpureset.EnvProcRoot + "=" + e.proc,
+		gpureset.EnvXIDStore + "=" + storePath,
+	}})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	r, _, err := p.Execute(ctx, gpureset.KindName, json.RawMessage(`{"gpus":["`+gpuA+`"]}`), e.host)
+	r, err := p.Execute(ctx, gpureset.KindName, json.RawMessage(`{"gpus":["`+gpuA+`"]}`), nil)
 	require.NoError(t, err)
 	require.Equal(t, kind.StatusSucceeded, r.Status, r.Message)
 	var doc gpureset.Result

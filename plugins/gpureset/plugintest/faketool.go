@@ -1,3 +1,6 @@
+// Package plugintest holds what the GPU kind tests share: fake nvidia-smi
+// and dcgmi executables that answer scripted invocations and record them.
+// The plugins themselves run out of process under sdk/kindtest.
 package plugintest
 
 import (
