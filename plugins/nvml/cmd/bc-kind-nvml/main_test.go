@@ -58,8 +58,8 @@ func (h *memHost) PutInventory(_ context.Context, inv json.RawMessage) error {
 	return nil
 }
 func (h *memHost) NodeSpec(context.Context) (int64, json.RawMessage, error) { return 0, nil, nil }
-func (h *memHost) Conditions(context.Context) ([]kind.Condition, error)    { return nil, nil }
-func (h *memHost) Journal(context.Context, int) ([]json.RawMessage, error) { return nil, nil }
+func (h *memHost) Conditions(context.Context) ([]kind.Condition, error)     { return nil, nil }
+func (h *memHost) Journal(context.Context, int) ([]json.RawMessage, error)  { return nil, nil }
 
 func TestConformance(t *testing.T) {
 	bin := testutil.BuildBinary(t, pkg)
