@@ -63,6 +63,7 @@ func setup(t *testing.T, lines int) *env {
 echo "$@" >> %q
 unit=warnings
 while [ $# -gt 0 ]; do case "$1" in -u) unit="$2"; shift;; esac; shift; done
+[ "$unit" = hang.service ] && exec sleep 300
 awk -v u="$unit" -v n=%d 'BEGIN{for(i=1;i<=n;i++) printf "2026-04-12T%%02d:%%02d:%%02d+0000 node %%s[1]: line %%d of %%s r=%%d\n", int(i/3600)%%24, int(i/60)%%60, i%%60, u, i, u, (i*7919)%%100003}'
 `, e.args, lines)
 	jc := filepath.Join(e.dir, "journalctl")

@@ -2,6 +2,7 @@ package reboot_test
 
 import (
 	"context"
+	"encoding/json"
 	"io"
 	"os"
 	"os/exec"
@@ -16,6 +17,7 @@ import (
 	"github.com/better-compute/commands/plugins/reboot"
 	pluginv1 "github.com/better-compute/commands/proto/bc/plugin/v1"
 	"github.com/better-compute/commands/sdk/kind"
+	"github.com/better-compute/commands/sdk/kindtest"
 	"github.com/better-compute/commands/sdk/wire"
 )
 
@@ -71,4 +73,16 @@ func TestPluginBinaryOutOfProcess(t *testing.T) {
 	require.Equal(t, kind.StatusSucceeded, r.Status, r.Message)
 	require.JSONEq(t, `{"accepted":true,"via":"logind"}`, string(r.Data))
 	require.Equal(t, []bool{false}, logind.Calls())
+}
+
+// bc-kind-reboot passes the SDK's conformance harness.
+func TestPluginConformance(t *testing.T) {
+	addr := startBus(t)
+	startLogind(t, addr, nil)
+	bin := testutil.BuildBinary(t, "./plugins/reboot/cmd/bc-kind-reboot")
+	kindtest.Run(t, bin, kindtest.Options{
+		Kinds:       []string{reboot.KindName},
+		Env:         []string{reboot.EnvBusAddress + "=" + addr},
+		BadPayloads: map[string]json.RawMessage{reboot.KindName: json.RawMessage(`{"force":true}`)},
+	})
 }
