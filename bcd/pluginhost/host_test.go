@@ -566,3 +566,33 @@ func TestHost_Close_IsIdempotent_AndExecuteAfterItIsInterrupted(t *testing.T) {
 	require.ErrorIs(t, err, pluginhost.ErrClosed)
 	require.Equal(t, "interrupted", res.Reason)
 }
+
+// A pin holds at every restart: a binary swapped on disk is refused, and
+// commands for its kinds fail plugin-unavailable instead of running it.
+func TestHost_Restart_RefusesASwappedPinnedBinary(t *testing.T) {
+	f := newFixture(t)
+	p := install(t, f.dir, testplugins.KindTest, "bc-kind-test")
+	b, err := os.ReadFile(p)
+	require.NoError(t, err)
+	sum := sha256.Sum256(b)
+	f.cfg.SHA256 = map[string]string{"bc-kind-test": hex.EncodeToString(sum[:])}
+	h := mustStart(t, f, nil)
+
+	pidFile := filepath.Join(t.TempDir(), "pid")
+	_, err = execute(t, h, "test.sleep", fmt.Sprintf(`{"steps":0,"pidFile":%q}`, pidFile))
+	require.NoError(t, err)
+	// Swap the file (a running binary cannot be written, but renamed over).
+	other := install(t, t.TempDir(), examplePkg, "swap")
+	require.NoError(t, os.Rename(other, p))
+	require.NoError(t, syscall.Kill(readPids(t, pidFile)[0], syscall.SIGKILL))
+	testutil.WaitFor(t, 20*time.Second, "a refused restart", func() bool {
+		return strings.Contains(f.logs.String(), "plugin restart failed") && strings.Contains(f.logs.String(), "SHA-256")
+	})
+
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	res, err := h.Execute(ctx, kind.Command{ID: "cmd_after_swap", Kind: "test.noop", Payload: json.RawMessage(`{}`)}, nil)
+	require.ErrorIs(t, err, pluginhost.ErrPluginUnavailable)
+	require.Equal(t, kind.StatusFailed, res.Status)
+	require.Equal(t, "plugin-unavailable", res.Reason)
+}
