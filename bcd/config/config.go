@@ -1,0 +1,267 @@
+// Package config is bcd's configuration: a YAML file (by default
+// /etc/bcd/config.yaml) whose every setting a command-line flag can
+// override. Unknown keys are errors, so a typo never silently falls back to
+// a default.
+package config
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/spf13/pflag"
+	"sigs.k8s.io/yaml"
+
+	"github.com/better-compute/commands/bcd/journal"
+	"github.com/better-compute/commands/bcd/lanes"
+	"github.com/better-compute/commands/sdk/kind"
+)
+
+// DefaultPath is where bcd looks for its config file.
+const DefaultPath = "/etc/bcd/config.yaml"
+
+// Environment variables bcd sets for every plugin, beside PluginEnv.
+const (
+	// EnvNVML carries NVMLSource to the GPU plugins ("mock:dgxh200").
+	EnvNVML = "BCD_NVML"
+	// EnvStateDir carries the state directory to plugins that keep state.
+	EnvStateDir = "BCD_STATE_DIR"
+)
+
+// Config is bcd's configuration.
+type Config struct {
+	// NodeID is the node's id (node_…); bcd refuses commands naming another.
+	NodeID string `json:"nodeId"`
+	// Role is the agent role ("node", "discovery").
+	Role string `json:"role"`
+	// StateDir holds the journal and the node state.
+	StateDir string `json:"stateDir"`
+	// PluginDir holds the kind plugin binaries.
+	PluginDir string `json:"pluginDir"`
+	// PluginSHA256 pins plugin binaries: file name -> hex SHA-256.
+	PluginSHA256 map[string]string `json:"pluginSha256,omitempty"`
+	// PluginEnv is extra environment for every plugin.
+	PluginEnv map[string]string `json:"pluginEnv,omitempty"`
+	// PluginStartTimeout bounds one plugin start.
+	PluginStartTimeout kind.Duration `json:"pluginStartTimeout,omitempty"`
+	// Lanes are the worker counts per lane (0: the default 8, 4, 2).
+	Lanes lanes.Sizes `json:"lanes,omitempty"`
+	// LogLevel is trace, debug, info, warn or error.
+	LogLevel string `json:"logLevel"`
+	// LogJSON writes logs as JSON lines.
+	LogJSON bool `json:"logJson,omitempty"`
+	// ControlPlane is the gateway's address (host:port), for the session.
+	ControlPlane string `json:"controlPlane,omitempty"`
+	// NVMLSource tells the GPU plugins where NVML is: "" for the library,
+	// "mock:dgxh200" for go-nvml's mock server.
+	NVMLSource string `json:"nvmlSource,omitempty"`
+	// ReplayHorizon is how long past not_after journal records are kept.
+	ReplayHorizon kind.Duration `json:"replayHorizon,omitempty"`
+	// BootIDFile is read for the boot id.
+	BootIDFile string `json:"bootIdFile,omitempty"`
+}
+
+// Default returns the configuration with every default filled in.
+func Default() Config {
+	return Config{
+		Role:          "node",
+		StateDir:      "/var/lib/bcd",
+		PluginDir:     "/usr/lib/bcd/plugins",
+		LogLevel:      "info",
+		ReplayHorizon: kind.Duration(journal.DefaultReplayHorizon),
+		BootIDFile:    "/proc/sys/kernel/random/boot_id",
+	}
+}
+
+// Parse reads a YAML document over the defaults.
+func Parse(b []byte) (Config, error) {
+	c := Default()
+	if err := yaml.UnmarshalStrict(b, &c); err != nil {
+		return Config{}, fmt.Errorf("config: %w", err)
+	}
+	return c, nil
+}
+
+// Load reads the file at path over the defaults. A missing file is an error
+// unless optional is set (the default path), when it reads as the defaults.
+func Load(path string, optional bool) (Config, error) {
+	b, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) && optional {
+		return Default(), nil
+	}
+	if err != nil {
+		return Config{}, fmt.Errorf("config: %w", err)
+	}
+	c, err := Parse(b)
+	if err != nil {
+		return Config{}, fmt.Errorf("%s: %w", path, err)
+	}
+	return c, nil
+}
+
+// Validate reports every problem, each naming its setting.
+func (c Config) Validate() error {
+	var errs []error
+	if c.NodeID == "" {
+		errs = append(errs, errors.New("nodeId: required (or --node-id)"))
+	}
+	if c.Role == "" {
+		errs = append(errs, errors.New("role: required"))
+	}
+	if c.StateDir == "" {
+		errs = append(errs, errors.New("stateDir: required"))
+	}
+	if c.PluginDir == "" {
+		errs = append(errs, errors.New("pluginDir: required"))
+	}
+	if hclog.LevelFromString(c.LogLevel) == hclog.NoLevel {
+		errs = append(errs, fmt.Errorf("logLevel %q: must be trace, debug, info, warn or error", c.LogLevel))
+	}
+	if err := c.Lanes.Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("lanes: %w", err))
+	}
+	if c.ReplayHorizon.D() < 0 {
+		errs = append(errs, errors.New("replayHorizon: must not be negative"))
+	}
+	for name, sum := range c.PluginSHA256 {
+		if len(sum) != 64 || strings.Trim(strings.ToLower(sum), "0123456789abcdef") != "" {
+			errs = append(errs, fmt.Errorf("pluginSha256[%s]: must be 64 hex digits", name))
+		}
+		if filepath.Base(name) != name {
+			errs = append(errs, fmt.Errorf("pluginSha256[%s]: must be a file name in pluginDir", name))
+		}
+	}
+	for k := range c.PluginEnv {
+		if k == "" || strings.ContainsAny(k, "= ") {
+			errs = append(errs, fmt.Errorf("pluginEnv[%q]: not a variable name", k))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// PluginEnvironment is the extra environment every plugin gets: PluginEnv,
+// sorted, then the settings bcd passes on (NVML source, state directory).
+func (c Config) PluginEnvironment() []string {
+	keys := make([]string, 0, len(c.PluginEnv))
+	for k := range c.PluginEnv {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var env []string
+	for _, k := range keys {
+		env = append(env, k+"="+c.PluginEnv[k])
+	}
+	if c.NVMLSource != "" {
+		env = append(env, EnvNVML+"="+c.NVMLSource)
+	}
+	if c.StateDir != "" {
+		env = append(env, EnvStateDir+"="+c.StateDir)
+	}
+	return env
+}
+
+// Flags are the command-line overrides. Register them, parse, then Apply
+// them over the loaded file: only the flags given on the command line win.
+type Flags struct {
+	fs *pflag.FlagSet
+
+	Path          string
+	nodeID        string
+	role          string
+	stateDir      string
+	pluginDir     string
+	logLevel      string
+	logJSON       bool
+	controlPlane  string
+	nvml          string
+	replay        time.Duration
+	control       int
+	provision     int
+	bulk          int
+	pluginSHA256  []string
+	pluginEnv     []string
+	startTimeout  time.Duration
+	bootIDFile    string
+	pathSpecified bool
+}
+
+// RegisterFlags adds the config flags to fs.
+func RegisterFlags(fs *pflag.FlagSet) *Flags {
+	f := &Flags{fs: fs}
+	fs.StringVarP(&f.Path, "config", "c", DefaultPath, "config file (YAML)")
+	fs.StringVar(&f.nodeID, "node-id", "", "node id (nodeId)")
+	fs.StringVar(&f.role, "role", "", "agent role: node, discovery (role)")
+	fs.StringVar(&f.stateDir, "state-dir", "", "state directory: journal, node state (stateDir)")
+	fs.StringVar(&f.pluginDir, "plugins", "", "plugin directory (pluginDir)")
+	fs.StringVar(&f.logLevel, "log-level", "", "trace, debug, info, warn, error (logLevel)")
+	fs.BoolVar(&f.logJSON, "log-json", false, "log JSON lines (logJson)")
+	fs.StringVar(&f.controlPlane, "control-plane", "", "gateway address host:port (controlPlane)")
+	fs.StringVar(&f.nvml, "nvml", "", `NVML source for the GPU plugins, e.g. "mock:dgxh200" (nvmlSource)`)
+	fs.DurationVar(&f.replay, "replay-horizon", 0, "keep journal records this long past not_after (replayHorizon)")
+	fs.IntVar(&f.control, "lane-control", 0, "control lane workers (lanes.control)")
+	fs.IntVar(&f.provision, "lane-provision", 0, "provision lane workers (lanes.provision)")
+	fs.IntVar(&f.bulk, "lane-bulk", 0, "bulk lane workers (lanes.bulk)")
+	fs.StringArrayVar(&f.pluginSHA256, "plugin-sha256", nil, "pin a plugin: NAME=HEX (pluginSha256), repeatable")
+	fs.StringArrayVar(&f.pluginEnv, "plugin-env", nil, "environment for plugins: KEY=VALUE (pluginEnv), repeatable")
+	fs.DurationVar(&f.startTimeout, "plugin-start-timeout", 0, "bound one plugin start (pluginStartTimeout)")
+	fs.StringVar(&f.bootIDFile, "boot-id-file", "", "file holding the boot id (bootIdFile)")
+	return f
+}
+
+// Load reads the config file the flags name (the default path may be
+// missing) and applies the flags over it.
+func (f *Flags) Load() (Config, error) {
+	c, err := Load(f.Path, !f.fs.Changed("config"))
+	if err != nil {
+		return Config{}, err
+	}
+	if err := f.Apply(&c); err != nil {
+		return Config{}, err
+	}
+	return c, nil
+}
+
+// Apply writes the flags given on the command line over c.
+func (f *Flags) Apply(c *Config) error {
+	set := func(name string, apply func()) {
+		if f.fs.Changed(name) {
+			apply()
+		}
+	}
+	set("node-id", func() { c.NodeID = f.nodeID })
+	set("role", func() { c.Role = f.role })
+	set("state-dir", func() { c.StateDir = f.stateDir })
+	set("plugins", func() { c.PluginDir = f.pluginDir })
+	set("log-level", func() { c.LogLevel = f.logLevel })
+	set("log-json", func() { c.LogJSON = f.logJSON })
+	set("control-plane", func() { c.ControlPlane = f.controlPlane })
+	set("nvml", func() { c.NVMLSource = f.nvml })
+	set("replay-horizon", func() { c.ReplayHorizon = kind.Duration(f.replay) })
+	set("lane-control", func() { c.Lanes.Control = f.control })
+	set("lane-provision", func() { c.Lanes.Provision = f.provision })
+	set("lane-bulk", func() { c.Lanes.Bulk = f.bulk })
+	set("plugin-start-timeout", func() { c.PluginStartTimeout = kind.Duration(f.startTimeout) })
+	set("boot-id-file", func() { c.BootIDFile = f.bootIDFile })
+	var errs []error
+	pairs := func(flag string, vals []string, into *map[string]string) {
+		for _, v := range vals {
+			k, val, ok := strings.Cut(v, "=")
+			if !ok || k == "" {
+				errs = append(errs, fmt.Errorf("--%s %q: want KEY=VALUE", flag, v))
+				continue
+			}
+			if *into == nil {
+				*into = map[string]string{}
+			}
+			(*into)[k] = val
+		}
+	}
+	pairs("plugin-sha256", f.pluginSHA256, &c.PluginSHA256)
+	pairs("plugin-env", f.pluginEnv, &c.PluginEnv)
+	return errors.Join(errs...)
+}
