@@ -1,7 +1,9 @@
 package cli
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -209,12 +211,29 @@ func invoke(ctx context.Context, conn *grpc.ClientConn, m Method, req proto.Mess
 	return resp, nil
 }
 
-var jsonOut = protojson.MarshalOptions{Multiline: true, Indent: "  "}
+// renderJSON is protojson with stable white space: protojson varies its
+// spacing on purpose, and scripts diff and grep the CLI's output.
+func renderJSON(m proto.Message, indent bool) ([]byte, error) {
+	b, err := protojson.Marshal(m)
+	if err != nil {
+		return nil, fmt.Errorf("rendering response: %w", err)
+	}
+	var buf bytes.Buffer
+	if indent {
+		err = json.Indent(&buf, b, "", "  ")
+	} else {
+		err = json.Compact(&buf, b)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("rendering response: %w", err)
+	}
+	return buf.Bytes(), nil
+}
 
 func (a *app) printJSON(m proto.Message) error {
-	b, err := jsonOut.Marshal(m)
+	b, err := renderJSON(m, true)
 	if err != nil {
-		return fmt.Errorf("rendering response: %w", err)
+		return err
 	}
 	_, err = fmt.Fprintln(a.env.Stdout, string(b))
 	return err

@@ -10,7 +10,6 @@ import (
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/encoding/protojson"
 
 	apiv1 "github.com/better-compute/commands/proto/bc/api/v1"
 )
@@ -43,9 +42,9 @@ repeated. cursor=now starts at the newest event.`,
 			req := msg.(*apiv1.WatchEventsRequest)
 			client := apiv1.NewEventsClient(conn)
 			seen := 0
-			return followEvents(cmd.Context(), client, req, a.env.Stderr, func(e *apiv1.Event) error {
+			return followEvents(cmd.Context(), client, req, a.env.Stderr, nil, func(e *apiv1.Event) error {
 				if asJSON {
-					b, err := protojson.Marshal(e)
+					b, err := renderJSON(e, false)
 					if err != nil {
 						return err
 					}
@@ -72,11 +71,26 @@ var errStop = errors.New("stop")
 // followEvents runs the watch, reconnecting with the last cursor after a
 // transport error, until fn returns errStop or an error, the context ends, or
 // the server refuses the request itself.
-func followEvents(ctx context.Context, client apiv1.EventsClient, req *apiv1.WatchEventsRequest, progress io.Writer, fn func(*apiv1.Event) error) error {
+//
+// started, when set, is called once the server has sent the stream's header,
+// that is once it has fixed the cursor: every event after that reaches fn.
+func followEvents(ctx context.Context, client apiv1.EventsClient, req *apiv1.WatchEventsRequest, progress io.Writer,
+	started func(), fn func(*apiv1.Event) error) error {
 	backoff := 200 * time.Millisecond
 	for {
 		stream, err := client.Watch(ctx, req)
 		if err == nil {
+			if md, herr := stream.Header(); herr == nil {
+				if req.GetCursor() == "now" && len(md.Get("bc-cursor")) > 0 {
+					// Resume from the fixed head, not from a new "now", so
+					// that a reconnect loses nothing.
+					req.Cursor = md.Get("bc-cursor")[0]
+				}
+				if started != nil {
+					started()
+					started = nil
+				}
+			}
 			for {
 				var e *apiv1.Event
 				e, err = stream.Recv()
@@ -134,14 +148,20 @@ func (a *app) wait(cmd *cobra.Command, c *apiv1.Command, interval time.Duration)
 	}
 	commands := apiv1.NewCommandsClient(conn)
 	hints := make(chan struct{}, 1)
+	hint := func() {
+		select {
+		case hints <- struct{}{}:
+		default:
+		}
+	}
 	go func() {
+		// Once the watch has fixed its cursor, one more read covers a
+		// change that landed before it; after that every change arrives as
+		// an event, and the poll only backs up a lost connection.
 		req := &apiv1.WatchEventsRequest{TenantId: c.GetTenantId(), NodeId: c.GetNodeId(), Cursor: "now"}
-		_ = followEvents(ctx, apiv1.NewEventsClient(conn), req, io.Discard, func(e *apiv1.Event) error {
+		_ = followEvents(ctx, apiv1.NewEventsClient(conn), req, io.Discard, hint, func(e *apiv1.Event) error {
 			if e.GetData().GetFields()["commandId"].GetStringValue() == c.GetId() {
-				select {
-				case hints <- struct{}{}:
-				default:
-				}
+				hint()
 			}
 			return nil
 		})
