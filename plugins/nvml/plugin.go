@@ -45,7 +45,7 @@ func (p *Plugin) Collector() *collect.Collector {
 	}
 	if p.Config.NvidiaSmi == MockSmi {
 		if p.NVML != nil {
-			c.SMI = mockSMI{nvml: p.NVML}
+			c.SMI = NewMockSMI(p.NVML)
 		}
 	} else {
 		c.SMI = smi.Tool{Path: p.Config.NvidiaSmi, Timeout: p.Config.ExecTimeout}
@@ -178,9 +178,11 @@ func (p *Plugin) put(ctx context.Context, req kind.Request, inv *gpu.Inventory) 
 	return nil
 }
 
-// mockSMI answers as nvidia-smi would, from the mock NVML source, so that a
-// demo on a machine without GPUs passes nvml.init. Never used with the real
-// library.
+// NewMockSMI answers as nvidia-smi would, from a mock NVML source, so that
+// a demo on a machine without GPUs passes nvml.init (EnvNvidiaSmi=mock).
+// Never use it with the real library: nvml.init would then prove nothing.
+func NewMockSMI(src collect.NVML) collect.SMI { return mockSMI{nvml: src} }
+
 type mockSMI struct{ nvml collect.NVML }
 
 func (m mockSMI) Query(ctx context.Context) smi.Answer {
