@@ -67,6 +67,24 @@ func (b *Bundles) Presign(ctx context.Context, nodeID, idempotencyKey string, no
 	return key, UploadFields{UploadURL: put.URL, MaxBytes: put.MaxBytes, SupportBundle: true}, nil
 }
 
+// DownloadURL returns a URL from which an operator (or the CLI) reads the
+// bundle under key for ttl: a presigned GET, so the reader needs no store
+// credentials. It fails with ErrNotFound when the bundle is not there.
+func (b *Bundles) DownloadURL(ctx context.Context, key string, ttl time.Duration) (string, ObjectInfo, error) {
+	if b == nil {
+		return "", ObjectInfo{}, ErrNoDestination
+	}
+	info, err := b.store.Stat(ctx, key)
+	if err != nil {
+		return "", ObjectInfo{}, err
+	}
+	u, err := b.store.PresignGet(ctx, key, time.Now().Add(ttl))
+	if err != nil {
+		return "", ObjectInfo{}, err
+	}
+	return u, info, nil
+}
+
 // Check verifies a bundle when logs.collect's result lands: the object must
 // exist, be within the cap and have the SHA-256 (hex) the node reported.
 // An object over the cap or with another digest is deleted, since on S3
