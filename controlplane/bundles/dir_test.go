@@ -300,4 +300,3 @@ func TestOpenFromConfig(t *testing.T) {
 	require.ErrorContains(t, err, "must be dir or s3")
 	require.Equal(t, int64(256<<20), bundles.Config{}.EffectiveMaxBytes())
 }
-
