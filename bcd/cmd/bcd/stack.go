@@ -1,0 +1,121 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/better-compute/commands/bcd/config"
+	"github.com/better-compute/commands/bcd/daemon"
+	"github.com/better-compute/commands/bcd/journal"
+	"github.com/better-compute/commands/bcd/pluginhost"
+	"github.com/better-compute/commands/internal/version"
+	"github.com/better-compute/commands/sdk/kind"
+)
+
+// localNodeID names the node for local runs without a configured node id.
+const localNodeID = "node_local"
+
+func newLogger(cfg config.Config, out io.Writer) hclog.Logger {
+	return hclog.New(&hclog.LoggerOptions{
+		Name:       "bcd",
+		Level:      hclog.LevelFromString(cfg.LogLevel),
+		Output:     out,
+		JSONFormat: cfg.LogJSON,
+	})
+}
+
+// stack is bcd assembled: journal, node state, plugin host and daemon.
+type stack struct {
+	logger hclog.Logger
+	cfg    config.Config
+	j      *journal.Journal
+	state  *daemon.State
+	host   *pluginhost.Host
+	d      *daemon.Daemon
+}
+
+func hostConfig(cfg config.Config) pluginhost.Config {
+	return pluginhost.Config{
+		Dir:          cfg.PluginDir,
+		SHA256:       cfg.PluginSHA256,
+		Env:          cfg.PluginEnvironment(),
+		StartTimeout: cfg.PluginStartTimeout.D(),
+		LogLevel:     cfg.LogLevel,
+	}
+}
+
+// startPlugins starts the plugin host. Refused plugins are logged and the
+// others serve: one bad vendor binary must not take the node's kinds down.
+func startPlugins(ctx context.Context, logger hclog.Logger, cfg config.Config, services *daemon.State) *pluginhost.Host {
+	host := pluginhost.New(logger, hostConfig(cfg), svcOrNil(services))
+	if err := host.Start(ctx); err != nil {
+		logger.Error("some plugins did not load", "error", err)
+	}
+	return host
+}
+
+// svcOrNil keeps a nil *State from becoming a non-nil kind.Host.
+func svcOrNil(s *daemon.State) kind.Host {
+	if s == nil {
+		return nil
+	}
+	return s
+}
+
+func readBootID(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("reading the boot id from %s: %w", path, err)
+	}
+	return strings.TrimSpace(string(b)), nil
+}
+
+// openStack opens everything and recovers the journal.
+func openStack(ctx context.Context, cfg config.Config, logger hclog.Logger) (*stack, daemon.RecoverReport, error) {
+	var rep daemon.RecoverReport
+	boot, err := readBootID(cfg.BootIDFile)
+	if err != nil {
+		return nil, rep, err
+	}
+	j, err := journal.Open(logger, cfg.StateDir, journal.Options{ReplayHorizon: cfg.ReplayHorizon.D()})
+	if err != nil {
+		return nil, rep, err
+	}
+	state, err := daemon.NewState(cfg.StateDir, j)
+	if err != nil {
+		_ = j.Close()
+		return nil, rep, err
+	}
+	host := startPlugins(ctx, logger, cfg, state)
+	d, err := daemon.New(logger, daemon.Config{NodeID: cfg.NodeID, Role: cfg.Role, BootID: boot, Lanes: cfg.Lanes}, j, state, host)
+	if err != nil {
+		_ = host.Close()
+		_ = j.Close()
+		return nil, rep, err
+	}
+	s := &stack{logger: logger, cfg: cfg, j: j, state: state, host: host, d: d}
+	logger.Info("bcd started", "version", version.Version, "node_id", cfg.NodeID, "journal_id", j.ID(), "boot_id", boot, "kinds", len(host.Manifests()))
+	rep, err = d.Recover(ctx)
+	if err != nil {
+		s.close()
+		return nil, rep, err
+	}
+	return s, rep, nil
+}
+
+func (s *stack) close() {
+	if err := s.d.Close(); err != nil {
+		s.logger.Error("closing the daemon", "error", err)
+	}
+	if err := s.host.Close(); err != nil {
+		s.logger.Error("closing the plugin host", "error", err)
+	}
+	if err := s.j.Close(); err != nil {
+		s.logger.Error("closing the journal", "error", err)
+	}
+}
