@@ -147,6 +147,8 @@ func (a *app) wait(cmd *cobra.Command, c *apiv1.Command, interval time.Duration)
 		return nil, err
 	}
 	commands := apiv1.NewCommandsClient(conn)
+	// The loop below replaces c; the watch goroutine keeps its own copies.
+	tenantID, nodeID, commandID := c.GetTenantId(), c.GetNodeId(), c.GetId()
 	hints := make(chan struct{}, 1)
 	hint := func() {
 		select {
@@ -158,9 +160,9 @@ func (a *app) wait(cmd *cobra.Command, c *apiv1.Command, interval time.Duration)
 		// Once the watch has fixed its cursor, one more read covers a
 		// change that landed before it; after that every change arrives as
 		// an event, and the poll only backs up a lost connection.
-		req := &apiv1.WatchEventsRequest{TenantId: c.GetTenantId(), NodeId: c.GetNodeId(), Cursor: "now"}
+		req := &apiv1.WatchEventsRequest{TenantId: tenantID, NodeId: nodeID, Cursor: "now"}
 		_ = followEvents(ctx, apiv1.NewEventsClient(conn), req, io.Discard, hint, func(e *apiv1.Event) error {
-			if e.GetData().GetFields()["commandId"].GetStringValue() == c.GetId() {
+			if e.GetData().GetFields()["commandId"].GetStringValue() == commandID {
 				hint()
 			}
 			return nil
@@ -184,7 +186,7 @@ func (a *app) wait(cmd *cobra.Command, c *apiv1.Command, interval time.Duration)
 			t.Stop()
 		case <-t.C:
 		}
-		next, err := commands.Get(ctx, &apiv1.GetCommandRequest{TenantId: c.GetTenantId(), NodeId: c.GetNodeId(), CommandId: c.GetId()})
+		next, err := commands.Get(ctx, &apiv1.GetCommandRequest{TenantId: tenantID, NodeId: nodeID, CommandId: commandID})
 		if err != nil {
 			if status.Code(err) == codes.Unavailable {
 				continue
