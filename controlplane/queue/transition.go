@@ -100,3 +100,23 @@ func (q *Queue) Requeue(ctx context.Context, db DBTX, commandID string, epoch in
 	}
 	return cmd, true, nil
 }
+
+// RecordProgress stores a progress report of a command that is not yet
+// terminal, without touching its state; with epoch set, only while that
+// session is current. changed is false for a terminal or fenced command.
+func (q *Queue) RecordProgress(ctx context.Context, db DBTX, commandID string, epoch int64, progress []byte) (bool, error) {
+	tag, err := db.Exec(ctx, `UPDATE commands c SET progress = $2::text::jsonb, updated_at = now()
+		WHERE c.id = $1 AND c.state IN ('pending', 'dispatched', 'acked', 'running')
+		  AND ($3 = 0 OR EXISTS (SELECT 1 FROM nodes n WHERE n.id = c.node_id AND n.session_epoch = $3))`,
+		commandID, string(progress), epoch)
+	if err != nil {
+		return false, fmt.Errorf("recording progress of %s: %w", commandID, err)
+	}
+	if tag.RowsAffected() == 0 {
+		if _, err := q.Get(ctx, db, "", commandID); err != nil {
+			return false, err
+		}
+		return false, nil
+	}
+	return true, nil
+}

@@ -139,3 +139,24 @@ func TestTransitionRecordsProgressAndRebooted(t *testing.T) {
 	require.True(t, got.Rebooted)
 	require.True(t, got.Flags.SelfTerminating)
 }
+
+// Progress is stored while a command runs, never after it settled.
+func TestRecordProgress(t *testing.T) {
+	b := setup(t)
+	cmd, _ := b.enqueue(t, b.params("k"))
+	b.transition(t, queue.Transition{CommandID: cmd.ID, To: queue.Running})
+	ok, err := b.q.RecordProgress(b.ctx, b.pool, cmd.ID, 0, []byte(`{"done":1,"of":3}`))
+	require.NoError(t, err)
+	require.True(t, ok)
+	got, err := b.q.Get(b.ctx, b.pool, "", cmd.ID)
+	require.NoError(t, err)
+	require.JSONEq(t, `{"done":1,"of":3}`, string(got.Progress))
+	require.Equal(t, queue.Running, got.State)
+
+	b.transition(t, queue.Transition{CommandID: cmd.ID, To: queue.Succeeded})
+	ok, err = b.q.RecordProgress(b.ctx, b.pool, cmd.ID, 0, []byte(`{"done":2,"of":3}`))
+	require.NoError(t, err)
+	require.False(t, ok)
+	_, err = b.q.RecordProgress(b.ctx, b.pool, ids.NewCommand(), 0, []byte(`{}`))
+	requireCode(t, err, queue.NotFound)
+}
