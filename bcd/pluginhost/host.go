@@ -16,6 +16,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -119,6 +120,9 @@ type Host struct {
 	kinds     map[string]route
 	instances []*instance
 
+	// started is set by the first Start; a second is refused.
+	started atomic.Bool
+
 	// closeOnce and closed mark the host closed; closed is closed by Close.
 	closeOnce sync.Once
 	closed    chan struct{}
@@ -152,8 +156,17 @@ func New(logger hclog.Logger, cfg Config, services kind.Host) *Host {
 // plugin file loaded. Otherwise it returns the refusals joined, each wrapping
 // ErrRefused and naming the file (a kind claimed twice names both binaries:
 // the first in name order keeps the kind, the second is stopped); the plugins
-// that did load stay up and serve Execute, so the caller may go on.
+// that did load stay up and serve Execute, so the caller may go on. Start
+// runs once; call Close whatever it returned.
 func (h *Host) Start(ctx context.Context) error {
+	if !h.started.CompareAndSwap(false, true) {
+		return errors.New("plugin host already started")
+	}
+	select {
+	case <-h.closed:
+		return ErrClosed
+	default:
+	}
 	bins, errs := discover(h.logger, h.cfg.Dir, h.cfg.SHA256)
 	insts := make([]*instance, len(bins))
 	startErrs := make([]error, len(bins))
