@@ -74,7 +74,10 @@ func Run(ctx context.Context, timeout time.Duration, path string, args ...string
 		res.ExitCode = cmd.ProcessState.ExitCode()
 	}
 	// The leader may have exited on its own while children of its group
-	// live on (a shell that backgrounded a helper): kill them too.
+	// live on (a shell that backgrounded a helper): kill them too. The
+	// kernel does not reuse a pid as a process group id while that group
+	// has a member, so this reaches only the tool's stragglers (or, with
+	// none left, nobody: ESRCH).
 	if cmd.Process != nil {
 		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 	}

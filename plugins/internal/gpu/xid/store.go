@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"sort"
 	"sync"
+	"syscall"
 
 	"github.com/better-compute/commands/plugins/internal/gpu"
 )
@@ -21,13 +22,26 @@ const StoreFile = "gpu-xids.json"
 // folds each record into a condition per (bus id, XID), remembers the last
 // sequence number it read so that a second read of the same ring counts
 // nothing twice, and starts afresh when the boot id changes. It is safe for
-// concurrent use within a process; across processes, the last Save wins.
+// concurrent use within a process, and across processes: every save happens
+// under an flock of "<path>.lock" and replays this process's changes onto
+// what the file holds then, so a clear by gpu.reset and a concurrent
+// inventory.refresh both stick.
 type Store struct {
 	path string
 
-	// lock guards state.
+	// lock guards state and pending.
 	lock  sync.Mutex
 	state storeState
+	// pending are the changes since the last load, replayed onto the file's
+	// state under the file lock at Save, so that two processes sharing the
+	// store (inventory.refresh and gpu.reset) never undo each other's work.
+	pending []op
+}
+
+// op is one change to replay: a record to fold in, or a bus id to clear.
+type op struct {
+	rec   *Record
+	clear string
 }
 
 type storeState struct {
@@ -71,6 +85,18 @@ func OpenStore(path, bootID string) (*Store, error) {
 	return s, nil
 }
 
+// load replaces the state with the file's, when it holds this boot.
+func (s *Store) load() {
+	fresh := storeState{Version: 1, BootID: s.state.BootID}
+	if b, err := os.ReadFile(s.path); err == nil {
+		var st storeState
+		if json.Unmarshal(b, &st) == nil && st.BootID == s.state.BootID {
+			fresh = st
+		}
+	}
+	s.state = fresh
+}
+
 // BootID returns the boot the store holds.
 func (s *Store) BootID() string {
 	s.lock.Lock()
@@ -84,6 +110,14 @@ func (s *Store) BootID() string {
 func (s *Store) Observe(r Record) bool {
 	s.lock.Lock()
 	defer s.lock.Unlock()
+	if s.path != "" {
+		rec := r
+		s.pending = append(s.pending, op{rec: &rec})
+	}
+	return s.observe(r)
+}
+
+func (s *Store) observe(r Record) bool {
 	if s.state.HaveSeq && r.Seq <= s.state.LastSeq {
 		return false
 	}
@@ -152,14 +186,61 @@ func Rank(action string) int { return rank(action) }
 // ReadKmsg reads every record now in the kernel log at path into the store
 // and saves it.
 func (s *Store) ReadKmsg(path string) (ReadStats, error) {
-	st, err := ReadKmsg(path, func(r Record) { s.Observe(r) })
+	var st ReadStats
+	var readErr error
+	err := s.update(func() {
+		st, readErr = ReadKmsg(path, func(r Record) { s.observe(r) })
+	})
+	if readErr != nil {
+		return st, readErr
+	}
+	return st, err
+}
+
+// update runs fn on the freshest state under the file lock, after replaying
+// the pending changes, and saves. s.lock is held throughout.
+func (s *Store) update(fn func()) error {
+	s.lock.Lock()
+	defer s.lock.Unlock()
+	if s.path == "" {
+		fn()
+		return nil
+	}
+	unlock, err := lockFile(s.path + ".lock")
 	if err != nil {
-		return st, err
+		return err
 	}
-	if err := s.Save(); err != nil {
-		return st, err
+	defer unlock()
+	s.load()
+	for _, o := range s.pending {
+		if o.rec != nil {
+			s.observe(*o.rec)
+		} else {
+			s.clear(o.clear)
+		}
 	}
-	return st, nil
+	s.pending = nil
+	fn()
+	return s.write()
+}
+
+// lockFile takes an exclusive flock on path, creating it.
+func lockFile(path string) (func(), error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return nil, fmt.Errorf("creating XID store directory: %w", err)
+	}
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("opening XID store lock: %w", err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("locking XID store: %w", err)
+	}
+	return func() {
+		_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+		f.Close()
+	}, nil
 }
 
 // Conditions returns the conditions, each marked Ignored when ignore holds
@@ -199,6 +280,13 @@ func (s *Store) Clear(busID string) {
 	busID = gpu.NormalizeBusID(busID)
 	s.lock.Lock()
 	defer s.lock.Unlock()
+	if s.path != "" {
+		s.pending = append(s.pending, op{clear: busID})
+	}
+	s.clear(busID)
+}
+
+func (s *Store) clear(busID string) {
 	kept := s.state.Conditions[:0]
 	for _, c := range s.state.Conditions {
 		if c.BusID != busID {
@@ -208,20 +296,18 @@ func (s *Store) Clear(busID string) {
 	s.state.Conditions = kept
 }
 
-// Save writes the store atomically (a temporary file renamed over the old).
-// A store opened with no path lives in memory only.
+// Save writes the store atomically (a temporary file renamed over the old),
+// under the file lock, with this process's changes replayed onto what the
+// file holds. A store opened with no path lives in memory only.
 func (s *Store) Save() error {
-	if s.path == "" {
-		return nil
-	}
-	s.lock.Lock()
+	return s.update(func() {})
+}
+
+// write writes the state; s.lock and the file lock are held.
+func (s *Store) write() error {
 	b, err := json.MarshalIndent(s.state, "", "  ")
-	s.lock.Unlock()
 	if err != nil {
 		return fmt.Errorf("encoding XID store: %w", err)
-	}
-	if err := os.MkdirAll(filepath.Dir(s.path), 0o755); err != nil {
-		return fmt.Errorf("creating XID store directory: %w", err)
 	}
 	tmp, err := os.CreateTemp(filepath.Dir(s.path), ".gpu-xids-*.tmp")
 	if err != nil {

@@ -275,3 +275,45 @@ func TestParseMessageRefusesWhatIsNotAGPU(t *testing.T) {
 		require.False(t, ok, m)
 	}
 }
+
+// gpu.reset clears a GPU's XIDs while inventory.refresh, in another process
+// with its own Store on the same file, reads the kernel log: neither undoes
+// the other's change.
+func TestStoreSharedByTwoProcessesKeepsBothChanges(t *testing.T) {
+	path := filepath.Join(t.TempDir(), StoreFile)
+	ring := gputest.WriteKmsg(t, t.TempDir(), gputest.KmsgRecords([]string{
+		"NVRM: Xid (PCI:0000:3b:00): 48, DBE",
+		"NVRM: Xid (PCI:0000:5e:00): 95, uncontained",
+	}, 1))
+	first, err := OpenStore(path, "boot-1")
+	require.NoError(t, err)
+	_, err = first.ReadKmsg(ring)
+	require.NoError(t, err)
+
+	refresh, err := OpenStore(path, "boot-1") // inventory.refresh opens...
+	require.NoError(t, err)
+	reset, err := OpenStore(path, "boot-1") // ...while gpu.reset clears and saves
+	require.NoError(t, err)
+	reset.Clear("0000:3b:00")
+	require.NoError(t, reset.Save())
+
+	// The refresh reads a ring with one new record and saves its stale view.
+	ring2 := gputest.WriteKmsg(t, t.TempDir(), gputest.KmsgRecords([]string{
+		"NVRM: Xid (PCI:0000:3b:00): 48, DBE",
+		"NVRM: Xid (PCI:0000:5e:00): 95, uncontained",
+		"NVRM: Xid (PCI:0000:86:00): 119, GSP RPC timeout",
+	}, 1))
+	_, err = refresh.ReadKmsg(ring2)
+	require.NoError(t, err)
+	var buses []string
+	for _, c := range refresh.Conditions(nil) {
+		buses = append(buses, c.BusID)
+	}
+	require.Equal(t, []string{"0000:5e:00", "0000:86:00"}, buses, "the clear stuck and the new XID was kept")
+
+	// And a later save by the resetting process keeps the refresh's XID.
+	require.NoError(t, reset.Save())
+	again, err := OpenStore(path, "boot-1")
+	require.NoError(t, err)
+	require.Len(t, again.Conditions(nil), 2)
+}
