@@ -114,6 +114,10 @@ type entry struct {
 	// channel; sendClosed is set once they are closed.
 	sendLock   sync.Mutex
 	sendClosed bool
+	// release frees the entry's lane worker slot; set by the lane job and
+	// called before the outcome is published, so that whoever gets the
+	// outcome can send the next command and find the lane free.
+	release func()
 }
 
 // New builds a daemon over an open journal, the node state and an executor.

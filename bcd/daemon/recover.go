@@ -104,7 +104,10 @@ func (d *Daemon) rerun(rec journal.Record, lane kind.Lane, m kind.Manifest) erro
 	d.lock.Unlock()
 	d.logger.Info("running a retry-safe command again", "command_id", rec.ID, "kind", rec.Kind, "attempts", rec.Attempts)
 	go func() {
-		if err := d.pool.Run(d.baseCtx, lane, func() { d.run(e, rec) }); err != nil {
+		if err := d.pool.Run(d.baseCtx, lane, func(release func()) {
+			e.release = release
+			d.run(e, rec)
+		}); err != nil {
 			d.abandon(e)
 		}
 	}()

@@ -171,7 +171,8 @@ func (d *Daemon) decide(e *entry, dec accept.Decision) {
 	}
 	e.manifest = dec.Manifest
 	journaled := make(chan error, 1)
-	err := d.pool.TryRun(dec.Manifest.Lane, func() {
+	err := d.pool.TryRun(dec.Manifest.Lane, func(release func()) {
+		e.release = release
 		stored, inserted, err := d.journal.Insert(rec)
 		journaled <- err
 		if err != nil {
@@ -330,6 +331,9 @@ func (d *Daemon) publish(e *entry, u Update) {
 // all), closes the watchers and forgets the entry. After it, a duplicate is
 // answered from the journal.
 func (d *Daemon) finish(e *entry, rec journal.Record) {
+	if e.release != nil {
+		e.release()
+	}
 	u := updateOf(rec)
 	d.lock.Lock()
 	e.rec, e.last = rec, &u
@@ -352,6 +356,9 @@ func (d *Daemon) finish(e *entry, rec journal.Record) {
 // abandon forgets a command without an outcome (bcd is shutting down, or a
 // self-terminating kind waits for its new boot): its watchers are closed.
 func (d *Daemon) abandon(e *entry) {
+	if e.release != nil {
+		e.release()
+	}
 	d.lock.Lock()
 	ws := e.watchers
 	e.watchers = nil

@@ -74,7 +74,7 @@ func (s Sizes) Validate() error {
 type Pool struct {
 	sizes Sizes
 	slots map[kind.Lane]chan struct{}
-	jobs  map[kind.Lane]chan func()
+	jobs  map[kind.Lane]chan Job
 	wg    sync.WaitGroup
 
 	// closeLock guards closed; it is held for reading while a job is handed
@@ -86,13 +86,13 @@ type Pool struct {
 // New starts the workers: sizes.WithDefaults() of them per lane.
 func New(sizes Sizes) *Pool {
 	sizes = sizes.WithDefaults()
-	p := &Pool{sizes: sizes, slots: map[kind.Lane]chan struct{}{}, jobs: map[kind.Lane]chan func(){}}
+	p := &Pool{sizes: sizes, slots: map[kind.Lane]chan struct{}{}, jobs: map[kind.Lane]chan Job{}}
 	for _, l := range kind.Lanes {
 		n := sizes.Of(l)
 		p.slots[l] = make(chan struct{}, n)
 		// As many queue places as slots: a hand-over after taking a slot
 		// never blocks.
-		ch := make(chan func(), n)
+		ch := make(chan Job, n)
 		p.jobs[l] = ch
 		for i := 0; i < n; i++ {
 			p.wg.Add(1)
@@ -102,20 +102,28 @@ func New(sizes Sizes) *Pool {
 	return p
 }
 
-func (p *Pool) work(slots chan struct{}, ch chan func()) {
+func (p *Pool) work(slots chan struct{}, ch chan Job) {
 	defer p.wg.Done()
 	for job := range ch {
-		job()
-		<-slots
+		var once sync.Once
+		release := func() { once.Do(func() { <-slots }) }
+		job(release)
+		release()
 	}
 }
+
+// Job is work for a lane worker. It may call release once its command's
+// outcome is settled, before it reports it: whoever gets the outcome may
+// send the next command at once and must find the worker free. The worker
+// releases the slot itself when the job returns, if the job did not.
+type Job func(release func())
 
 // Sizes returns the worker counts.
 func (p *Pool) Sizes() Sizes { return p.sizes }
 
 // TryRun hands job to a worker of lane l, or returns ErrBusy at once when
 // every worker of the lane has a job.
-func (p *Pool) TryRun(l kind.Lane, job func()) error {
+func (p *Pool) TryRun(l kind.Lane, job Job) error {
 	p.closeLock.RLock()
 	defer p.closeLock.RUnlock()
 	if p.closed {
@@ -137,7 +145,7 @@ func (p *Pool) TryRun(l kind.Lane, job func()) error {
 // Run hands job to lane l as soon as one of its workers is free, waiting
 // until ctx ends. Recovery uses it: re-running the journal's commands must
 // not fail because there are more of them than workers.
-func (p *Pool) Run(ctx context.Context, l kind.Lane, job func()) error {
+func (p *Pool) Run(ctx context.Context, l kind.Lane, job Job) error {
 	p.closeLock.RLock()
 	defer p.closeLock.RUnlock()
 	if p.closed {

@@ -20,7 +20,7 @@ func fill(t *testing.T, p *Pool, l kind.Lane) func() {
 	var started sync.WaitGroup
 	for i := 0; i < p.Sizes().Of(l); i++ {
 		started.Add(1)
-		require.NoError(t, p.TryRun(l, func() { started.Done(); <-release }))
+		require.NoError(t, p.TryRun(l, func(func()) { started.Done(); <-release }))
 	}
 	started.Wait()
 	return func() { close(release) }
@@ -37,7 +37,7 @@ func TestPool_DefaultSizesMatchTheGatewayCredits(t *testing.T) {
 		release := fill(t, p, l)
 		require.Equal(t, p.Sizes().Of(l), p.InUse(l))
 		require.False(t, p.Free(l))
-		err := p.TryRun(l, func() {})
+		err := p.TryRun(l, func(func()) {})
 		require.ErrorIs(t, err, ErrBusy, "lane %s is full", l)
 		release()
 	}
@@ -48,9 +48,9 @@ func TestPool_BusyLaneDoesNotBlockOthers(t *testing.T) {
 	defer p.Close()
 	release := fill(t, p, kind.LaneBulk)
 	defer release()
-	require.ErrorIs(t, p.TryRun(kind.LaneBulk, func() {}), ErrBusy)
+	require.ErrorIs(t, p.TryRun(kind.LaneBulk, func(func()) {}), ErrBusy)
 	done := make(chan struct{})
-	require.NoError(t, p.TryRun(kind.LaneControl, func() { close(done) }))
+	require.NoError(t, p.TryRun(kind.LaneControl, func(func()) { close(done) }))
 	<-done
 }
 
@@ -58,12 +58,12 @@ func TestPool_WorkerFreedAfterJob(t *testing.T) {
 	p := New(Sizes{Control: 1, Provision: 1, Bulk: 1})
 	defer p.Close()
 	release := fill(t, p, kind.LaneControl)
-	require.ErrorIs(t, p.TryRun(kind.LaneControl, func() {}), ErrBusy)
+	require.ErrorIs(t, p.TryRun(kind.LaneControl, func(func()) {}), ErrBusy)
 	release()
 	// The slot comes back when the job's worker returns: wait for that event.
 	ran := make(chan struct{})
 	testutil.WaitFor(t, 10*time.Second, "the control worker to come back", func() bool {
-		err := p.TryRun(kind.LaneControl, func() { close(ran) })
+		err := p.TryRun(kind.LaneControl, func(func()) { close(ran) })
 		if err != nil {
 			require.ErrorIs(t, err, ErrBusy)
 		}
@@ -78,10 +78,10 @@ func TestPool_RunWaitsForAWorker(t *testing.T) {
 	release := fill(t, p, kind.LaneProvision)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	require.ErrorIs(t, p.Run(ctx, kind.LaneProvision, func() {}), context.Canceled)
+	require.ErrorIs(t, p.Run(ctx, kind.LaneProvision, func(func()) {}), context.Canceled)
 	ran := make(chan struct{})
 	errc := make(chan error, 1)
-	go func() { errc <- p.Run(context.Background(), kind.LaneProvision, func() { close(ran) }) }()
+	go func() { errc <- p.Run(context.Background(), kind.LaneProvision, func(func()) { close(ran) }) }()
 	release()
 	require.NoError(t, <-errc)
 	<-ran
@@ -90,7 +90,7 @@ func TestPool_RunWaitsForAWorker(t *testing.T) {
 func TestPool_ClosedRefuses(t *testing.T) {
 	p := New(Sizes{})
 	p.Close()
-	err := p.TryRun(kind.LaneControl, func() {})
+	err := p.TryRun(kind.LaneControl, func(func()) {})
 	require.True(t, errors.Is(err, ErrClosed))
 	p.Close() // idempotent
 }
@@ -100,4 +100,25 @@ func TestSizes_Validate(t *testing.T) {
 	require.NoError(t, Sizes{Control: 16}.Validate())
 	require.Error(t, Sizes{Bulk: -1}.Validate())
 	require.Error(t, Sizes{Provision: 5000}.Validate())
+}
+
+func TestPool_EarlyRelease(t *testing.T) {
+	// A job that releases its slot before it reports lets the next command
+	// in at once, while its worker is still returning.
+	p := New(Sizes{Control: 1, Provision: 1, Bulk: 1})
+	defer p.Close()
+	released := make(chan struct{})
+	finish := make(chan struct{})
+	require.NoError(t, p.TryRun(kind.LaneControl, func(release func()) {
+		release()
+		release() // idempotent
+		close(released)
+		<-finish
+	}))
+	<-released
+	ran := make(chan struct{})
+	require.NoError(t, p.TryRun(kind.LaneControl, func(func()) { close(ran) }), "the slot is free")
+	require.ErrorIs(t, p.TryRun(kind.LaneControl, func(func()) {}), ErrBusy, "one slot: taken by the queued job")
+	close(finish)
+	<-ran
 }
