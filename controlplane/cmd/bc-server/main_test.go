@@ -1,0 +1,126 @@
+package main_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/better-compute/commands/internal/pgtest"
+	"github.com/better-compute/commands/internal/testutil"
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	testutil.CleanupBuilds()
+	os.Exit(code)
+}
+
+const authYAML = `identities:
+  - name: admin
+    tenants: ["*"]
+    tokens: [admin-token]
+    grants:
+      - permission: "*"
+        resource: "*"
+  - name: ops
+    tenants: [tenant_demo]
+    tokens: [ops-token]
+    grants:
+      - permission: "compute:nodes:*"
+        resource: "compute-node/*"
+`
+
+var servingLine = regexp.MustCompile(`serving: grpc=(\S+) http=(\S+)`)
+
+// The server binary and the CLI binary, end to end: start with flags, come
+// ready, serve the spec's command line, stop cleanly on SIGTERM.
+func TestServerAndCLIBinaries(t *testing.T) {
+	server := testutil.BuildBinary(t, "./controlplane/cmd/bc-server")
+	cli := testutil.BuildBinary(t, "./controlplane/cmd/better-compute")
+	db := pgtest.Create(t)
+	dir := t.TempDir()
+	authFile := filepath.Join(dir, "auth.yaml")
+	require.NoError(t, os.WriteFile(authFile, []byte(authYAML), 0o600))
+
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	srv := exec.CommandContext(ctx, server, "--grpc-listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0",
+		"--database-url", "dbname="+db, "--auth-config", authFile, "--shutdown-timeout", "5s")
+	stderr, err := srv.StderrPipe()
+	require.NoError(t, err)
+	require.NoError(t, srv.Start())
+	exited := make(chan error, 1)
+	addrs := make(chan []string, 1)
+	var (
+		logMu sync.Mutex
+		logs  []string
+	)
+	t.Cleanup(func() {
+		if t.Failed() {
+			logMu.Lock()
+			defer logMu.Unlock()
+			t.Logf("bc-server's log:\n%s", strings.Join(logs, "\n"))
+		}
+	})
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			logMu.Lock()
+			logs = append(logs, sc.Text())
+			logMu.Unlock()
+			if m := servingLine.FindStringSubmatch(sc.Text()); m != nil {
+				addrs <- m[1:]
+			}
+		}
+		exited <- srv.Wait()
+	}()
+	var grpcAddr, httpAddr string
+	select {
+	case a := <-addrs:
+		grpcAddr, httpAddr = a[0], a[1]
+	case err := <-exited:
+		t.Fatalf("bc-server exited before serving: %v", err)
+	case <-ctx.Done():
+		t.Fatal("bc-server did not start")
+	}
+	resp, err := http.Get("http://" + httpAddr + "/readyz")
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+
+	run := func(token string, args ...string) []byte {
+		t.Helper()
+		c := exec.CommandContext(ctx, cli, args...)
+		c.Env = []string{"BC_ENDPOINT=http://" + grpcAddr, "BC_TOKEN=" + token, "HOME=" + dir}
+		out, err := c.CombinedOutput()
+		require.NoError(t, err, "%s", out)
+		return out
+	}
+	run("admin-token", "api", "nodes.createTenant", "tenantId=tenant_demo", "name=Demo")
+	run("admin-token", "api", "nodes.create", "tenantId=tenant_demo", "nodeId=node_demo")
+	out := run("ops-token", "api", "commands.run", "tenantId=tenant_demo", "nodeId=node_demo", "kind=node.reboot", "idempotencyKey=reboot-0412")
+	var cmd map[string]any
+	require.NoError(t, json.Unmarshal(out, &cmd), "%s", out)
+	require.Equal(t, "pending", cmd["state"])
+	require.Regexp(t, "^cmd_", cmd["id"])
+
+	require.NoError(t, srv.Process.Signal(syscall.SIGTERM))
+	select {
+	case err := <-exited:
+		require.NoError(t, err, "a clean exit on SIGTERM")
+	case <-ctx.Done():
+		t.Fatal("bc-server did not stop on SIGTERM")
+	}
+}
