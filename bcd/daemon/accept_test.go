@@ -137,3 +137,17 @@ func TestSubmit_ExpiredJudgedInServerTime(t *testing.T) {
 	us := collect(t, ch)
 	require.Equal(t, accept.Expired, last(t, us).RejectCode)
 }
+
+func TestSubmit_NextCommandAfterAnOutcomeIsNeverBusy(t *testing.T) {
+	// The gateway returns a lane credit when the outcome arrives and may send
+	// the next command at once: the worker must be free by then.
+	n := start(t, "", func(c *Config) { c.Lanes = lanes.Sizes{Bulk: 1} })
+	h := newHold(t, true)
+	h.release(t)
+	for i := 0; i < 20; i++ {
+		ch, err := n.d.Submit(context.Background(), cmd("cmd_next_"+string(rune('a'+i)), "bcdcore.bulk", h))
+		require.NoError(t, err)
+		out := last(t, collect(t, ch))
+		require.Equal(t, journal.StateSucceeded, out.State, "command %d: %+v", i, out)
+	}
+}
