@@ -20,6 +20,7 @@ import (
 
 	"github.com/better-compute/commands/controlplane/api/apierr"
 	"github.com/better-compute/commands/controlplane/auth"
+	"github.com/better-compute/commands/controlplane/bundles"
 	"github.com/better-compute/commands/controlplane/events"
 	"github.com/better-compute/commands/controlplane/queue"
 	apiv1 "github.com/better-compute/commands/proto/bc/api/v1"
@@ -50,6 +51,9 @@ type Config struct {
 	// BatchQuorum says that approver keys are configured, so a batched
 	// command waits for approvals (awaitingApproval) until its notBefore is set.
 	BatchQuorum bool
+	// Bundles is the supportBundles service; nil when the server has none,
+	// and then commands.run refuses logs.collect (no upload destination).
+	Bundles *bundles.Bundles
 	// WatchPoll is how often a watch re-reads the outbox without a NOTIFY;
 	// events.DefaultPoll when zero.
 	WatchPoll time.Duration
@@ -64,6 +68,7 @@ type Server struct {
 	logger    hclog.Logger
 	allowlist map[string]bool
 	quorum    bool
+	bundles   *bundles.Bundles
 	poll      time.Duration
 	now       func() time.Time
 	hub       *hub
@@ -84,7 +89,7 @@ func New(cfg Config) *Server {
 	}
 	s := &Server{
 		pool: cfg.Pool, queue: cfg.Queue, logger: logger.Named("api"),
-		allowlist: map[string]bool{}, quorum: cfg.BatchQuorum, poll: cfg.WatchPoll, now: cfg.Now,
+		allowlist: map[string]bool{}, quorum: cfg.BatchQuorum, bundles: cfg.Bundles, poll: cfg.WatchPoll, now: cfg.Now,
 		hub: newHub(), done: make(chan struct{}),
 	}
 	for _, k := range allow {

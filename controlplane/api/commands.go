@@ -11,6 +11,8 @@ import (
 
 	"github.com/better-compute/commands/controlplane/api/apierr"
 	"github.com/better-compute/commands/controlplane/auth"
+	"github.com/better-compute/commands/controlplane/bundles"
+	"github.com/better-compute/commands/controlplane/ids"
 	"github.com/better-compute/commands/controlplane/queue"
 	apiv1 "github.com/better-compute/commands/proto/bc/api/v1"
 )
@@ -88,6 +90,11 @@ func (c *commandsServer) Run(ctx context.Context, req *apiv1.RunCommandRequest) 
 	if req.GetIdempotencyKey() != "" {
 		p.IdempotencyKey = queue.APIKey(req.GetTenantId(), id.Name, req.GetIdempotencyKey())
 	}
+	if req.GetKind() == logsCollect {
+		if err := s.supportBundle(ctx, &p); err != nil {
+			return nil, err
+		}
+	}
 	var cmd queue.Command
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		var err error
@@ -98,6 +105,39 @@ func (c *commandsServer) Run(ctx context.Context, req *apiv1.RunCommandRequest) 
 		return nil, s.fail(ctx, "commands.run", err)
 	}
 	return s.toProto(cmd), nil
+}
+
+// logsCollect is the kind that uploads a support bundle.
+const logsCollect = "logs.collect"
+
+// supportBundle puts a presigned PUT URL for support-bundles/{nodeId}/{key}.bundle
+// into a logs.collect command, valid until not_after plus 15 minutes, with
+// the byte cap and supportBundle: true; no credential travels in the command.
+// The key is the queue's api:… key without its prefix, so a command queued
+// without an idempotency key gets a random one (its bundle still needs a
+// name). A retry with the same key returns the command already queued, whose
+// stored payload keeps the URL it was given: the URL computed here for it is
+// dropped unused, and nothing is written to the store by presigning.
+func (s *Server) supportBundle(ctx context.Context, p *queue.EnqueueParams) error {
+	if s.bundles == nil {
+		return apierr.New(apierr.InvalidState, bundles.ErrNoDestination.Error(),
+			map[string]string{"kind": logsCollect, "reason": "no-upload-destination"})
+	}
+	if p.IdempotencyKey == "" {
+		p.IdempotencyKey = queue.APIKey(p.TenantID, "", ids.NewCommand())
+	}
+	key, fields, err := s.bundles.Presign(ctx, p.NodeID, p.IdempotencyKey, p.NotAfter)
+	if err != nil {
+		return s.fail(ctx, "presigning the support bundle", err)
+	}
+	merged, err := bundles.MergePayload(p.Payload, key, fields)
+	if err != nil {
+		// ErrReservedField (the caller picked its own destination or cap)
+		// or a payload that is not an object.
+		return apierr.New(apierr.InvalidInput, err.Error(), map[string]string{"kind": logsCollect, "field": "payload"})
+	}
+	p.Payload, p.BundleKey = merged, key
+	return nil
 }
 
 // Get returns one command of a node the caller may read.

@@ -20,7 +20,9 @@ import (
 	"github.com/better-compute/commands/controlplane/auth"
 	"github.com/better-compute/commands/controlplane/kinds"
 	"github.com/better-compute/commands/controlplane/queue"
+	"github.com/better-compute/commands/controlplane/bundles"
 	"github.com/better-compute/commands/internal/pgtest"
+	"github.com/better-compute/commands/plugins/logs"
 	apiv1 "github.com/better-compute/commands/proto/bc/api/v1"
 	"github.com/better-compute/commands/sdk/kind"
 )
@@ -42,7 +44,7 @@ func testRegistry(t testing.TB) *kinds.Registry {
 		manifest("diag.nvml", kind.LaneControl, kind.Flags{RetrySafe: true}, true, ""),
 		manifest("inventory.refresh", kind.LaneControl, kind.Flags{RetrySafe: true}, true,
 			`{"type":"object","additionalProperties":false,"properties":{"sections":{"type":"array","items":{"type":"string"}},"rescan":{"type":"boolean"}}}`),
-		manifest("logs.collect", kind.LaneBulk, kind.Flags{RetrySafe: true}, true, ""),
+		logs.Manifest, // the real one: its schema requires the upload fields the API fills
 		manifest("node.reboot", kind.LaneControl, kind.Flags{Destructive: true, SelfTerminating: true}, true, ""),
 		manifest("gpu.reset", kind.LaneProvision, kind.Flags{Destructive: true}, false, ""),
 		// API-runnable by its manifest, but not on the allowlist.
@@ -112,7 +114,11 @@ func setup(t testing.TB, opts ...func(*api.Config)) *bundle {
 		_, err := q.CreateNode(ctx, pool, n)
 		require.NoError(t, err)
 	}
-	cfg := api.Config{Pool: pool, Queue: q, Logger: hclog.NewNullLogger(), WatchPoll: 200 * time.Millisecond}
+	store, err := bundles.NewDirStore(bundles.DirOptions{Root: t.TempDir(), BaseURL: "https://cp.example.com/v1/blobs",
+		Secret: []byte("0123456789abcdef0123456789abcdef")})
+	require.NoError(t, err)
+	cfg := api.Config{Pool: pool, Queue: q, Logger: hclog.NewNullLogger(), WatchPoll: 200 * time.Millisecond,
+		Bundles: bundles.New(store, 64<<20)}
 	for _, o := range opts {
 		o(&cfg)
 	}

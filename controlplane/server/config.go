@@ -14,6 +14,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/better-compute/commands/controlplane/auth"
+	"github.com/better-compute/commands/controlplane/bundles"
 )
 
 // Config is the server's config file (YAML); flags override its fields.
@@ -39,6 +40,10 @@ type Config struct {
 	// BatchQuorum says approver keys are configured: destructive kinds need
 	// an approved batch, and batched commands wait for approval.
 	BatchQuorum bool `yaml:"batchQuorum"`
+	// SupportBundles is where logs.collect uploads; without it commands.run
+	// refuses logs.collect. A dir store is served on the HTTP listener under
+	// its baseURL's path.
+	SupportBundles *bundles.Config `yaml:"supportBundles"`
 	// ShutdownTimeout bounds the graceful stop ("15s").
 	ShutdownTimeout Duration `yaml:"shutdownTimeout"`
 	// LogLevel is trace, debug, info, warn or error.

@@ -26,6 +26,7 @@ import (
 
 	"github.com/better-compute/commands/controlplane/api"
 	"github.com/better-compute/commands/controlplane/auth"
+	"github.com/better-compute/commands/controlplane/bundles"
 	"github.com/better-compute/commands/controlplane/kinds"
 	"github.com/better-compute/commands/controlplane/queue"
 	"github.com/better-compute/commands/controlplane/store"
@@ -99,9 +100,25 @@ func New(ctx context.Context, cfg Config, reg *kinds.Registry, logger hclog.Logg
 		return nil, err
 	}
 
+	var (
+		support *bundles.Bundles
+		dir     *bundles.DirStore
+	)
+	if cfg.SupportBundles != nil {
+		store, err := bundles.Open(*cfg.SupportBundles)
+		if err != nil {
+			return closeOnErr(err)
+		}
+		support = bundles.New(store, cfg.SupportBundles.EffectiveMaxBytes())
+		dir, _ = store.(*bundles.DirStore)
+		if dir != nil && cfg.HTTPListen == "" {
+			return closeOnErr(errors.New("supportBundles with driver dir needs httpListen, which serves the uploads"))
+		}
+	}
+
 	q := queue.New(reg, logger)
 	q.RequireBatches(cfg.BatchQuorum)
-	s.api = api.New(api.Config{Pool: pool, Queue: q, Logger: logger, Allowlist: cfg.Allowlist, BatchQuorum: cfg.BatchQuorum})
+	s.api = api.New(api.Config{Pool: pool, Queue: q, Logger: logger, Allowlist: cfg.Allowlist, BatchQuorum: cfg.BatchQuorum, Bundles: support})
 	s.metrics = newMetrics(pool)
 
 	authn.AllowUnauthenticated(healthpb.Health_ServiceDesc.ServiceName,
@@ -134,6 +151,9 @@ func New(ctx context.Context, cfg Config, reg *kinds.Registry, logger hclog.Logg
 		mux.HandleFunc("/healthz", s.healthz)
 		mux.HandleFunc("/readyz", s.readyz)
 		mux.Handle("/metrics", promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{}))
+		if dir != nil {
+			mux.Handle(dir.MountPath()+"/", dir.Handler())
+		}
 		s.http = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	}
 	return s, nil

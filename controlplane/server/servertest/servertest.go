@@ -7,6 +7,8 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -15,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/better-compute/commands/controlplane/auth"
+	"github.com/better-compute/commands/controlplane/bundles"
 	"github.com/better-compute/commands/controlplane/kinds"
 	"github.com/better-compute/commands/controlplane/queue"
 	"github.com/better-compute/commands/controlplane/server"
@@ -88,6 +91,10 @@ func Start(t testing.TB, adjust func(*server.Config)) *Running {
 	cfg.DatabaseURL = "dbname=" + name
 	cfg.Auth = AuthConfig()
 	cfg.ShutdownTimeout = server.Duration(5 * time.Second)
+	secret := filepath.Join(t.TempDir(), "blob.key")
+	require.NoError(t, os.WriteFile(secret, []byte("0123456789abcdef0123456789abcdef"), 0o600))
+	cfg.SupportBundles = &bundles.Config{Blob: bundles.BlobConfig{Driver: "dir", Dir: &bundles.DirConfig{
+		Path: t.TempDir(), BaseURL: "http://127.0.0.1/v1/blobs", SecretFile: secret}}}
 	if adjust != nil {
 		adjust(&cfg)
 	}
