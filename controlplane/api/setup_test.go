@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
@@ -174,5 +173,3 @@ func (b *bundle) setState(t testing.TB, commandID string, to queue.State) {
 	require.NoError(t, err)
 	require.True(t, ok)
 }
-
-var _ = pgx.ErrNoRows
