@@ -35,6 +35,7 @@ func (s *Server) toProto(c queue.Command) *apiv1.Command {
 		CancelRequestedAt: ts(c.CancelRequestedAt),
 		Result:            toValue(c.Result),
 		MinGeneration:     c.MinGeneration,
+		Progress:          toValue(c.Progress),
 	}
 	if c.BatchID != "" && s.quorum && c.NotBefore == nil && !c.State.Terminal() {
 		// Under the quorum a batched command is held until its batch is

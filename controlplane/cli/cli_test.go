@@ -219,6 +219,8 @@ func TestRunWaitFollowsUntilSettled(t *testing.T) {
 	id, stderr, done := waitFor(t, r, "diag.nvml")
 	r.SetState(t, id, queue.Running, "", nil)
 	testutil.WaitFor(t, 20*time.Second, "the CLI to show running", func() bool { return strings.Contains(stderr.String(), "running") })
+	r.SetProgress(t, id, map[string]any{"percent": 40, "message": "checking ecc"})
+	testutil.WaitFor(t, 20*time.Second, "the CLI to show progress", func() bool { return strings.Contains(stderr.String(), "40% checking ecc") })
 	r.SetState(t, id, queue.Failed, "ecc.uncorrectable", map[string]any{"checks": []any{"ecc"}})
 	res := awaitResult(t, done)
 	require.Equal(t, cli.ExitCommandFailed, res.code, res.stderr)

@@ -168,11 +168,12 @@ func (a *app) wait(cmd *cobra.Command, c *apiv1.Command, interval time.Duration)
 			return nil
 		})
 	}()
-	last := ""
+	last, lastProgress := "", ""
 	for {
-		if c.GetState() != last {
-			writeLine(a.env.Stderr, "%s  %s %s%s", time.Now().UTC().Format(time.RFC3339), c.GetId(), c.GetState(), reasonSuffix(c))
-			last = c.GetState()
+		progress := progressText(c)
+		if c.GetState() != last || progress != lastProgress {
+			writeLine(a.env.Stderr, "%s  %s %s%s%s", time.Now().UTC().Format(time.RFC3339), c.GetId(), c.GetState(), reasonSuffix(c), progress)
+			last, lastProgress = c.GetState(), progress
 		}
 		if terminal(c.GetState()) {
 			return c, nil
@@ -195,6 +196,27 @@ func (a *app) wait(cmd *cobra.Command, c *apiv1.Command, interval time.Duration)
 		}
 		c = next
 	}
+}
+
+// progressText renders the node's last progress report: "  40% collecting
+// journald" for the usual { percent, message }, else its JSON.
+func progressText(c *apiv1.Command) string {
+	p := c.GetProgress()
+	if p == nil || terminal(c.GetState()) {
+		return ""
+	}
+	f := p.GetStructValue().GetFields()
+	if msg, ok := f["message"]; ok {
+		if pct, ok := f["percent"]; ok && pct.GetNumberValue() >= 0 {
+			return fmt.Sprintf("  %.0f%% %s", pct.GetNumberValue(), msg.GetStringValue())
+		}
+		return "  " + msg.GetStringValue()
+	}
+	b, err := renderJSON(p, false)
+	if err != nil {
+		return ""
+	}
+	return "  " + string(b)
 }
 
 func terminal(state string) bool {

@@ -148,6 +148,16 @@ func Start(t testing.TB, adjust func(*server.Config)) *Running {
 	return r
 }
 
+// SetProgress records a progress report as the gateway would.
+func (r *Running) SetProgress(t testing.TB, commandID string, progress any) {
+	t.Helper()
+	b, err := json.Marshal(progress)
+	require.NoError(t, err)
+	ok, err := r.Queue.RecordProgress(context.Background(), r.Pool, commandID, 0, b)
+	require.NoError(t, err)
+	require.True(t, ok, "progress of %s recorded", commandID)
+}
+
 // SetState moves a command as the gateway would.
 func (r *Running) SetState(t testing.TB, commandID string, to queue.State, reason string, result any) {
 	t.Helper()

@@ -70,6 +70,9 @@ type Command struct {
 	// result is what the node reported with a terminal state.
 	Result        *structpb.Value `protobuf:"bytes,19,opt,name=result,proto3" json:"result,omitempty"`
 	MinGeneration int64           `protobuf:"varint,20,opt,name=min_generation,json=minGeneration,proto3" json:"min_generation,omitempty"`
+	// progress is the last progress the node reported for a running command
+	// (for example { percent, message }).
+	Progress      *structpb.Value `protobuf:"bytes,21,opt,name=progress,proto3" json:"progress,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -242,6 +245,13 @@ func (x *Command) GetMinGeneration() int64 {
 		return x.MinGeneration
 	}
 	return 0
+}
+
+func (x *Command) GetProgress() *structpb.Value {
+	if x != nil {
+		return x.Progress
+	}
+	return nil
 }
 
 // RunCommandRequest queues a command.
@@ -1188,7 +1198,7 @@ var File_bc_api_v1_api_proto protoreflect.FileDescriptor
 
 const file_bc_api_v1_api_proto_rawDesc = "" +
 	"\n" +
-	"\x13bc/api/v1/api.proto\x12\tbc.api.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xb8\x06\n" +
+	"\x13bc/api/v1/api.proto\x12\tbc.api.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xec\x06\n" +
 	"\aCommand\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1b\n" +
 	"\ttenant_id\x18\x02 \x01(\tR\btenantId\x12\x17\n" +
@@ -1216,7 +1226,8 @@ const file_bc_api_v1_api_proto_rawDesc = "" +
 	"settled_at\x18\x11 \x01(\v2\x1a.google.protobuf.TimestampR\tsettledAt\x12J\n" +
 	"\x13cancel_requested_at\x18\x12 \x01(\v2\x1a.google.protobuf.TimestampR\x11cancelRequestedAt\x12.\n" +
 	"\x06result\x18\x13 \x01(\v2\x16.google.protobuf.ValueR\x06result\x12%\n" +
-	"\x0emin_generation\x18\x14 \x01(\x03R\rminGenerationB\r\n" +
+	"\x0emin_generation\x18\x14 \x01(\x03R\rminGeneration\x122\n" +
+	"\bprogress\x18\x15 \x01(\v2\x16.google.protobuf.ValueR\bprogressB\r\n" +
 	"\v_retry_safe\"\x9b\x02\n" +
 	"\x11RunCommandRequest\x12\x1b\n" +
 	"\ttenant_id\x18\x01 \x01(\tR\btenantId\x12\x17\n" +
@@ -1348,36 +1359,37 @@ var file_bc_api_v1_api_proto_depIdxs = []int32{
 	15, // 5: bc.api.v1.Command.settled_at:type_name -> google.protobuf.Timestamp
 	15, // 6: bc.api.v1.Command.cancel_requested_at:type_name -> google.protobuf.Timestamp
 	16, // 7: bc.api.v1.Command.result:type_name -> google.protobuf.Value
-	14, // 8: bc.api.v1.RunCommandRequest.payload:type_name -> google.protobuf.Struct
-	0,  // 9: bc.api.v1.ListCommandsResponse.items:type_name -> bc.api.v1.Command
-	15, // 10: bc.api.v1.Event.occurred_at:type_name -> google.protobuf.Timestamp
-	14, // 11: bc.api.v1.Event.data:type_name -> google.protobuf.Struct
-	15, // 12: bc.api.v1.Condition.since:type_name -> google.protobuf.Timestamp
-	14, // 13: bc.api.v1.Node.inventory:type_name -> google.protobuf.Struct
-	9,  // 14: bc.api.v1.Node.conditions:type_name -> bc.api.v1.Condition
-	15, // 15: bc.api.v1.Node.created_at:type_name -> google.protobuf.Timestamp
-	15, // 16: bc.api.v1.Tenant.created_at:type_name -> google.protobuf.Timestamp
-	1,  // 17: bc.api.v1.Commands.Run:input_type -> bc.api.v1.RunCommandRequest
-	2,  // 18: bc.api.v1.Commands.Get:input_type -> bc.api.v1.GetCommandRequest
-	3,  // 19: bc.api.v1.Commands.List:input_type -> bc.api.v1.ListCommandsRequest
-	5,  // 20: bc.api.v1.Commands.Cancel:input_type -> bc.api.v1.CancelCommandRequest
-	6,  // 21: bc.api.v1.Events.Watch:input_type -> bc.api.v1.WatchEventsRequest
-	8,  // 22: bc.api.v1.Nodes.Get:input_type -> bc.api.v1.GetNodeRequest
-	11, // 23: bc.api.v1.Nodes.CreateTenant:input_type -> bc.api.v1.CreateTenantRequest
-	13, // 24: bc.api.v1.Nodes.Create:input_type -> bc.api.v1.CreateNodeRequest
-	0,  // 25: bc.api.v1.Commands.Run:output_type -> bc.api.v1.Command
-	0,  // 26: bc.api.v1.Commands.Get:output_type -> bc.api.v1.Command
-	4,  // 27: bc.api.v1.Commands.List:output_type -> bc.api.v1.ListCommandsResponse
-	0,  // 28: bc.api.v1.Commands.Cancel:output_type -> bc.api.v1.Command
-	7,  // 29: bc.api.v1.Events.Watch:output_type -> bc.api.v1.Event
-	10, // 30: bc.api.v1.Nodes.Get:output_type -> bc.api.v1.Node
-	12, // 31: bc.api.v1.Nodes.CreateTenant:output_type -> bc.api.v1.Tenant
-	10, // 32: bc.api.v1.Nodes.Create:output_type -> bc.api.v1.Node
-	25, // [25:33] is the sub-list for method output_type
-	17, // [17:25] is the sub-list for method input_type
-	17, // [17:17] is the sub-list for extension type_name
-	17, // [17:17] is the sub-list for extension extendee
-	0,  // [0:17] is the sub-list for field type_name
+	16, // 8: bc.api.v1.Command.progress:type_name -> google.protobuf.Value
+	14, // 9: bc.api.v1.RunCommandRequest.payload:type_name -> google.protobuf.Struct
+	0,  // 10: bc.api.v1.ListCommandsResponse.items:type_name -> bc.api.v1.Command
+	15, // 11: bc.api.v1.Event.occurred_at:type_name -> google.protobuf.Timestamp
+	14, // 12: bc.api.v1.Event.data:type_name -> google.protobuf.Struct
+	15, // 13: bc.api.v1.Condition.since:type_name -> google.protobuf.Timestamp
+	14, // 14: bc.api.v1.Node.inventory:type_name -> google.protobuf.Struct
+	9,  // 15: bc.api.v1.Node.conditions:type_name -> bc.api.v1.Condition
+	15, // 16: bc.api.v1.Node.created_at:type_name -> google.protobuf.Timestamp
+	15, // 17: bc.api.v1.Tenant.created_at:type_name -> google.protobuf.Timestamp
+	1,  // 18: bc.api.v1.Commands.Run:input_type -> bc.api.v1.RunCommandRequest
+	2,  // 19: bc.api.v1.Commands.Get:input_type -> bc.api.v1.GetCommandRequest
+	3,  // 20: bc.api.v1.Commands.List:input_type -> bc.api.v1.ListCommandsRequest
+	5,  // 21: bc.api.v1.Commands.Cancel:input_type -> bc.api.v1.CancelCommandRequest
+	6,  // 22: bc.api.v1.Events.Watch:input_type -> bc.api.v1.WatchEventsRequest
+	8,  // 23: bc.api.v1.Nodes.Get:input_type -> bc.api.v1.GetNodeRequest
+	11, // 24: bc.api.v1.Nodes.CreateTenant:input_type -> bc.api.v1.CreateTenantRequest
+	13, // 25: bc.api.v1.Nodes.Create:input_type -> bc.api.v1.CreateNodeRequest
+	0,  // 26: bc.api.v1.Commands.Run:output_type -> bc.api.v1.Command
+	0,  // 27: bc.api.v1.Commands.Get:output_type -> bc.api.v1.Command
+	4,  // 28: bc.api.v1.Commands.List:output_type -> bc.api.v1.ListCommandsResponse
+	0,  // 29: bc.api.v1.Commands.Cancel:output_type -> bc.api.v1.Command
+	7,  // 30: bc.api.v1.Events.Watch:output_type -> bc.api.v1.Event
+	10, // 31: bc.api.v1.Nodes.Get:output_type -> bc.api.v1.Node
+	12, // 32: bc.api.v1.Nodes.CreateTenant:output_type -> bc.api.v1.Tenant
+	10, // 33: bc.api.v1.Nodes.Create:output_type -> bc.api.v1.Node
+	26, // [26:34] is the sub-list for method output_type
+	18, // [18:26] is the sub-list for method input_type
+	18, // [18:18] is the sub-list for extension type_name
+	18, // [18:18] is the sub-list for extension extendee
+	0,  // [0:18] is the sub-list for field type_name
 }
 
 func init() { file_bc_api_v1_api_proto_init() }
