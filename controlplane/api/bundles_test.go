@@ -1,6 +1,7 @@
 package api_test
 
 import (
+	"context"
 	"net/url"
 	"strings"
 	"testing"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/better-compute/commands/controlplane/api"
 	"github.com/better-compute/commands/controlplane/api/apierr"
+	"github.com/better-compute/commands/controlplane/ids"
 	"github.com/better-compute/commands/controlplane/queue"
 	apiv1 "github.com/better-compute/commands/proto/bc/api/v1"
 )
@@ -69,4 +71,30 @@ func TestLogsCollectWithoutSupportBundles(t *testing.T) {
 	_, err := b.run(t, tokOps, &apiv1.RunCommandRequest{TenantId: tenantA, NodeId: nodeA1, Kind: "logs.collect"})
 	in := requireCode(t, err, apierr.InvalidState)
 	require.Equal(t, "no-upload-destination", in.Details["reason"])
+}
+
+// "a batched command carries its batchId, and while it waits for approvals
+// awaitingApproval: true and no notBefore"
+func TestBatchedCommandAwaitsApproval(t *testing.T) {
+	t.Parallel()
+	b := setup(t, func(c *api.Config) { c.BatchQuorum = true })
+	b.queue.RequireBatches(true)
+	batch := ids.NewBatch()
+	c, err := b.run(t, tokOps, &apiv1.RunCommandRequest{TenantId: tenantA, NodeId: nodeA1, Kind: "node.reboot",
+		IdempotencyKey: "reboot-0412", BatchId: batch})
+	require.NoError(t, err)
+	require.Equal(t, batch, c.GetBatchId())
+	require.True(t, c.GetAwaitingApproval())
+	require.Nil(t, c.GetNotBefore())
+
+	// Once approved, notBefore is set and awaitingApproval is gone.
+	_, err = b.pool.Exec(context.Background(), `UPDATE commands SET not_before = now() WHERE id = $1`, c.GetId())
+	require.NoError(t, err)
+	got, err := b.commands().Get(as(tokOps), &apiv1.GetCommandRequest{TenantId: tenantA, NodeId: nodeA1, CommandId: c.GetId()})
+	require.NoError(t, err)
+	require.False(t, got.GetAwaitingApproval())
+	require.NotNil(t, got.GetNotBefore())
+
+	_, err = b.run(t, tokOps, &apiv1.RunCommandRequest{TenantId: tenantA, NodeId: nodeA1, Kind: "node.reboot", BatchId: "not-a-batch"})
+	requireCode(t, err, apierr.InvalidInput)
 }
