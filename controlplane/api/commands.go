@@ -96,7 +96,7 @@ func (c *commandsServer) Run(ctx context.Context, req *apiv1.RunCommandRequest) 
 		}
 	}
 	var cmd queue.Command
-	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	err = inTx(ctx, s.pool, func(tx pgx.Tx) error {
 		var err error
 		cmd, _, err = s.queue.Enqueue(ctx, tx, p)
 		return err
@@ -192,7 +192,7 @@ func (c *commandsServer) Cancel(ctx context.Context, req *apiv1.CancelCommandReq
 		return nil, err
 	}
 	var cmd queue.Command
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	err := inTx(ctx, s.pool, func(tx pgx.Tx) error {
 		var err error
 		cmd, err = s.queue.Cancel(ctx, tx, req.GetNodeId(), req.GetCommandId())
 		return err
