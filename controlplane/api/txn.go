@@ -253,7 +253,7 @@ func (r errRow) Scan(...any) error { return r.err }
 type errBatch struct{ err error }
 
 func (b errBatch) Exec() (pgconn.CommandTag, error) { return pgconn.CommandTag{}, b.err }
-func (b errBatch) Query() (pgx.Rows, error)          { return nil, b.err }
-func (b errBatch) QueryRow() pgx.Row                 { return errRow(b) }
-func (b errBatch) Close() error                      { return b.err }
-func (b errBatch) Tx() pgx.Tx                        { return nil }
+func (b errBatch) Query() (pgx.Rows, error)         { return nil, b.err }
+func (b errBatch) QueryRow() pgx.Row                { return errRow(b) }
+func (b errBatch) Close() error                     { return b.err }
+func (b errBatch) Tx() pgx.Tx                       { return nil }

@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"strings"
+	"sync/atomic"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
@@ -17,26 +18,53 @@ import (
 )
 
 // Authenticator maps a bearer token or a verified client certificate to an
-// Identity.
+// Identity. Its identities can be replaced while it serves (Reload), so that
+// an operator rotates a token without a restart.
 type Authenticator struct {
-	byToken    map[[sha256.Size]byte]*Identity
-	byCertHash map[[sha256.Size]byte]*Identity
-	byCN       map[string]*Identity
-	// public are full method names served without authentication (server
+	// ids holds the current identities; calls read it once each.
+	ids atomic.Pointer[identities]
+	// public are the services served without authentication (server
 	// reflection and health), which reveal only what the proto files say.
 	public map[string]bool
 }
 
+// identities are the lookup tables built from one Config.
+type identities struct {
+	byToken    map[[sha256.Size]byte]*Identity
+	byCertHash map[[sha256.Size]byte]*Identity
+	byCN       map[string]*Identity
+}
+
 // New builds an Authenticator from cfg.
 func New(cfg *Config) (*Authenticator, error) {
+	ids, err := build(cfg)
+	if err != nil {
+		return nil, err
+	}
+	a := &Authenticator{public: map[string]bool{}}
+	a.ids.Store(ids)
+	return a, nil
+}
+
+// Reload replaces the identities with cfg's; calls already authenticated
+// keep the identity they got. A bad cfg changes nothing.
+func (a *Authenticator) Reload(cfg *Config) error {
+	ids, err := build(cfg)
+	if err != nil {
+		return err
+	}
+	a.ids.Store(ids)
+	return nil
+}
+
+func build(cfg *Config) (*identities, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	a := &Authenticator{
+	a := &identities{
 		byToken:    map[[sha256.Size]byte]*Identity{},
 		byCertHash: map[[sha256.Size]byte]*Identity{},
 		byCN:       map[string]*Identity{},
-		public:     map[string]bool{},
 	}
 	for _, ic := range cfg.Identities {
 		id := &Identity{Name: ic.Name, Tenants: append([]string(nil), ic.Tenants...), Grants: append([]Grant(nil), ic.Grants...)}
@@ -65,7 +93,7 @@ func New(cfg *Config) (*Authenticator, error) {
 	return a, nil
 }
 
-func (a *Authenticator) addHash(m map[[sha256.Size]byte]*Identity, h [sha256.Size]byte, id *Identity, what string) error {
+func (a *identities) addHash(m map[[sha256.Size]byte]*Identity, h [sha256.Size]byte, id *Identity, what string) error {
 	if prev, ok := m[h]; ok {
 		return fmt.Errorf("one %s names both %s and %s", what, prev.Name, id.Name)
 	}
@@ -100,22 +128,23 @@ func (a *Authenticator) isPublic(fullMethod string) bool {
 // authorization metadata when there is one (a bad token is never passed over
 // for the certificate), else from the verified client certificate.
 func (a *Authenticator) Authenticate(ctx context.Context) (*Identity, error) {
+	ids := a.ids.Load()
 	md, _ := metadata.FromIncomingContext(ctx)
 	if vals := md.Get("authorization"); len(vals) > 0 {
 		scheme, token, ok := strings.Cut(vals[0], " ")
 		if !ok || !strings.EqualFold(scheme, "bearer") || token == "" {
 			return nil, apierr.Errorf(apierr.Unauthenticated, "authorization must be \"Bearer <token>\"")
 		}
-		if id, found := a.byToken[sha256.Sum256([]byte(token))]; found {
+		if id, found := ids.byToken[sha256.Sum256([]byte(token))]; found {
 			return id, nil
 		}
 		return nil, apierr.Errorf(apierr.Unauthenticated, "unknown bearer token")
 	}
 	if cert := verifiedLeaf(ctx); cert != nil {
-		if id, found := a.byCertHash[sha256.Sum256(cert.Raw)]; found {
+		if id, found := ids.byCertHash[sha256.Sum256(cert.Raw)]; found {
 			return id, nil
 		}
-		if id, found := a.byCN[cert.Subject.CommonName]; found {
+		if id, found := ids.byCN[cert.Subject.CommonName]; found {
 			return id, nil
 		}
 		return nil, apierr.Errorf(apierr.Unauthenticated, "client certificate %q names no identity", cert.Subject.CommonName)

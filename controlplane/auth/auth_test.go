@@ -243,3 +243,20 @@ func TestClientCertificates(t *testing.T) {
 	other := newPKI(t).issue(t, "robot.example", false)
 	require.Error(t, check(&other), "a certificate from another CA fails the handshake")
 }
+
+// Reload swaps the identities while serving; a bad config changes nothing.
+func TestReload(t *testing.T) {
+	t.Parallel()
+	a, err := auth.New(&auth.Config{Identities: []auth.IdentityConfig{{Name: "a", Tenants: []string{"*"}, Tokens: []string{"old"}}}})
+	require.NoError(t, err)
+	check := func(tok string) error {
+		_, err := a.Authenticate(metadata.NewIncomingContext(context.Background(), metadata.Pairs("authorization", "Bearer "+tok)))
+		return err
+	}
+	require.NoError(t, check("old"))
+	require.NoError(t, a.Reload(&auth.Config{Identities: []auth.IdentityConfig{{Name: "a", Tenants: []string{"*"}, Tokens: []string{"new"}}}}))
+	require.NoError(t, check("new"))
+	require.True(t, apierr.Is(check("old"), apierr.Unauthenticated), "a rotated-out token stops working")
+	require.Error(t, a.Reload(&auth.Config{Identities: []auth.IdentityConfig{{Name: "", Tokens: []string{"x"}}}}))
+	require.NoError(t, check("new"), "a refused reload keeps the identities")
+}

@@ -44,6 +44,7 @@ type Server struct {
 	httpLis  net.Listener
 	api      *api.Server
 	metrics  *metrics
+	authn    *auth.Authenticator
 	stopping atomic.Bool
 }
 
@@ -91,7 +92,7 @@ func New(ctx context.Context, cfg Config, reg *kinds.Registry, logger hclog.Logg
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, logger: logger.Named("server"), pool: pool}
+	s := &Server{cfg: cfg, logger: logger.Named("server"), pool: pool, authn: authn}
 	closeOnErr := func(err error) (*Server, error) {
 		pool.Close()
 		if s.grpcLis != nil {
@@ -157,6 +158,21 @@ func New(ctx context.Context, cfg Config, reg *kinds.Registry, logger hclog.Logg
 		s.http = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	}
 	return s, nil
+}
+
+// ReloadAuth replaces the identities and grants with those of cfg (its auth
+// section or authFile): bc-server calls it on SIGHUP. A bad config changes
+// nothing and is returned.
+func (s *Server) ReloadAuth(cfg Config) error {
+	ac, err := cfg.authConfig()
+	if err != nil {
+		return err
+	}
+	if err := s.authn.Reload(ac); err != nil {
+		return fmt.Errorf("auth: %w", err)
+	}
+	s.logger.Info("identities reloaded", "identities", len(ac.Identities))
+	return nil
 }
 
 // GRPCAddr is the API's bound address.

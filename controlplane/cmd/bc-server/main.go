@@ -111,6 +111,34 @@ func run(ctx context.Context, args []string, stderr io.Writer) int {
 		logger.Error("cannot start", "error", err)
 		return 1
 	}
+	// SIGHUP re-reads the identities (the config file's auth section or the
+	// auth file), so that tokens and grants change without a restart.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	go func() {
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-hup:
+				next := cfg
+				if *configPath != "" {
+					fresh, err := server.LoadConfig(*configPath)
+					if err != nil {
+						logger.Error("reload refused", "error", err)
+						continue
+					}
+					if !set["auth-config"] {
+						next.Auth, next.AuthFile = fresh.Auth, fresh.AuthFile
+					}
+				}
+				if err := srv.ReloadAuth(next); err != nil {
+					logger.Error("reload refused", "error", err)
+				}
+			}
+		}
+	}()
 	if err := srv.Run(ctx); err != nil {
 		logger.Error("stopped with an error", "error", err)
 		return 1

@@ -116,6 +116,21 @@ func TestServerAndCLIBinaries(t *testing.T) {
 	require.Equal(t, "pending", cmd["state"])
 	require.Regexp(t, "^cmd_", cmd["id"])
 
+	// SIGHUP re-reads the auth file: a new token works without a restart.
+	require.NoError(t, os.WriteFile(authFile, []byte(authYAML+`  - name: late
+    tenants: [tenant_demo]
+    tokens: [late-token]
+    grants:
+      - permission: "compute:nodes:read"
+        resource: "compute-node/*"
+`), 0o600))
+	require.NoError(t, srv.Process.Signal(syscall.SIGHUP))
+	testutil.WaitFor(t, 30*time.Second, "the new token to work after SIGHUP", func() bool {
+		c := exec.CommandContext(ctx, cli, "commands", "list", "tenantId=tenant_demo", "nodeId=node_demo")
+		c.Env = []string{"BC_ENDPOINT=http://" + grpcAddr, "BC_TOKEN=late-token", "HOME=" + dir}
+		return c.Run() == nil
+	})
+
 	require.NoError(t, srv.Process.Signal(syscall.SIGTERM))
 	select {
 	case err := <-exited:
