@@ -72,6 +72,7 @@ type Daemon struct {
 	runs      map[string]int
 	welcome   *agentv1.Welcome
 	cancels   []string
+	acks      map[string]int
 	onCommand func(*agentv1.Command)
 }
 
@@ -85,6 +86,7 @@ func New(nodeID string) *Daemon {
 		journal:   map[string]*agentv1.CommandUpdate{},
 		running:   map[string]context.CancelFunc{},
 		runs:      map[string]int{},
+		acks:      map[string]int{},
 	}
 }
 
@@ -93,6 +95,7 @@ func (d *Daemon) LoseJournal() {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.journal = map[string]*agentv1.CommandUpdate{}
+	d.running = map[string]context.CancelFunc{}
 	d.JournalID = d.JournalID + "-lost"
 }
 
@@ -130,6 +133,14 @@ func (d *Daemon) Cancels() []string {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return append([]string(nil), d.cancels...)
+}
+
+// Acks reports how many of its updates for command id the gateway
+// acknowledged: an acknowledged update was processed, landed or fenced.
+func (d *Daemon) Acks(id string) int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.acks[id]
 }
 
 // Welcome returns the last Welcome.
@@ -197,6 +208,10 @@ func (d *Daemon) Run(ctx context.Context, conn grpc.ClientConnInterface) error {
 				defer wg.Done()
 				d.handle(sctx, &cmd, epoch, send)
 			}()
+		case *agentv1.GatewayMessage_Ack:
+			d.mu.Lock()
+			d.acks[m.Ack.GetCommandId()]++
+			d.mu.Unlock()
 		case *agentv1.GatewayMessage_Cancel:
 			d.mu.Lock()
 			d.cancels = append(d.cancels, m.Cancel.GetCommandId())
@@ -233,15 +248,20 @@ func (d *Daemon) handle(ctx context.Context, cmd *agentv1.Command, epoch int64, 
 		}
 		return
 	}
+	script := d.Script
+	// Reserve the id so that a concurrent duplicate re-attaches; the script
+	// runs outside the lock, since it may block (tests hold it on purpose).
+	runCtx, cancel := context.WithCancel(ctx)
+	d.running[cmd.GetId()] = cancel
+	d.mu.Unlock()
 	act := Action{Kind: Succeed}
-	if d.Script != nil {
-		act = d.Script(cmd)
+	if script != nil {
+		act = script(cmd)
 	}
-	var runCtx context.Context
-	var cancel context.CancelFunc
-	if act.Kind != Reject && act.Kind != Ignore {
-		runCtx, cancel = context.WithCancel(ctx)
-		d.running[cmd.GetId()] = cancel
+	d.mu.Lock()
+	if act.Kind == Reject || act.Kind == Ignore {
+		delete(d.running, cmd.GetId())
+	} else {
 		d.runs[cmd.GetId()]++
 	}
 	d.mu.Unlock()
@@ -263,8 +283,10 @@ func (d *Daemon) handle(ctx context.Context, cmd *agentv1.Command, epoch int64, 
 	}
 	switch act.Kind {
 	case Ignore:
+		cancel()
 		return
 	case Reject:
+		cancel()
 		finish(&agentv1.CommandUpdate{State: agentv1.CommandState_COMMAND_STATE_REJECTED, RejectCode: act.Code, Reason: act.Code.String()})
 		return
 	}
@@ -276,7 +298,12 @@ func (d *Daemon) handle(ctx context.Context, cmd *agentv1.Command, epoch int64, 
 	if act.Kind == Hang {
 		<-runCtx.Done()
 		if ctx.Err() != nil {
-			return // the session ended: the command stays running on the node
+			// The session ended: the fake forgets the run, as a daemon that
+			// restarted would; a replay starts it again.
+			d.mu.Lock()
+			delete(d.running, cmd.GetId())
+			d.mu.Unlock()
+			return
 		}
 		finish(&agentv1.CommandUpdate{State: agentv1.CommandState_COMMAND_STATE_CANCELLED, Reason: "cancelled"})
 		return
@@ -288,6 +315,9 @@ func (d *Daemon) handle(ctx context.Context, cmd *agentv1.Command, epoch int64, 
 		case <-runCtx.Done():
 			t.Stop()
 			if ctx.Err() != nil {
+				d.mu.Lock()
+				delete(d.running, cmd.GetId())
+				d.mu.Unlock()
 				return
 			}
 			finish(&agentv1.CommandUpdate{State: agentv1.CommandState_COMMAND_STATE_CANCELLED, Reason: "cancelled"})

@@ -1,0 +1,334 @@
+package gateway_test
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+
+	"github.com/better-compute/commands/controlplane/fakedaemon"
+	"github.com/better-compute/commands/controlplane/gateway"
+	"github.com/better-compute/commands/controlplane/kinds"
+	"github.com/better-compute/commands/controlplane/nodespecs"
+	"github.com/better-compute/commands/controlplane/pki"
+	"github.com/better-compute/commands/controlplane/queue"
+	"github.com/better-compute/commands/internal/pgtest"
+	"github.com/better-compute/commands/internal/testutil"
+	agentv1 "github.com/better-compute/commands/proto/bc/agent/v1"
+	"github.com/better-compute/commands/sdk/kind"
+)
+
+var (
+	ctlKind = kind.Manifest{Kind: "test.ctl", Lane: kind.LaneControl, Timeout: kind.Duration(time.Minute),
+		Roles: []string{"node"}, Flags: kind.Flags{RetrySafe: true}, APIRunnable: true, Version: "1.0.0"}
+	onceKind = kind.Manifest{Kind: "test.once", Lane: kind.LaneControl, Timeout: kind.Duration(time.Minute),
+		Roles: []string{"node"}, Version: "1.0.0"}
+	bulkKind = kind.Manifest{Kind: "test.bulk", Lane: kind.LaneBulk, Timeout: kind.Duration(time.Minute),
+		Roles: []string{"node"}, Flags: kind.Flags{RetrySafe: true}, Version: "1.0.0"}
+	rebootKind = kind.Manifest{Kind: "test.reboot", Lane: kind.LaneControl, Timeout: kind.Duration(time.Minute),
+		Roles: []string{"node"}, Flags: kind.Flags{SelfTerminating: true, Destructive: true}, Version: "1.0.0"}
+)
+
+// env is a control plane: a database, a queue, a CA and gateways on loopback.
+type env struct {
+	t     *testing.T
+	ctx   context.Context
+	pool  *pgxpool.Pool
+	q     *queue.Queue
+	ca    *pki.CA
+	node  queue.Node
+	addrs []string
+	gws   []*gateway.Gateway
+}
+
+func setup(t *testing.T, gateways int) *env {
+	t.Helper()
+	t.Parallel()
+	pool := pgtest.DB(t)
+	// Registered after the pool, so it runs before the pool closes: the
+	// gateways' listeners hold a connection until their context ends.
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	reg, err := kinds.NewRegistry(ctlKind, onceKind, bulkKind, rebootKind)
+	require.NoError(t, err)
+	q := queue.New(reg, hclog.NewNullLogger())
+	ten, err := q.CreateTenant(ctx, pool, queue.Tenant{Name: "acme"})
+	require.NoError(t, err)
+	node, err := q.CreateNode(ctx, pool, queue.Node{TenantID: ten.ID})
+	require.NoError(t, err)
+	ca, err := pki.NewCA("test")
+	require.NoError(t, err)
+	e := &env{t: t, ctx: ctx, pool: pool, q: q, ca: ca, node: node}
+	certPEM, keyPEM, err := ca.IssueServer("127.0.0.1")
+	require.NoError(t, err)
+	cert, err := tls.X509KeyPair(certPEM, keyPEM)
+	require.NoError(t, err)
+	for i := 0; i < gateways; i++ {
+		gw := gateway.New(pool, q, hclog.NewNullLogger(), gateway.Options{Poll: 200 * time.Millisecond, CancelResend: 100 * time.Millisecond,
+			BusyBackoffMin: 50 * time.Millisecond, BusyBackoffMax: 100 * time.Millisecond})
+		go gw.Run(ctx)
+		srv := grpc.NewServer(grpc.Creds(credentials.NewTLS(&tls.Config{
+			Certificates: []tls.Certificate{cert}, ClientAuth: tls.RequireAndVerifyClientCert, ClientCAs: ca.Pool(), MinVersion: tls.VersionTLS13,
+		})))
+		agentv1.RegisterSessionServer(srv, gw)
+		lis, err := net.Listen("tcp", "127.0.0.1:0")
+		require.NoError(t, err)
+		go func() { _ = srv.Serve(lis) }()
+		t.Cleanup(srv.Stop)
+		e.addrs = append(e.addrs, lis.Addr().String())
+		e.gws = append(e.gws, gw)
+	}
+	return e
+}
+
+// dial connects as a node with a certificate for id.
+func (e *env) dial(id pki.Identity, gw int) *grpc.ClientConn {
+	e.t.Helper()
+	keyPEM, csr, err := pki.NewKeyAndCSR(id.NodeID)
+	require.NoError(e.t, err)
+	certPEM, err := e.ca.IssueNode(csr, id)
+	require.NoError(e.t, err)
+	cert, err := tls.X509KeyPair(certPEM, keyPEM)
+	require.NoError(e.t, err)
+	conn, err := grpc.NewClient(e.addrs[gw], grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{
+		Certificates: []tls.Certificate{cert}, RootCAs: e.ca.Pool(), MinVersion: tls.VersionTLS13,
+	})))
+	require.NoError(e.t, err)
+	e.t.Cleanup(func() { _ = conn.Close() })
+	return conn
+}
+
+// run starts a fake daemon session; the returned stop ends it like a crash.
+func (e *env) run(d *fakedaemon.Daemon, conn *grpc.ClientConn) (stop func()) {
+	ctx, cancel := context.WithCancel(e.ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = d.Run(ctx, conn)
+	}()
+	testutil.WaitFor(e.t, 10*time.Second, "welcome", func() bool { return d.Welcome() != nil })
+	return func() { cancel(); <-done }
+}
+
+func (e *env) enqueue(k, key string) queue.Command {
+	e.t.Helper()
+	var cmd queue.Command
+	require.NoError(e.t, pgx.BeginFunc(e.ctx, e.pool, func(tx pgx.Tx) error {
+		var err error
+		cmd, _, err = e.q.Enqueue(e.ctx, tx, queue.EnqueueParams{TenantID: e.node.TenantID, NodeID: e.node.ID, Kind: k, IdempotencyKey: key})
+		return err
+	}))
+	return cmd
+}
+
+func (e *env) get(id string) queue.Command {
+	e.t.Helper()
+	c, err := e.q.Get(e.ctx, e.pool, e.node.ID, id)
+	require.NoError(e.t, err)
+	return c
+}
+
+func (e *env) waitState(id string, want queue.State) queue.Command {
+	e.t.Helper()
+	var c queue.Command
+	testutil.WaitFor(e.t, 15*time.Second, "command "+id+" to be "+string(want), func() bool {
+		c = e.get(id)
+		return c.State == want
+	})
+	return c
+}
+
+func TestGateway_CommandRunsToSucceeded(t *testing.T) {
+	e := setup(t, 1)
+	d := fakedaemon.New(e.node.ID)
+	d.Script = func(*agentv1.Command) fakedaemon.Action {
+		return fakedaemon.Action{Kind: fakedaemon.Succeed, Result: json.RawMessage(`{"gpus":8}`)}
+	}
+	defer e.run(d, e.dial(pki.Identity{NodeID: e.node.ID}, 0))()
+	c := e.enqueue("test.ctl", "k1")
+	got := e.waitState(c.ID, queue.Succeeded)
+	require.JSONEq(t, `{"gpus":8}`, string(got.Result))
+	require.NotNil(t, got.SettledAt)
+	require.Equal(t, 1, d.Runs(c.ID))
+}
+
+func TestGateway_NoSessionWithoutNodeCertificate(t *testing.T) {
+	e := setup(t, 1)
+	conn, err := grpc.NewClient(e.addrs[0], grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{RootCAs: e.ca.Pool(), MinVersion: tls.VersionTLS13})))
+	require.NoError(t, err)
+	defer conn.Close()
+	err = fakedaemon.New(e.node.ID).Run(e.ctx, conn)
+	require.Error(t, err, "a session without a client certificate must fail")
+
+	// A certificate for another node cannot speak for this one.
+	other := fakedaemon.New(e.node.ID)
+	err = other.Run(e.ctx, e.dial(pki.Identity{NodeID: "node_someone_else"}, 0))
+	require.ErrorContains(t, err, "certificate is for")
+}
+
+// "at most 8 control, 4 provision and 2 bulk commands outstanding per
+// session; the rest stay pending" — asserted from the gateway's own accounting
+// under a burst of 100 commands to one node.
+func TestGateway_CreditsNeverExceededUnderBurst(t *testing.T) {
+	e := setup(t, 1)
+	d := fakedaemon.New(e.node.ID)
+	d.Script = func(*agentv1.Command) fakedaemon.Action {
+		return fakedaemon.Action{Kind: fakedaemon.Succeed, Delay: 5 * time.Millisecond}
+	}
+	defer e.run(d, e.dial(pki.Identity{NodeID: e.node.ID}, 0))()
+	var ids []string
+	for i := 0; i < 90; i++ {
+		ids = append(ids, e.enqueue("test.ctl", "ctl-"+string(rune('a'+i/26))+string(rune('a'+i%26))).ID)
+	}
+	for i := 0; i < 10; i++ {
+		ids = append(ids, e.enqueue("test.bulk", "bulk-"+string(rune('a'+i))).ID)
+	}
+	for _, id := range ids {
+		e.waitState(id, queue.Succeeded)
+		require.Equal(t, 1, d.Runs(id), "every command runs once")
+	}
+	max := e.gws[0].MaxOutstanding(e.node.ID)
+	require.LessOrEqual(t, max[kind.LaneControl], 8)
+	require.LessOrEqual(t, max[kind.LaneBulk], 2)
+	require.Greater(t, max[kind.LaneControl], 1, "the burst should have used several control credits")
+}
+
+// "BUSY puts the command back to pending with a backoff".
+func TestGateway_BusyGoesBackToPendingThenRuns(t *testing.T) {
+	e := setup(t, 1)
+	d := fakedaemon.New(e.node.ID)
+	var mu sync.Mutex
+	busy := 1
+	d.Script = func(*agentv1.Command) fakedaemon.Action {
+		mu.Lock()
+		defer mu.Unlock()
+		if busy > 0 {
+			busy--
+			return fakedaemon.Action{Kind: fakedaemon.Reject, Code: agentv1.RejectCode_REJECT_CODE_BUSY}
+		}
+		return fakedaemon.Action{Kind: fakedaemon.Succeed}
+	}
+	defer e.run(d, e.dial(pki.Identity{NodeID: e.node.ID}, 0))()
+	c := e.enqueue("test.ctl", "busy")
+	got := e.waitState(c.ID, queue.Succeeded)
+	require.Equal(t, 2, got.Attempts, "dispatched twice: once refused BUSY, once run")
+}
+
+// "an in-flight command keeps its state and is marked cancel_requested_at; the
+// gateway sends Cancel until the daemon reports a terminal state".
+func TestGateway_CancelInFlight(t *testing.T) {
+	e := setup(t, 1)
+	d := fakedaemon.New(e.node.ID)
+	d.Script = func(*agentv1.Command) fakedaemon.Action { return fakedaemon.Action{Kind: fakedaemon.Hang} }
+	defer e.run(d, e.dial(pki.Identity{NodeID: e.node.ID}, 0))()
+	c := e.enqueue("test.ctl", "hang")
+	e.waitState(c.ID, queue.Running)
+	require.NoError(t, pgx.BeginFunc(e.ctx, e.pool, func(tx pgx.Tx) error {
+		got, err := e.q.Cancel(e.ctx, tx, e.node.ID, c.ID)
+		require.Equal(t, queue.Running, got.State, "an in-flight command keeps its state")
+		return err
+	}))
+	got := e.waitState(c.ID, queue.Cancelled)
+	require.NotNil(t, got.CancelRequestedAt)
+	require.Contains(t, d.Cancels(), c.ID)
+}
+
+// "Hello first settles what the reconnect proves": a new boot id completes an
+// in-flight self-terminating command with rebooted: true; a new journal id
+// fails in-flight commands that are not retry-safe with journal-lost; the
+// retry-safe one is replayed.
+func TestGateway_ReconnectSettlesBootAndJournal(t *testing.T) {
+	e := setup(t, 1)
+	d := fakedaemon.New(e.node.ID)
+	d.Script = func(*agentv1.Command) fakedaemon.Action { return fakedaemon.Action{Kind: fakedaemon.Hang} }
+	conn := e.dial(pki.Identity{NodeID: e.node.ID}, 0)
+	stop := e.run(d, conn)
+	reboot := e.enqueue("test.reboot", "reboot")
+	e.waitState(reboot.ID, queue.Running)
+	stop()
+
+	d.Reboot()
+	stop = e.run(d, conn)
+	got := e.waitState(reboot.ID, queue.Succeeded)
+	require.True(t, got.Rebooted)
+
+	once := e.enqueue("test.once", "once")
+	safe := e.enqueue("test.ctl", "safe")
+	e.waitState(once.ID, queue.Running)
+	e.waitState(safe.ID, queue.Running)
+	stop()
+
+	d.LoseJournal()
+	d.Script = func(*agentv1.Command) fakedaemon.Action { return fakedaemon.Action{Kind: fakedaemon.Succeed} }
+	defer e.run(d, conn)()
+	lost := e.waitState(once.ID, queue.Failed)
+	require.Equal(t, "journal-lost", lost.Reason)
+	e.waitState(safe.ID, queue.Succeeded)
+	require.Equal(t, 1, d.Runs(once.ID), "a command that is not retry-safe never runs twice")
+}
+
+// "Session epochs fence stale sessions": with two gateways on one database, a
+// node's newer session wins and the older one's reports change nothing.
+func TestGateway_TwoGatewaysFenceStaleSession(t *testing.T) {
+	e := setup(t, 2)
+	old := fakedaemon.New(e.node.ID)
+	hold := make(chan struct{})
+	old.Script = func(*agentv1.Command) fakedaemon.Action {
+		<-hold
+		return fakedaemon.Action{Kind: fakedaemon.SkipToResult, Result: json.RawMessage(`{"from":"old"}`)}
+	}
+	stopOld := e.run(old, e.dial(pki.Identity{NodeID: e.node.ID}, 0))
+	defer stopOld()
+	c := e.enqueue("test.ctl", "fenced")
+	testutil.WaitFor(t, 10*time.Second, "old session to receive the command", func() bool { return len(old.Received()) == 1 })
+
+	fresh := fakedaemon.New(e.node.ID)
+	fresh.JournalID = old.JournalID
+	fresh.BootID = old.BootID
+	fresh.Script = func(*agentv1.Command) fakedaemon.Action {
+		return fakedaemon.Action{Kind: fakedaemon.SkipToResult, Result: json.RawMessage(`{"from":"new"}`)}
+	}
+	defer e.run(fresh, e.dial(pki.Identity{NodeID: e.node.ID}, 1))()
+	// The new session replays the in-flight command and settles it; then the
+	// stale session's late report must change nothing.
+	got := e.waitState(c.ID, queue.Succeeded)
+	require.JSONEq(t, `{"from":"new"}`, string(got.Result))
+	close(hold)
+	testutil.WaitFor(t, 10*time.Second, "the stale session's report to be processed", func() bool { return old.Acks(c.ID) >= 1 })
+	require.JSONEq(t, `{"from":"new"}`, string(e.get(c.ID).Result))
+}
+
+// "The restricted identity is checked again at dispatch against the session's certificate."
+func TestGateway_RestrictedIdentityCheckedAtDispatch(t *testing.T) {
+	e := setup(t, 1)
+	d := fakedaemon.New(e.node.ID)
+	defer e.run(d, e.dial(pki.Identity{NodeID: e.node.ID, Role: "node", AllowedKinds: []string{"test.bulk"}}, 0))()
+	c := e.enqueue("test.ctl", "restricted")
+	got := e.waitState(c.ID, queue.Rejected)
+	require.Contains(t, got.Reason, "restricted identity that does not accept test.ctl")
+	require.Zero(t, d.Runs(c.ID))
+}
+
+// The spec is pushed on change and on SpecRequest.
+func TestGateway_PushesNewSpecGeneration(t *testing.T) {
+	e := setup(t, 1)
+	d := fakedaemon.New(e.node.ID)
+	conn := e.dial(pki.Identity{NodeID: e.node.ID}, 0)
+	defer e.run(d, conn)()
+	g, err := nodespecs.Set(e.ctx, e.pool, e.node.ID, json.RawMessage(`{"holds":[{"gpu":"GPU-1","state":"live"}]}`))
+	require.NoError(t, err)
+	require.Equal(t, int64(1), g.Generation)
+	latest, err := nodespecs.Latest(e.ctx, e.pool, e.node.ID)
+	require.NoError(t, err)
+	require.Equal(t, int64(1), latest.Generation)
+}
