@@ -42,6 +42,19 @@ proto-check:
 	  { diff -r --exclude='*.proto' .cache/proto-check/proto proto | head -20; echo "generated protobuf code is stale: run 'make proto' and commit"; rm -rf .cache/proto-check; exit 1; }
 	@rm -rf .cache/proto-check
 
+## docs: regenerate the kind reference (docs/reference/kinds.md) from the manifests
+.PHONY: docs docs-check
+docs:
+	$(GO) run ./internal/tools/kinddoc -o docs/reference/kinds.md
+
+## docs-check: fail when the committed kind reference is stale
+docs-check:
+	@$(GO) run ./internal/tools/kinddoc -o .cache/docs-check/kinds.md || \
+	  { echo "kinddoc failed: run 'make docs' to see why"; exit 1; }
+	@cmp -s .cache/docs-check/kinds.md docs/reference/kinds.md || \
+	  { diff -u docs/reference/kinds.md .cache/docs-check/kinds.md | head -20; echo "docs/reference/kinds.md is stale: run 'make docs' and commit it"; rm -rf .cache/docs-check; exit 1; }
+	@rm -rf .cache/docs-check
+
 ## bench: benchmarks, each beside a floor measured in the same run
 bench:
 	scripts/with-postgres $(GO) test -run '^$$' -bench . -benchtime 2000x $(PKGS)
