@@ -1,0 +1,345 @@
+// Package session is bcd's side of the control plane session: one gRPC
+// bidirectional stream (bc.agent.v1.Session) over mTLS with the node
+// certificate from `bcd join`. It opens each session with Hello, keeps the
+// server-time offset from Welcome, hands received commands to the daemon
+// (which answers duplicates from its journal or re-attaches to the running
+// command), relays Cancel and Spec, forwards every command update with an
+// update_seq and resends the ones not acknowledged after a reconnect, and
+// reports the node's inventory and conditions. When the stream breaks it
+// reconnects with exponential backoff and jitter.
+package session
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+
+	"github.com/better-compute/commands/bcd/conditions"
+	"github.com/better-compute/commands/bcd/daemon"
+	agentv1 "github.com/better-compute/commands/proto/bc/agent/v1"
+	"github.com/better-compute/commands/sdk/kind"
+)
+
+// Defaults for the reconnect backoff and the status check.
+const (
+	DefaultBackoffMin  = time.Second
+	DefaultBackoffMax  = 30 * time.Second
+	DefaultStatusEvery = 30 * time.Second
+)
+
+// Config configures a session client.
+type Config struct {
+	// Address is the gateway's host:port.
+	Address string
+	// TLS carries the node certificate and the node CA (mTLS); nil dials
+	// without transport security (only DialOptions-provided credentials).
+	TLS *tls.Config
+	// DialOptions are added to the dial (tests).
+	DialOptions []grpc.DialOption
+	// NodeID and Role are reported in Hello.
+	NodeID string
+	Role   string
+	// Version is the daemon version reported in Hello.
+	Version string
+	// Kinds lists the loaded kinds, reported in Hello with their digests.
+	Kinds func() []kind.Manifest
+	// Conditions computes the node's conditions from the applied spec; nil
+	// uses a conditions.Detector with its defaults.
+	Conditions *conditions.Detector
+	// BackoffMin and BackoffMax bound the reconnect backoff (1 s, 30 s).
+	BackoffMin, BackoffMax time.Duration
+	// StatusEvery is how often the inventory and conditions are checked
+	// for a change beside the checks after each outcome (30 s).
+	StatusEvery time.Duration
+	// Logger logs; nil discards.
+	Logger hclog.Logger
+}
+
+// Client holds bcd's session with the control plane.
+type Client struct {
+	cfg    Config
+	d      *daemon.Daemon
+	logger hclog.Logger
+	subCtx context.Context
+	subEnd context.CancelFunc
+	subs   <-chan daemon.Update
+
+	// sendLock serialises sends on the current stream; it is taken before
+	// lock when both are held.
+	sendLock sync.Mutex
+	// lock guards everything below.
+	lock     sync.Mutex
+	stream   agentv1.Session_ConnectClient
+	epoch    int64
+	seq      int64
+	unacked  []*agentv1.CommandUpdate
+	sessions int
+	lastInv  time.Time
+	lastCond string
+	sentOnce bool
+
+	statusKick chan struct{}
+}
+
+// New builds a client for daemon d and subscribes to its updates at once,
+// so that outcomes published before the first session (Recover's reruns)
+// are kept and sent when it opens. Call Close when done if Run is never
+// called.
+func New(cfg Config, d *daemon.Daemon) *Client {
+	if cfg.Logger == nil {
+		cfg.Logger = hclog.NewNullLogger()
+	}
+	if cfg.BackoffMin <= 0 {
+		cfg.BackoffMin = DefaultBackoffMin
+	}
+	if cfg.BackoffMax <= 0 {
+		cfg.BackoffMax = DefaultBackoffMax
+	}
+	if cfg.BackoffMax < cfg.BackoffMin {
+		cfg.BackoffMax = cfg.BackoffMin
+	}
+	if cfg.StatusEvery <= 0 {
+		cfg.StatusEvery = DefaultStatusEvery
+	}
+	if cfg.Role == "" {
+		cfg.Role = "node"
+	}
+	if cfg.Conditions == nil {
+		cfg.Conditions = conditions.New(conditions.Config{Logger: cfg.Logger})
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	c := &Client{
+		cfg: cfg, d: d, logger: cfg.Logger.Named("session"),
+		subCtx: ctx, subEnd: cancel, subs: d.Subscribe(ctx),
+		statusKick: make(chan struct{}, 1),
+	}
+	return c
+}
+
+// Close ends the daemon subscription. Run calls it on return.
+func (c *Client) Close() { c.subEnd() }
+
+// Sessions reports how many sessions got a Welcome so far.
+func (c *Client) Sessions() int {
+	c.lock.Lock()
+	defer c.lock.Unlock()
+	return c.sessions
+}
+
+// Connected reports whether a session is open now.
+func (c *Client) Connected() bool {
+	c.lock.Lock()
+	defer c.lock.Unlock()
+	return c.stream != nil
+}
+
+// Unacked reports how many updates wait for the gateway's ack.
+func (c *Client) Unacked() int {
+	c.lock.Lock()
+	defer c.lock.Unlock()
+	return len(c.unacked)
+}
+
+// RequestSpec asks the gateway for a newer node spec (the daemon calls it
+// through Config.OnSpecRequest when a command needs one). Without a
+// session it does nothing: every new session is sent the latest spec.
+func (c *Client) RequestSpec(have int64) {
+	_ = c.send(&agentv1.NodeMessage{Msg: &agentv1.NodeMessage_SpecRequest{SpecRequest: &agentv1.SpecRequest{HaveGeneration: have}}})
+}
+
+// Run holds sessions until ctx ends, reconnecting with exponential backoff
+// and jitter after each failure; a session that got its Welcome resets the
+// backoff.
+func (c *Client) Run(ctx context.Context) error {
+	defer c.Close()
+	go c.forward(ctx)
+	creds := grpc.WithTransportCredentials(credentials.NewTLS(c.cfg.TLS))
+	opts := append([]grpc.DialOption{}, c.cfg.DialOptions...)
+	if c.cfg.TLS != nil {
+		opts = append(opts, creds)
+	}
+	conn, err := grpc.NewClient(c.cfg.Address, opts...)
+	if err != nil {
+		return fmt.Errorf("session: dialing %s: %w", c.cfg.Address, err)
+	}
+	defer conn.Close()
+	backoff := c.cfg.BackoffMin
+	for {
+		welcomed, err := c.session(ctx, conn)
+		if ctx.Err() != nil {
+			return nil
+		}
+		if welcomed {
+			backoff = c.cfg.BackoffMin
+		}
+		wait := Jitter(backoff)
+		c.logger.Warn("session ended; reconnecting", "error", err, "in", wait)
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil
+		case <-t.C:
+		}
+		backoff = min(backoff*2, c.cfg.BackoffMax)
+	}
+}
+
+// Jitter returns a wait in [d/2, d]: the upper half of full jitter, so
+// reconnecting nodes spread out without ever retrying at once.
+func Jitter(d time.Duration) time.Duration {
+	half := d / 2
+	return half + time.Duration(rand.Int64N(int64(d-half)+1))
+}
+
+// session holds one stream until it breaks; welcomed says whether it got
+// as far as the Welcome.
+func (c *Client) session(ctx context.Context, conn *grpc.ClientConn) (welcomed bool, err error) {
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stream, err := agentv1.NewSessionClient(conn).Connect(sctx)
+	if err != nil {
+		return false, fmt.Errorf("connect: %w", err)
+	}
+	hello := c.hello()
+	if err := stream.Send(&agentv1.NodeMessage{Msg: &agentv1.NodeMessage_Hello{Hello: hello}}); err != nil {
+		return false, fmt.Errorf("hello: %w", err)
+	}
+	defer func() {
+		c.sendLock.Lock()
+		c.lock.Lock()
+		if c.stream == stream {
+			c.stream = nil
+		}
+		c.lock.Unlock()
+		c.sendLock.Unlock()
+	}()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel()
+	for {
+		msg, err := stream.Recv()
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				return welcomed, errors.New("the gateway closed the session")
+			}
+			return welcomed, fmt.Errorf("recv: %w", err)
+		}
+		switch m := msg.Msg.(type) {
+		case *agentv1.GatewayMessage_Welcome:
+			if welcomed {
+				continue
+			}
+			welcomed = true
+			c.welcome(stream, m.Welcome)
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				c.statusLoop(sctx)
+			}()
+		case *agentv1.GatewayMessage_Command:
+			c.command(ctx, m.Command)
+		case *agentv1.GatewayMessage_Cancel:
+			id := m.Cancel.GetCommandId()
+			if err := c.d.Cancel(id); err != nil {
+				c.logger.Warn("cancel", "command_id", id, "error", err)
+			}
+		case *agentv1.GatewayMessage_Spec:
+			sp := m.Spec
+			if err := c.d.State().ApplySpec(sp.GetGeneration(), sp.GetSpec()); err != nil {
+				c.logger.Error("cannot apply the node spec", "generation", sp.GetGeneration(), "error", err)
+				continue
+			}
+			c.logger.Info("node spec applied", "generation", c.d.State().Generation())
+			c.kickStatus()
+		case *agentv1.GatewayMessage_Ack:
+			c.ack(m.Ack)
+		}
+	}
+}
+
+func (c *Client) hello() *agentv1.Hello {
+	h := &agentv1.Hello{
+		NodeId: c.cfg.NodeID, JournalId: c.d.JournalID(), BootId: c.d.BootID(), Role: c.cfg.Role,
+		DaemonVersion: c.cfg.Version, AppliedGeneration: c.d.State().Generation(), InFlight: c.d.InFlight(),
+	}
+	if c.cfg.Kinds != nil {
+		for _, m := range c.cfg.Kinds() {
+			h.Kinds = append(h.Kinds, &agentv1.KindDigest{Kind: m.Kind, Digest: m.Digest()})
+		}
+	}
+	return h
+}
+
+// welcome makes stream the current one and resends, in order, every update
+// the gateway has not acknowledged: a report lost with the last session is
+// never lost for good.
+func (c *Client) welcome(stream agentv1.Session_ConnectClient, w *agentv1.Welcome) {
+	if w.GetServerTime() != nil {
+		c.d.SetServerTime(w.GetServerTime().AsTime())
+	}
+	c.sendLock.Lock()
+	defer c.sendLock.Unlock()
+	c.lock.Lock()
+	c.stream, c.epoch = stream, w.GetSessionEpoch()
+	c.sessions++
+	c.sentOnce = false
+	resend := append([]*agentv1.CommandUpdate(nil), c.unacked...)
+	c.lock.Unlock()
+	c.logger.Info("session open", "epoch", w.GetSessionEpoch(), "resending", len(resend))
+	for _, u := range resend {
+		u.SessionEpoch = w.GetSessionEpoch()
+		if err := stream.Send(&agentv1.NodeMessage{Msg: &agentv1.NodeMessage_Update{Update: u}}); err != nil {
+			return // the receive loop sees the broken stream
+		}
+	}
+}
+
+// send sends m on the current stream; without one it reports false.
+func (c *Client) send(m *agentv1.NodeMessage) bool {
+	c.sendLock.Lock()
+	defer c.sendLock.Unlock()
+	c.lock.Lock()
+	s := c.stream
+	c.lock.Unlock()
+	if s == nil {
+		return false
+	}
+	if err := s.Send(m); err != nil {
+		c.logger.Debug("send failed; the session will reconnect", "error", err)
+		return false
+	}
+	return true
+}
+
+func (c *Client) ack(a *agentv1.UpdateAck) {
+	c.lock.Lock()
+	defer c.lock.Unlock()
+	kept := c.unacked[:0]
+	for _, u := range c.unacked {
+		if u.GetCommandId() == a.GetCommandId() && u.GetUpdateSeq() <= a.GetUpdateSeq() {
+			continue
+		}
+		kept = append(kept, u)
+	}
+	for i := len(kept); i < len(c.unacked); i++ {
+		c.unacked[i] = nil
+	}
+	c.unacked = kept
+}
+
+func (c *Client) kickStatus() {
+	select {
+	case c.statusKick <- struct{}{}:
+	default:
+	}
+}
