@@ -22,6 +22,7 @@ import (
 	"github.com/better-compute/commands/controlplane/auth"
 	"github.com/better-compute/commands/controlplane/bundles"
 	"github.com/better-compute/commands/controlplane/events"
+	"github.com/better-compute/commands/controlplane/join"
 	"github.com/better-compute/commands/controlplane/queue"
 	apiv1 "github.com/better-compute/commands/proto/bc/api/v1"
 )
@@ -54,6 +55,9 @@ type Config struct {
 	// Bundles is the supportBundles service; nil when the server has none,
 	// and then commands.run refuses logs.collect (no upload destination).
 	Bundles *bundles.Bundles
+	// Join creates join tokens for nodes.createJoinToken; nil when the
+	// server runs no gateway, and then that call is UNSUPPORTED.
+	Join *join.Service
 	// WatchPoll is how often a watch re-reads the outbox without a NOTIFY;
 	// events.DefaultPoll when zero.
 	WatchPoll time.Duration
@@ -69,6 +73,7 @@ type Server struct {
 	allowlist map[string]bool
 	quorum    bool
 	bundles   *bundles.Bundles
+	join      *join.Service
 	poll      time.Duration
 	now       func() time.Time
 	hub       *hub
@@ -89,7 +94,7 @@ func New(cfg Config) *Server {
 	}
 	s := &Server{
 		pool: cfg.Pool, queue: cfg.Queue, logger: logger.Named("api"),
-		allowlist: map[string]bool{}, quorum: cfg.BatchQuorum, bundles: cfg.Bundles, poll: cfg.WatchPoll, now: cfg.Now,
+		allowlist: map[string]bool{}, quorum: cfg.BatchQuorum, bundles: cfg.Bundles, join: cfg.Join, poll: cfg.WatchPoll, now: cfg.Now,
 		hub: newHub(), done: make(chan struct{}),
 	}
 	for _, k := range allow {

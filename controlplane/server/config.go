@@ -50,6 +50,40 @@ type Config struct {
 	LogLevel string `yaml:"logLevel"`
 	// LogJSON writes logs as JSON.
 	LogJSON bool `yaml:"logJson"`
+	// Gateway is where nodes join and hold their sessions; off when its
+	// listen address is empty.
+	Gateway GatewayConfig `yaml:"gateway"`
+	// Sweeper enforces the commands' deadlines (once in the fleet).
+	Sweeper SweeperConfig `yaml:"sweeper"`
+}
+
+// GatewayConfig is the node-facing listener: bc.agent.v1.Session (mTLS with
+// a node certificate) and bc.agent.v1.Join (server-auth TLS: a joining node
+// has no certificate yet), both on one port.
+type GatewayConfig struct {
+	// Listen is the gateway's address (":7444"); "" turns the gateway off.
+	Listen string `yaml:"listen"`
+	// CADir holds the node CA (ca.pem, ca-key.pem), created if missing.
+	CADir string `yaml:"caDir"`
+	// ServerHosts are the DNS names and IPs in the gateway's serving
+	// certificate, issued by the node CA at start (localhost and 127.0.0.1
+	// when empty).
+	ServerHosts []string `yaml:"serverHosts"`
+	// Poll is the dispatch fallback when no NOTIFY arrives (2s).
+	Poll Duration `yaml:"poll"`
+	// CancelResend is how often Cancel is resent until a terminal report (2s).
+	CancelResend Duration `yaml:"cancelResend"`
+	// BusyBackoffMin and BusyBackoffMax bound BUSY's backoff (1s, 30s).
+	BusyBackoffMin Duration `yaml:"busyBackoffMin"`
+	BusyBackoffMax Duration `yaml:"busyBackoffMax"`
+}
+
+// SweeperConfig tunes the CommandSweeper.
+type SweeperConfig struct {
+	// Interval is how often the leader sweeps (5s).
+	Interval Duration `yaml:"interval"`
+	// Disabled keeps this replica out of the election.
+	Disabled bool `yaml:"disabled"`
 }
 
 // TLSConfig names PEM files.
@@ -80,6 +114,7 @@ const (
 	DefaultGRPCListen      = ":7443"
 	DefaultHTTPListen      = ":9464"
 	DefaultShutdownTimeout = 15 * time.Second
+	DefaultGatewayListen   = ":7444"
 )
 
 // DefaultConfig is the configuration without a file.

@@ -27,9 +27,13 @@ import (
 	"github.com/better-compute/commands/controlplane/api"
 	"github.com/better-compute/commands/controlplane/auth"
 	"github.com/better-compute/commands/controlplane/bundles"
+	"github.com/better-compute/commands/controlplane/gateway"
+	"github.com/better-compute/commands/controlplane/join"
 	"github.com/better-compute/commands/controlplane/kinds"
+	"github.com/better-compute/commands/controlplane/pki"
 	"github.com/better-compute/commands/controlplane/queue"
 	"github.com/better-compute/commands/controlplane/store"
+	agentv1 "github.com/better-compute/commands/proto/bc/agent/v1"
 )
 
 // Server is a running control plane API server.
@@ -46,6 +50,14 @@ type Server struct {
 	metrics  *metrics
 	authn    *auth.Authenticator
 	stopping atomic.Bool
+	queue    *queue.Queue
+
+	// The gateway's parts; nil when cfg.Gateway.Listen is empty.
+	ca      *pki.CA
+	gateway *gateway.Gateway
+	join    *join.Service
+	gwGRPC  *grpc.Server
+	gwLis   net.Listener
 }
 
 // New opens the database (applying migrations), builds the registry from the
@@ -98,6 +110,9 @@ func New(ctx context.Context, cfg Config, reg *kinds.Registry, logger hclog.Logg
 		if s.grpcLis != nil {
 			_ = s.grpcLis.Close()
 		}
+		if s.gwLis != nil {
+			_ = s.gwLis.Close()
+		}
 		return nil, err
 	}
 
@@ -119,7 +134,14 @@ func New(ctx context.Context, cfg Config, reg *kinds.Registry, logger hclog.Logg
 
 	q := queue.New(reg, logger)
 	q.RequireBatches(cfg.BatchQuorum)
-	s.api = api.New(api.Config{Pool: pool, Queue: q, Logger: logger, Allowlist: cfg.Allowlist, BatchQuorum: cfg.BatchQuorum, Bundles: support})
+	s.queue = q
+	if cfg.Gateway.Listen != "" {
+		if err := s.newGateway(cfg.Gateway); err != nil {
+			return closeOnErr(err)
+		}
+	}
+	s.api = api.New(api.Config{Pool: pool, Queue: q, Logger: logger, Allowlist: cfg.Allowlist, BatchQuorum: cfg.BatchQuorum,
+		Bundles: support, Join: s.join})
 	s.metrics = newMetrics(pool)
 
 	authn.AllowUnauthenticated(healthpb.Health_ServiceDesc.ServiceName,
@@ -175,6 +197,69 @@ func (s *Server) ReloadAuth(cfg Config) error {
 	return nil
 }
 
+// newGateway loads (or creates) the node CA, issues the gateway's serving
+// certificate and binds the node-facing listener. Its TLS asks for a client
+// certificate but verifies one only when given (against the node CA), so
+// Join works for a node without a certificate while Session refuses any
+// stream without a verified node certificate.
+func (s *Server) newGateway(gc GatewayConfig) error {
+	if gc.CADir == "" {
+		return errors.New("gateway.caDir is required with gateway.listen: it holds the node CA")
+	}
+	ca, err := pki.LoadOrCreateCA(gc.CADir)
+	if err != nil {
+		return fmt.Errorf("node CA in %s: %w", gc.CADir, err)
+	}
+	hosts := gc.ServerHosts
+	if len(hosts) == 0 {
+		hosts = []string{"localhost", "127.0.0.1"}
+	}
+	certPEM, keyPEM, err := ca.IssueServer(hosts...)
+	if err != nil {
+		return fmt.Errorf("gateway certificate: %w", err)
+	}
+	pair, err := tls.X509KeyPair(certPEM, keyPEM)
+	if err != nil {
+		return fmt.Errorf("gateway certificate: %w", err)
+	}
+	s.ca = ca
+	s.gateway = gateway.New(s.pool, s.queue, s.logger, gateway.Options{
+		Poll: time.Duration(gc.Poll), CancelResend: time.Duration(gc.CancelResend),
+		BusyBackoffMin: time.Duration(gc.BusyBackoffMin), BusyBackoffMax: time.Duration(gc.BusyBackoffMax),
+	})
+	s.join = join.New(s.pool, s.queue, ca, nil, s.logger)
+	s.gwGRPC = grpc.NewServer(grpc.Creds(credentials.NewTLS(&tls.Config{
+		Certificates: []tls.Certificate{pair}, ClientCAs: ca.Pool(),
+		ClientAuth: tls.VerifyClientCertIfGiven, MinVersion: tls.VersionTLS12,
+	})))
+	agentv1.RegisterSessionServer(s.gwGRPC, s.gateway)
+	agentv1.RegisterJoinServer(s.gwGRPC, s.join)
+	if s.gwLis, err = net.Listen("tcp", gc.Listen); err != nil {
+		return fmt.Errorf("listening for the gateway on %s: %w", gc.Listen, err)
+	}
+	return nil
+}
+
+// GatewayAddr is the gateway's bound address, nil when off.
+func (s *Server) GatewayAddr() net.Addr {
+	if s.gwLis == nil {
+		return nil
+	}
+	return s.gwLis.Addr()
+}
+
+// CA is the node CA, nil when the gateway is off.
+func (s *Server) CA() *pki.CA { return s.ca }
+
+// Gateway is the node session server, nil when off.
+func (s *Server) Gateway() *gateway.Gateway { return s.gateway }
+
+// Join is the join service, nil when the gateway is off.
+func (s *Server) Join() *join.Service { return s.join }
+
+// Queue is the server's command queue.
+func (s *Server) Queue() *queue.Queue { return s.queue }
+
 // GRPCAddr is the API's bound address.
 func (s *Server) GRPCAddr() net.Addr { return s.grpcLis.Addr() }
 
@@ -221,8 +306,12 @@ func (s *Server) Run(ctx context.Context) error {
 	s.api.Start(apiCtx)
 	s.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 
-	errc := make(chan error, 2)
+	errc := make(chan error, 3)
 	go func() { errc <- s.grpc.Serve(s.grpcLis) }()
+	if s.gwGRPC != nil {
+		go s.gateway.Run(apiCtx)
+		go func() { errc <- s.gwGRPC.Serve(s.gwLis) }()
+	}
 	if s.http != nil {
 		go func() {
 			if err := s.http.Serve(s.httpLis); !errors.Is(err, http.ErrServerClosed) {
@@ -230,7 +319,7 @@ func (s *Server) Run(ctx context.Context) error {
 			}
 		}()
 	}
-	s.logger.Info("serving", "grpc", s.GRPCAddr().String(), "http", fmt.Sprint(s.HTTPAddr()))
+	s.logger.Info("serving", "grpc", s.GRPCAddr().String(), "http", fmt.Sprint(s.HTTPAddr()), "gateway", fmt.Sprint(s.GatewayAddr()))
 
 	var runErr error
 	select {
@@ -241,6 +330,12 @@ func (s *Server) Run(ctx context.Context) error {
 
 	s.stopping.Store(true)
 	s.health.Shutdown()
+	if s.gwGRPC != nil {
+		// A session never ends on its own, so waiting for it would only
+		// run out the timeout: close them now. Nodes reconnect with backoff
+		// (to another replica) and replay; their commands stay in PostgreSQL.
+		s.gwGRPC.Stop()
+	}
 	stopAPI()
 	timeout := time.Duration(s.cfg.ShutdownTimeout)
 	if timeout <= 0 {

@@ -43,6 +43,9 @@ func run(ctx context.Context, args []string, stderr io.Writer) int {
 		tlsCert     = fs.String("tls-cert", "", "server certificate (PEM)")
 		tlsKey      = fs.String("tls-key", "", "server key (PEM)")
 		clientCA    = fs.String("client-ca", "", "CA that verifies client certificates (PEM)")
+		gwListen    = fs.String("gateway-listen", "", "node gateway address, Session and Join (e.g. "+server.DefaultGatewayListen+"; off when unset)")
+		caDir       = fs.String("ca-dir", "", "node CA directory (ca.pem, ca-key.pem; created if missing)")
+		sweepEvery  = fs.Duration("sweep-interval", 0, "how often the CommandSweeper runs (default 5s)")
 		maxConns    = fs.Int("max-conns", 0, "database pool size (default 4 per CPU, at least 8)")
 		logLevel    = fs.String("log-level", "", "trace, debug, info, warn, error")
 		logJSON     = fs.Bool("log-json", false, "log as JSON")
@@ -87,6 +90,11 @@ func run(ctx context.Context, args []string, stderr io.Writer) int {
 	str("tls-key", &cfg.TLS.Key, *tlsKey)
 	str("client-ca", &cfg.TLS.ClientCA, *clientCA)
 	str("log-level", &cfg.LogLevel, *logLevel)
+	str("gateway-listen", &cfg.Gateway.Listen, *gwListen)
+	str("ca-dir", &cfg.Gateway.CADir, *caDir)
+	if set["sweep-interval"] {
+		cfg.Sweeper.Interval = server.Duration(*sweepEvery)
+	}
 	if set["max-conns"] {
 		cfg.MaxConns = int32(*maxConns)
 	}

@@ -5,6 +5,8 @@ package servertest
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"net/http"
 	"os"
@@ -15,14 +17,19 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 
 	"github.com/better-compute/commands/controlplane/auth"
 	"github.com/better-compute/commands/controlplane/bundles"
+	"github.com/better-compute/commands/controlplane/join"
 	"github.com/better-compute/commands/controlplane/kinds"
+	"github.com/better-compute/commands/controlplane/pki"
 	"github.com/better-compute/commands/controlplane/queue"
 	"github.com/better-compute/commands/controlplane/server"
 	"github.com/better-compute/commands/internal/pgtest"
 	"github.com/better-compute/commands/internal/testutil"
+	agentv1 "github.com/better-compute/commands/proto/bc/agent/v1"
 	"github.com/better-compute/commands/sdk/kind"
 )
 
@@ -73,6 +80,12 @@ type Running struct {
 	Server *server.Server
 	// GRPC is the API's host:port; HTTP the health and metrics host:port.
 	GRPC, HTTP string
+	// Gateway is the node-facing host:port (Session and Join), "" when the
+	// adjusted config turned it off; CADir holds the node CA's ca.pem and
+	// CA is that CA, nil when off.
+	Gateway string
+	CADir   string
+	CA      *pki.CA
 	// Pool is a pool of the test's own on the server's database.
 	Pool *pgxpool.Pool
 	// Queue reads and moves commands the way the gateway would.
@@ -91,6 +104,10 @@ func Start(t testing.TB, adjust func(*server.Config)) *Running {
 	cfg.DatabaseURL = "dbname=" + name
 	cfg.Auth = AuthConfig()
 	cfg.ShutdownTimeout = server.Duration(5 * time.Second)
+	cfg.Gateway = server.GatewayConfig{Listen: "127.0.0.1:0", CADir: t.TempDir(), ServerHosts: []string{"127.0.0.1", "localhost"},
+		Poll: server.Duration(200 * time.Millisecond), CancelResend: server.Duration(200 * time.Millisecond),
+		BusyBackoffMin: server.Duration(50 * time.Millisecond), BusyBackoffMax: server.Duration(200 * time.Millisecond)}
+	cfg.Sweeper.Interval = server.Duration(200 * time.Millisecond)
 	secret := filepath.Join(t.TempDir(), "blob.key")
 	require.NoError(t, os.WriteFile(secret, []byte("0123456789abcdef0123456789abcdef"), 0o600))
 	cfg.SupportBundles = &bundles.Config{Blob: bundles.BlobConfig{Driver: "dir", Dir: &bundles.DirConfig{
@@ -134,6 +151,9 @@ func Start(t testing.TB, adjust func(*server.Config)) *Running {
 	t.Cleanup(pool.Close)
 	t.Cleanup(func() { _ = stop() })
 	r := &Running{Server: srv, GRPC: srv.GRPCAddr().String(), Pool: pool, Queue: q, Stop: stop}
+	if a := srv.GatewayAddr(); a != nil {
+		r.Gateway, r.CADir, r.CA = a.String(), cfg.Gateway.CADir, srv.CA()
+	}
 	if a := srv.HTTPAddr(); a != nil {
 		r.HTTP = a.String()
 		testutil.WaitFor(t, 10*time.Second, "the server to be ready", func() bool {
@@ -146,6 +166,37 @@ func Start(t testing.TB, adjust func(*server.Config)) *Running {
 		})
 	}
 	return r
+}
+
+// JoinToken creates a one-time join token for nodeID; allowedKinds make it a
+// restricted identity.
+func (r *Running) JoinToken(t testing.TB, nodeID string, allowedKinds ...string) string {
+	t.Helper()
+	require.NotNil(t, r.Server.Join(), "the gateway is off")
+	tok, err := r.Server.Join().CreateToken(context.Background(), r.Pool, join.TokenRequest{NodeID: nodeID, AllowedKinds: allowedKinds})
+	require.NoError(t, err)
+	return tok.Value
+}
+
+// JoinNode joins nodeID through the Join RPC, as bcd does, and returns TLS
+// credentials that open sessions on the gateway with the new certificate.
+func (r *Running) JoinNode(t testing.TB, nodeID string, allowedKinds ...string) credentials.TransportCredentials {
+	t.Helper()
+	keyPEM, csr, err := pki.NewKeyAndCSR(nodeID)
+	require.NoError(t, err)
+	conn, err := grpc.NewClient(r.Gateway, grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{
+		RootCAs: r.CA.Pool(), MinVersion: tls.VersionTLS12})))
+	require.NoError(t, err)
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	resp, err := agentv1.NewJoinClient(conn).Join(ctx, &agentv1.JoinRequest{Token: r.JoinToken(t, nodeID, allowedKinds...), Csr: csr})
+	require.NoError(t, err)
+	cert, err := tls.X509KeyPair(resp.GetCertificate(), keyPEM)
+	require.NoError(t, err)
+	roots := x509.NewCertPool()
+	require.True(t, roots.AppendCertsFromPEM(resp.GetCa()))
+	return credentials.NewTLS(&tls.Config{Certificates: []tls.Certificate{cert}, RootCAs: roots, MinVersion: tls.VersionTLS12})
 }
 
 // SetProgress records a progress report as the gateway would.
