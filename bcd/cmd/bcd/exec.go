@@ -61,7 +61,7 @@ func cmdExec(args []string, stdout, stderr io.Writer) error {
 	logger := newLogger(cfg, stderr)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	s, _, err := openStack(context.Background(), cfg, logger)
+	s, _, err := openStack(context.Background(), cfg, logger, stackOptions{})
 	if err != nil {
 		return err
 	}
@@ -124,6 +124,7 @@ func finishExec(out *daemon.Update, started time.Time, stdout, stderr io.Writer,
 	}
 	fmt.Fprintln(stdout, string(b))
 	if !quiet {
+		writeReport(stderr, out.Result)
 		var sb strings.Builder
 		fmt.Fprintf(&sb, "%s %s %s", out.Kind, out.CommandID, strings.ToUpper(string(out.State)))
 		if out.RejectCode != "" {
