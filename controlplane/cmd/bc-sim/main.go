@@ -8,7 +8,8 @@
 // Workloads: steady (one command at a time per enqueuer to a random node;
 // dispatch latency from commit to the node receiving it), fanout (one
 // command to every node in one transaction; the time until all are
-// received and settled), idle (sessions only, held for --duration). The
+// received and settled), both (steady, then fanout), idle (sessions only,
+// held for --duration). The
 // output is readable text, or one JSON object with --json.
 package main
 
@@ -73,7 +74,7 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.serverCA, "server-ca", "", "PEM file that verifies the gateway's certificate (default: the node CA's ca.pem)")
 	fs.StringVar(&o.serverName, "server-name", "", "name in the gateway's certificate (default: the host of --gateway)")
 	fs.StringVar(&o.databaseURL, "database-url", "", "the control plane's PostgreSQL, where nodes are created and commands enqueued (required except for --workload idle)")
-	fs.StringVar(&o.workload, "workload", "steady", "steady, fanout or idle")
+	fs.StringVar(&o.workload, "workload", "steady", "steady, fanout, both (steady, then fanout) or idle")
 	fs.IntVar(&o.nodes, "nodes", 100, "simulated nodes, one session each")
 	fs.IntVar(&o.commands, "commands", 0, "steady: commands to send in all (0: until --duration)")
 	fs.IntVar(&o.concurrency, "concurrency", 1, "steady: enqueuers at once")
@@ -93,12 +94,12 @@ func parse(args []string, stderr io.Writer) (options, error) {
 		return o, errors.New("--ca is required: the node CA directory")
 	case o.nodes <= 0:
 		return o, errors.New("--nodes must be positive")
-	case o.workload != "steady" && o.workload != "fanout" && o.workload != "idle":
-		return o, fmt.Errorf("--workload %q: want steady, fanout or idle", o.workload)
+	case o.workload != "steady" && o.workload != "fanout" && o.workload != "both" && o.workload != "idle":
+		return o, fmt.Errorf("--workload %q: want steady, fanout, both or idle", o.workload)
 	case o.workload != "idle" && o.databaseURL == "":
 		return o, fmt.Errorf("--workload %s needs --database-url", o.workload)
-	case o.workload == "steady" && o.commands <= 0 && o.duration <= 0:
-		return o, errors.New("--workload steady needs --commands or --duration")
+	case (o.workload == "steady" || o.workload == "both") && o.commands <= 0 && o.duration <= 0:
+		return o, fmt.Errorf("--workload %s needs --commands or --duration", o.workload)
 	}
 	return o, nil
 }
@@ -216,14 +217,14 @@ func simulate(ctx context.Context, o options, stdin io.Reader, logger hclog.Logg
 		}
 	}
 	target := sim.Target{Pool: pool, Queue: q, TenantID: tenantID, Fleet: fleet}
-	switch o.workload {
-	case "steady":
+	if o.workload == "steady" || o.workload == "both" {
 		res, err := sim.Steady(ctx, target, sim.SteadyOptions{Commands: o.commands, Duration: o.duration, Concurrency: o.concurrency})
 		if err != nil {
 			return rep, err
 		}
 		rep.Steady = &res
-	case "fanout":
+	}
+	if o.workload == "fanout" || o.workload == "both" {
 		for i := 0; i < o.fanouts; i++ {
 			res, err := sim.Fanout(ctx, target, o.timeout)
 			if err != nil {
@@ -231,7 +232,8 @@ func simulate(ctx context.Context, o options, stdin io.Reader, logger hclog.Logg
 			}
 			rep.Fanouts = append(rep.Fanouts, res)
 		}
-	case "idle":
+	}
+	if o.workload == "idle" {
 		if o.duration > 0 {
 			t := time.NewTimer(o.duration)
 			select {
