@@ -18,6 +18,7 @@ import (
 	"github.com/better-compute/commands/controlplane/pki"
 	"github.com/better-compute/commands/controlplane/queue"
 	"github.com/better-compute/commands/controlplane/server/servertest"
+	"github.com/better-compute/commands/controlplane/sweeper"
 	"github.com/better-compute/commands/internal/testutil"
 	agentv1 "github.com/better-compute/commands/proto/bc/agent/v1"
 )
@@ -112,4 +113,37 @@ func TestJoinTokenIsOneTime(t *testing.T) {
 	for _, err := range errs {
 		require.Equal(t, codes.Unauthenticated, status.Code(err), "%v", err)
 	}
+}
+
+// The server runs the CommandSweeper: a pending command past not_after
+// becomes expired, and the registered node controller is woken.
+func TestServerSweepsAndWakesNodeControllers(t *testing.T) {
+	t.Parallel()
+	r := servertest.Start(t, nil)
+	woken := make(chan string, 8)
+	unregister := r.Server.NodeWakers().Register(sweeper.WakerFunc(func(_ context.Context, id string) {
+		select {
+		case woken <- id:
+		default:
+		}
+	}))
+	defer unregister()
+	var c queue.Command
+	require.NoError(t, pgx.BeginFunc(context.Background(), r.Pool, func(tx pgx.Tx) error {
+		var err error
+		c, _, err = r.Queue.Enqueue(context.Background(), tx, queue.EnqueueParams{TenantID: servertest.TenantA, NodeID: servertest.NodeA1, Kind: "diag.nvml"})
+		return err
+	}))
+	_, err := r.Pool.Exec(context.Background(), `UPDATE commands SET not_after = now() - interval '1 second' WHERE id = $1`, c.ID)
+	require.NoError(t, err)
+	select {
+	case id := <-woken:
+		require.Equal(t, servertest.NodeA1, id)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the node controller was not woken")
+	}
+	got, err := r.Queue.Get(context.Background(), r.Pool, servertest.NodeA1, c.ID)
+	require.NoError(t, err)
+	require.Equal(t, queue.Expired, got.State)
+	require.True(t, r.Server.Sweeper().Leading())
 }

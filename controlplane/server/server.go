@@ -33,6 +33,7 @@ import (
 	"github.com/better-compute/commands/controlplane/pki"
 	"github.com/better-compute/commands/controlplane/queue"
 	"github.com/better-compute/commands/controlplane/store"
+	"github.com/better-compute/commands/controlplane/sweeper"
 	agentv1 "github.com/better-compute/commands/proto/bc/agent/v1"
 )
 
@@ -58,6 +59,11 @@ type Server struct {
 	join    *join.Service
 	gwGRPC  *grpc.Server
 	gwLis   net.Listener
+
+	// sweeper is nil when cfg.Sweeper.Disabled; nodeWakers and
+	// workflowWakers are what it wakes when it settles a command.
+	sweeper                    *sweeper.Sweeper
+	nodeWakers, workflowWakers *sweeper.Wakers
 }
 
 // New opens the database (applying migrations), builds the registry from the
@@ -139,6 +145,11 @@ func New(ctx context.Context, cfg Config, reg *kinds.Registry, logger hclog.Logg
 		if err := s.newGateway(cfg.Gateway); err != nil {
 			return closeOnErr(err)
 		}
+	}
+	s.nodeWakers, s.workflowWakers = &sweeper.Wakers{}, &sweeper.Wakers{}
+	if !cfg.Sweeper.Disabled {
+		s.sweeper = sweeper.New(pool, q, sweeper.Options{Interval: time.Duration(cfg.Sweeper.Interval),
+			Nodes: s.nodeWakers, Workflows: s.workflowWakers, Logger: logger})
 	}
 	s.api = api.New(api.Config{Pool: pool, Queue: q, Logger: logger, Allowlist: cfg.Allowlist, BatchQuorum: cfg.BatchQuorum,
 		Bundles: support, Join: s.join})
@@ -257,6 +268,17 @@ func (s *Server) Gateway() *gateway.Gateway { return s.gateway }
 // Join is the join service, nil when the gateway is off.
 func (s *Server) Join() *join.Service { return s.join }
 
+// Sweeper is the CommandSweeper, nil when disabled.
+func (s *Server) Sweeper() *sweeper.Sweeper { return s.sweeper }
+
+// NodeWakers are woken with a node id when the sweeper settles one of its
+// commands; node controllers register here.
+func (s *Server) NodeWakers() *sweeper.Wakers { return s.nodeWakers }
+
+// WorkflowWakers are woken with a workflow id when the sweeper settles a
+// command whose key is wf:<workflowId>:…; workflow engines register here.
+func (s *Server) WorkflowWakers() *sweeper.Wakers { return s.workflowWakers }
+
 // Queue is the server's command queue.
 func (s *Server) Queue() *queue.Queue { return s.queue }
 
@@ -308,6 +330,12 @@ func (s *Server) Run(ctx context.Context) error {
 
 	errc := make(chan error, 3)
 	go func() { errc <- s.grpc.Serve(s.grpcLis) }()
+	sweeperDone := make(chan struct{})
+	if s.sweeper != nil {
+		go func() { defer close(sweeperDone); s.sweeper.Run(apiCtx) }()
+	} else {
+		close(sweeperDone)
+	}
 	if s.gwGRPC != nil {
 		go s.gateway.Run(apiCtx)
 		go func() { errc <- s.gwGRPC.Serve(s.gwLis) }()
@@ -355,6 +383,9 @@ func (s *Server) Run(ctx context.Context) error {
 		s.grpc.Stop()
 		<-stopped
 	}
+	// The sweeper resigns its lease before the pool closes, so another
+	// replica takes over at once.
+	<-sweeperDone
 	if s.http != nil {
 		hctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		_ = s.http.Shutdown(hctx)
