@@ -19,7 +19,10 @@ import (
 const usage = `bcd is the better-compute node daemon.
 
 Usage:
-  bcd run                       run the daemon: load the plugins, settle the journal, wait for signals
+  bcd run                       run the daemon: load the plugins, settle the journal, hold the
+                                control plane session (after bcd join), wait for signals
+  bcd join --token T --server ADDR --ca-file F
+                                exchange a one-time join token for the node certificate
   bcd exec KIND [--payload JSON] run one command locally, through acceptance, lane, journal and plugin
   bcd kinds [--json]            list the loaded kinds and their manifests
   bcd journal [--limit N] [--json]
@@ -74,6 +77,8 @@ func run(args []string, stdout, stderr io.Writer) error {
 		return nil
 	case "run":
 		return cmdRun(args[1:], stderr)
+	case "join":
+		return cmdJoin(args[1:], stdout, stderr)
 	case "exec":
 		return cmdExec(args[1:], stdout, stderr)
 	case "kinds":

@@ -3,15 +3,21 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"os/signal"
+	"sync/atomic"
 	"syscall"
+
+	"github.com/better-compute/commands/bcd/conditions"
+	"github.com/better-compute/commands/bcd/session"
+	"github.com/better-compute/commands/internal/version"
 )
 
 // cmdRun is the daemon: it loads the plugins, settles what the journal
-// holds unfinished, and serves until SIGINT or SIGTERM. The session with the
-// control plane plugs in here.
+// holds unfinished, holds the session with the control plane when one is
+// configured (or was joined), and serves until SIGINT or SIGTERM.
 func cmdRun(args []string, stderr io.Writer) error {
 	fs, cf := flags("run", "[flags]", stderr)
 	if err := parse(fs, args); err != nil {
@@ -21,21 +27,74 @@ func cmdRun(args []string, stderr io.Writer) error {
 	if err != nil {
 		return &exitError{code: 2, err: err}
 	}
+	j, joinedNode, err := loadJoined(cfg.StateDir)
+	if err != nil {
+		return &exitError{code: 2, err: err}
+	}
+	if joinedNode {
+		// The certificate is the node's identity: the config may repeat
+		// it, never contradict it.
+		if cfg.NodeID != "" && cfg.NodeID != j.id.NodeID {
+			return &exitError{code: 2, err: fmt.Errorf("nodeId %s: the node certificate is for %s", cfg.NodeID, j.id.NodeID)}
+		}
+		cfg.NodeID = j.id.NodeID
+		if j.id.Role != "" {
+			cfg.Role = j.id.Role
+		}
+		if cfg.ControlPlane == "" {
+			cfg.ControlPlane = j.info.Server
+		}
+	}
 	if err := cfg.Validate(); err != nil {
 		return &exitError{code: 2, err: err}
+	}
+	if cfg.ControlPlane != "" && !joinedNode {
+		return &exitError{code: 2, err: fmt.Errorf("controlPlane %s: this node has no certificate; run bcd join first", cfg.ControlPlane)}
 	}
 	logger := newLogger(cfg, stderr)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	s, rep, err := openStack(ctx, cfg, logger)
+	var client atomic.Pointer[session.Client]
+	opts := stackOptions{
+		allowed: j.id.AllowedKinds,
+		onSpec: func(have int64) {
+			if c := client.Load(); c != nil {
+				c.RequestSpec(have)
+			}
+		},
+		beforeRecover: func(s *stack) {
+			if cfg.ControlPlane == "" {
+				return
+			}
+			client.Store(session.New(session.Config{
+				Address: cfg.ControlPlane, TLS: j.tls, NodeID: cfg.NodeID, Role: cfg.Role, Version: version.Version,
+				Kinds: s.host.Manifests, Conditions: conditions.New(conditions.Config{Logger: logger}), Logger: logger,
+			}, s.d))
+		},
+	}
+	s, rep, err := openStack(ctx, cfg, logger, opts)
 	if err != nil {
+		if c := client.Load(); c != nil {
+			c.Close()
+		}
 		return err
 	}
 	logger.Info("bcd is running", "rerun", len(rep.Rerun), "interrupted", len(rep.Interrupted), "rebooted", len(rep.Rebooted), "not_rebooted", len(rep.NotRebooted))
-	if cfg.ControlPlane == "" {
+	sessionDone := make(chan struct{})
+	if c := client.Load(); c != nil {
+		logger.Info("connecting to the control plane", "address", cfg.ControlPlane)
+		go func() {
+			defer close(sessionDone)
+			if err := c.Run(ctx); err != nil {
+				logger.Error("session client stopped", "error", err)
+			}
+		}()
+	} else {
+		close(sessionDone)
 		logger.Info("no control plane configured: serving local work only")
 	}
 	<-ctx.Done()
+	<-sessionDone
 	logger.Info("stopping: unfinished commands stay in the journal for the next start")
 	s.close()
 	if errors.Is(ctx.Err(), context.Canceled) {

@@ -75,8 +75,20 @@ func readBootID(path string) (string, error) {
 	return strings.TrimSpace(string(b)), nil
 }
 
+// stackOptions are what `bcd run` adds to the stack for its session.
+type stackOptions struct {
+	// allowed are the kinds a restricted node certificate allows.
+	allowed []string
+	// onSpec asks the control plane for a newer node spec.
+	onSpec func(haveGeneration int64)
+	// beforeRecover runs once the daemon exists, before Recover settles the
+	// journal: the session client subscribes there, so the outcomes of
+	// Recover's reruns reach it.
+	beforeRecover func(*stack)
+}
+
 // openStack opens everything and recovers the journal.
-func openStack(ctx context.Context, cfg config.Config, logger hclog.Logger) (*stack, daemon.RecoverReport, error) {
+func openStack(ctx context.Context, cfg config.Config, logger hclog.Logger, opts stackOptions) (*stack, daemon.RecoverReport, error) {
 	var rep daemon.RecoverReport
 	boot, err := readBootID(cfg.BootIDFile)
 	if err != nil {
@@ -92,7 +104,8 @@ func openStack(ctx context.Context, cfg config.Config, logger hclog.Logger) (*st
 		return nil, rep, err
 	}
 	host := startPlugins(ctx, logger, cfg, state)
-	d, err := daemon.New(logger, daemon.Config{NodeID: cfg.NodeID, Role: cfg.Role, BootID: boot, Lanes: cfg.Lanes}, j, state, host)
+	d, err := daemon.New(logger, daemon.Config{NodeID: cfg.NodeID, Role: cfg.Role, BootID: boot, Lanes: cfg.Lanes,
+		AllowedKinds: opts.allowed, OnSpecRequest: opts.onSpec}, j, state, host)
 	if err != nil {
 		_ = host.Close()
 		_ = j.Close()
@@ -100,6 +113,9 @@ func openStack(ctx context.Context, cfg config.Config, logger hclog.Logger) (*st
 	}
 	s := &stack{logger: logger, cfg: cfg, j: j, state: state, host: host, d: d}
 	logger.Info("bcd started", "version", version.Version, "node_id", cfg.NodeID, "journal_id", j.ID(), "boot_id", boot, "kinds", len(host.Manifests()))
+	if opts.beforeRecover != nil {
+		opts.beforeRecover(s)
+	}
 	rep, err = d.Recover(ctx)
 	if err != nil {
 		s.close()

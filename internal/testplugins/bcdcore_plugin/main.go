@@ -35,6 +35,18 @@ func manifest(name string, lane kind.Lane, flags kind.Flags) kind.Manifest {
 	}
 }
 
+// e2eSchema is holdSchema with its keys sorted, as a control plane that
+// reads the manifest from a YAML or JSON file re-encodes it, so that both
+// sides compute the same manifest digest.
+const e2eSchema = `{"additionalProperties":false,"properties":{"countFile":{"type":"string"},"releaseFile":{"type":"string"},"startedFile":{"type":"string"}},"type":"object"}`
+
+// runnable marks a manifest API-runnable, for the e2e kinds.
+func runnable(m kind.Manifest) kind.Manifest {
+	m.APIRunnable = true
+	m.PayloadSchema = json.RawMessage(e2eSchema)
+	return m
+}
+
 // hold counts the run, says it started, and waits for the release file or
 // the cancel, reporting what happened.
 func hold(ctx context.Context, req kind.Request) (any, error) {
@@ -94,5 +106,10 @@ func main() {
 		kind.Kind{Manifest: manifest("bcdcore.holdonce", kind.LaneControl, kind.Flags{}), Handler: kind.HandlerFunc(hold)},
 		kind.Kind{Manifest: manifest("bcdcore.bulk", kind.LaneBulk, kind.Flags{RetrySafe: true}), Handler: kind.HandlerFunc(hold)},
 		kind.Kind{Manifest: manifest("bcdcore.reboot", kind.LaneControl, kind.Flags{SelfTerminating: true, Destructive: true}), Handler: kind.HandlerFunc(reboot)},
+		// The e2e kinds are the same, runnable through commands.run, so the
+		// end-to-end tests (e2e/) can register them with the control plane.
+		kind.Kind{Manifest: runnable(manifest("e2e.hold", kind.LaneControl, kind.Flags{RetrySafe: true})), Handler: kind.HandlerFunc(hold)},
+		kind.Kind{Manifest: runnable(manifest("e2e.holdonce", kind.LaneControl, kind.Flags{})), Handler: kind.HandlerFunc(hold)},
+		kind.Kind{Manifest: runnable(manifest("e2e.reboot", kind.LaneControl, kind.Flags{SelfTerminating: true, Destructive: true})), Handler: kind.HandlerFunc(reboot)},
 	)
 }
