@@ -3,6 +3,7 @@ package server_test
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"sync"
 	"testing"
 	"time"
@@ -146,4 +147,8 @@ func TestServerSweepsAndWakesNodeControllers(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, queue.Expired, got.State)
 	require.True(t, r.Server.Sweeper().Leading())
+}
+
+func x509VerifyOptions(r *servertest.Running) x509.VerifyOptions {
+	return x509.VerifyOptions{Roots: r.CA.Pool(), KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}
 }

@@ -1194,6 +1194,325 @@ func (x *CreateNodeRequest) GetAllowedKinds() []string {
 	return nil
 }
 
+// CreateJoinTokenRequest asks for a node's join token.
+type CreateJoinTokenRequest struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	TenantId string                 `protobuf:"bytes,1,opt,name=tenant_id,json=tenantId,proto3" json:"tenant_id,omitempty"`
+	NodeId   string                 `protobuf:"bytes,2,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	// role is the agent role the certificate carries; "node" when empty.
+	Role string `protobuf:"bytes,3,opt,name=role,proto3" json:"role,omitempty"`
+	// allowed_kinds makes the certificate a restricted identity that accepts
+	// only these kinds (a discovery ramdisk, for example).
+	AllowedKinds []string `protobuf:"bytes,4,rep,name=allowed_kinds,json=allowedKinds,proto3" json:"allowed_kinds,omitempty"`
+	// ttl_seconds is how long the token may be used: 3600 when 0, at most 604800.
+	TtlSeconds    int64 `protobuf:"varint,5,opt,name=ttl_seconds,json=ttlSeconds,proto3" json:"ttl_seconds,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateJoinTokenRequest) Reset() {
+	*x = CreateJoinTokenRequest{}
+	mi := &file_bc_api_v1_api_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateJoinTokenRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateJoinTokenRequest) ProtoMessage() {}
+
+func (x *CreateJoinTokenRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_bc_api_v1_api_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateJoinTokenRequest.ProtoReflect.Descriptor instead.
+func (*CreateJoinTokenRequest) Descriptor() ([]byte, []int) {
+	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *CreateJoinTokenRequest) GetTenantId() string {
+	if x != nil {
+		return x.TenantId
+	}
+	return ""
+}
+
+func (x *CreateJoinTokenRequest) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *CreateJoinTokenRequest) GetRole() string {
+	if x != nil {
+		return x.Role
+	}
+	return ""
+}
+
+func (x *CreateJoinTokenRequest) GetAllowedKinds() []string {
+	if x != nil {
+		return x.AllowedKinds
+	}
+	return nil
+}
+
+func (x *CreateJoinTokenRequest) GetTtlSeconds() int64 {
+	if x != nil {
+		return x.TtlSeconds
+	}
+	return 0
+}
+
+// JoinToken is a one-time join token; only its hash is stored.
+type JoinToken struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Token         string                 `protobuf:"bytes,1,opt,name=token,proto3" json:"token,omitempty"`
+	NodeId        string                 `protobuf:"bytes,2,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	ExpiresAt     *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=expires_at,json=expiresAt,proto3" json:"expires_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *JoinToken) Reset() {
+	*x = JoinToken{}
+	mi := &file_bc_api_v1_api_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *JoinToken) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*JoinToken) ProtoMessage() {}
+
+func (x *JoinToken) ProtoReflect() protoreflect.Message {
+	mi := &file_bc_api_v1_api_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use JoinToken.ProtoReflect.Descriptor instead.
+func (*JoinToken) Descriptor() ([]byte, []int) {
+	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *JoinToken) GetToken() string {
+	if x != nil {
+		return x.Token
+	}
+	return ""
+}
+
+func (x *JoinToken) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *JoinToken) GetExpiresAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ExpiresAt
+	}
+	return nil
+}
+
+// SetNodeSpecRequest stores a node spec generation.
+type SetNodeSpecRequest struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	TenantId string                 `protobuf:"bytes,1,opt,name=tenant_id,json=tenantId,proto3" json:"tenant_id,omitempty"`
+	NodeId   string                 `protobuf:"bytes,2,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	// spec is the node spec: { holds: [...], instances: [...], rebootRequired }.
+	Spec          *structpb.Struct `protobuf:"bytes,3,opt,name=spec,proto3" json:"spec,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetNodeSpecRequest) Reset() {
+	*x = SetNodeSpecRequest{}
+	mi := &file_bc_api_v1_api_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetNodeSpecRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetNodeSpecRequest) ProtoMessage() {}
+
+func (x *SetNodeSpecRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_bc_api_v1_api_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetNodeSpecRequest.ProtoReflect.Descriptor instead.
+func (*SetNodeSpecRequest) Descriptor() ([]byte, []int) {
+	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *SetNodeSpecRequest) GetTenantId() string {
+	if x != nil {
+		return x.TenantId
+	}
+	return ""
+}
+
+func (x *SetNodeSpecRequest) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *SetNodeSpecRequest) GetSpec() *structpb.Struct {
+	if x != nil {
+		return x.Spec
+	}
+	return nil
+}
+
+// GetNodeSpecRequest names a node.
+type GetNodeSpecRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	TenantId      string                 `protobuf:"bytes,1,opt,name=tenant_id,json=tenantId,proto3" json:"tenant_id,omitempty"`
+	NodeId        string                 `protobuf:"bytes,2,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetNodeSpecRequest) Reset() {
+	*x = GetNodeSpecRequest{}
+	mi := &file_bc_api_v1_api_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetNodeSpecRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetNodeSpecRequest) ProtoMessage() {}
+
+func (x *GetNodeSpecRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_bc_api_v1_api_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetNodeSpecRequest.ProtoReflect.Descriptor instead.
+func (*GetNodeSpecRequest) Descriptor() ([]byte, []int) {
+	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *GetNodeSpecRequest) GetTenantId() string {
+	if x != nil {
+		return x.TenantId
+	}
+	return ""
+}
+
+func (x *GetNodeSpecRequest) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+// NodeSpec is one generation of a node's spec.
+type NodeSpec struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	NodeId string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	// generation is 0 when the node has no spec yet.
+	Generation    int64            `protobuf:"varint,2,opt,name=generation,proto3" json:"generation,omitempty"`
+	Spec          *structpb.Struct `protobuf:"bytes,3,opt,name=spec,proto3" json:"spec,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NodeSpec) Reset() {
+	*x = NodeSpec{}
+	mi := &file_bc_api_v1_api_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NodeSpec) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NodeSpec) ProtoMessage() {}
+
+func (x *NodeSpec) ProtoReflect() protoreflect.Message {
+	mi := &file_bc_api_v1_api_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NodeSpec.ProtoReflect.Descriptor instead.
+func (*NodeSpec) Descriptor() ([]byte, []int) {
+	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *NodeSpec) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *NodeSpec) GetGeneration() int64 {
+	if x != nil {
+		return x.Generation
+	}
+	return 0
+}
+
+func (x *NodeSpec) GetSpec() *structpb.Struct {
+	if x != nil {
+		return x.Spec
+	}
+	return nil
+}
+
 var File_bc_api_v1_api_proto protoreflect.FileDescriptor
 
 const file_bc_api_v1_api_proto_rawDesc = "" +
@@ -1305,18 +1624,46 @@ const file_bc_api_v1_api_proto_rawDesc = "" +
 	"\ttenant_id\x18\x01 \x01(\tR\btenantId\x12\x17\n" +
 	"\anode_id\x18\x02 \x01(\tR\x06nodeId\x12\x12\n" +
 	"\x04role\x18\x03 \x01(\tR\x04role\x12#\n" +
-	"\rallowed_kinds\x18\x04 \x03(\tR\fallowedKinds2\x84\x02\n" +
+	"\rallowed_kinds\x18\x04 \x03(\tR\fallowedKinds\"\xa8\x01\n" +
+	"\x16CreateJoinTokenRequest\x12\x1b\n" +
+	"\ttenant_id\x18\x01 \x01(\tR\btenantId\x12\x17\n" +
+	"\anode_id\x18\x02 \x01(\tR\x06nodeId\x12\x12\n" +
+	"\x04role\x18\x03 \x01(\tR\x04role\x12#\n" +
+	"\rallowed_kinds\x18\x04 \x03(\tR\fallowedKinds\x12\x1f\n" +
+	"\vttl_seconds\x18\x05 \x01(\x03R\n" +
+	"ttlSeconds\"u\n" +
+	"\tJoinToken\x12\x14\n" +
+	"\x05token\x18\x01 \x01(\tR\x05token\x12\x17\n" +
+	"\anode_id\x18\x02 \x01(\tR\x06nodeId\x129\n" +
+	"\n" +
+	"expires_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\"w\n" +
+	"\x12SetNodeSpecRequest\x12\x1b\n" +
+	"\ttenant_id\x18\x01 \x01(\tR\btenantId\x12\x17\n" +
+	"\anode_id\x18\x02 \x01(\tR\x06nodeId\x12+\n" +
+	"\x04spec\x18\x03 \x01(\v2\x17.google.protobuf.StructR\x04spec\"J\n" +
+	"\x12GetNodeSpecRequest\x12\x1b\n" +
+	"\ttenant_id\x18\x01 \x01(\tR\btenantId\x12\x17\n" +
+	"\anode_id\x18\x02 \x01(\tR\x06nodeId\"p\n" +
+	"\bNodeSpec\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x1e\n" +
+	"\n" +
+	"generation\x18\x02 \x01(\x03R\n" +
+	"generation\x12+\n" +
+	"\x04spec\x18\x03 \x01(\v2\x17.google.protobuf.StructR\x04spec2\x84\x02\n" +
 	"\bCommands\x127\n" +
 	"\x03Run\x12\x1c.bc.api.v1.RunCommandRequest\x1a\x12.bc.api.v1.Command\x127\n" +
 	"\x03Get\x12\x1c.bc.api.v1.GetCommandRequest\x1a\x12.bc.api.v1.Command\x12G\n" +
 	"\x04List\x12\x1e.bc.api.v1.ListCommandsRequest\x1a\x1f.bc.api.v1.ListCommandsResponse\x12=\n" +
 	"\x06Cancel\x12\x1f.bc.api.v1.CancelCommandRequest\x1a\x12.bc.api.v1.Command2D\n" +
 	"\x06Events\x12:\n" +
-	"\x05Watch\x12\x1d.bc.api.v1.WatchEventsRequest\x1a\x10.bc.api.v1.Event0\x012\xb6\x01\n" +
+	"\x05Watch\x12\x1d.bc.api.v1.WatchEventsRequest\x1a\x10.bc.api.v1.Event0\x012\x80\x03\n" +
 	"\x05Nodes\x121\n" +
 	"\x03Get\x12\x19.bc.api.v1.GetNodeRequest\x1a\x0f.bc.api.v1.Node\x12A\n" +
 	"\fCreateTenant\x12\x1e.bc.api.v1.CreateTenantRequest\x1a\x11.bc.api.v1.Tenant\x127\n" +
-	"\x06Create\x12\x1c.bc.api.v1.CreateNodeRequest\x1a\x0f.bc.api.v1.NodeB:Z8github.com/better-compute/commands/proto/bc/api/v1;apiv1b\x06proto3"
+	"\x06Create\x12\x1c.bc.api.v1.CreateNodeRequest\x1a\x0f.bc.api.v1.Node\x12J\n" +
+	"\x0fCreateJoinToken\x12!.bc.api.v1.CreateJoinTokenRequest\x1a\x14.bc.api.v1.JoinToken\x12=\n" +
+	"\aSetSpec\x12\x1d.bc.api.v1.SetNodeSpecRequest\x1a\x13.bc.api.v1.NodeSpec\x12=\n" +
+	"\aGetSpec\x12\x1d.bc.api.v1.GetNodeSpecRequest\x1a\x13.bc.api.v1.NodeSpecB:Z8github.com/better-compute/commands/proto/bc/api/v1;apiv1b\x06proto3"
 
 var (
 	file_bc_api_v1_api_proto_rawDescOnce sync.Once
@@ -1330,66 +1677,80 @@ func file_bc_api_v1_api_proto_rawDescGZIP() []byte {
 	return file_bc_api_v1_api_proto_rawDescData
 }
 
-var file_bc_api_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
+var file_bc_api_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
 var file_bc_api_v1_api_proto_goTypes = []any{
-	(*Command)(nil),               // 0: bc.api.v1.Command
-	(*RunCommandRequest)(nil),     // 1: bc.api.v1.RunCommandRequest
-	(*GetCommandRequest)(nil),     // 2: bc.api.v1.GetCommandRequest
-	(*ListCommandsRequest)(nil),   // 3: bc.api.v1.ListCommandsRequest
-	(*ListCommandsResponse)(nil),  // 4: bc.api.v1.ListCommandsResponse
-	(*CancelCommandRequest)(nil),  // 5: bc.api.v1.CancelCommandRequest
-	(*WatchEventsRequest)(nil),    // 6: bc.api.v1.WatchEventsRequest
-	(*Event)(nil),                 // 7: bc.api.v1.Event
-	(*GetNodeRequest)(nil),        // 8: bc.api.v1.GetNodeRequest
-	(*Condition)(nil),             // 9: bc.api.v1.Condition
-	(*Node)(nil),                  // 10: bc.api.v1.Node
-	(*CreateTenantRequest)(nil),   // 11: bc.api.v1.CreateTenantRequest
-	(*Tenant)(nil),                // 12: bc.api.v1.Tenant
-	(*CreateNodeRequest)(nil),     // 13: bc.api.v1.CreateNodeRequest
-	(*structpb.Struct)(nil),       // 14: google.protobuf.Struct
-	(*timestamppb.Timestamp)(nil), // 15: google.protobuf.Timestamp
-	(*structpb.Value)(nil),        // 16: google.protobuf.Value
+	(*Command)(nil),                // 0: bc.api.v1.Command
+	(*RunCommandRequest)(nil),      // 1: bc.api.v1.RunCommandRequest
+	(*GetCommandRequest)(nil),      // 2: bc.api.v1.GetCommandRequest
+	(*ListCommandsRequest)(nil),    // 3: bc.api.v1.ListCommandsRequest
+	(*ListCommandsResponse)(nil),   // 4: bc.api.v1.ListCommandsResponse
+	(*CancelCommandRequest)(nil),   // 5: bc.api.v1.CancelCommandRequest
+	(*WatchEventsRequest)(nil),     // 6: bc.api.v1.WatchEventsRequest
+	(*Event)(nil),                  // 7: bc.api.v1.Event
+	(*GetNodeRequest)(nil),         // 8: bc.api.v1.GetNodeRequest
+	(*Condition)(nil),              // 9: bc.api.v1.Condition
+	(*Node)(nil),                   // 10: bc.api.v1.Node
+	(*CreateTenantRequest)(nil),    // 11: bc.api.v1.CreateTenantRequest
+	(*Tenant)(nil),                 // 12: bc.api.v1.Tenant
+	(*CreateNodeRequest)(nil),      // 13: bc.api.v1.CreateNodeRequest
+	(*CreateJoinTokenRequest)(nil), // 14: bc.api.v1.CreateJoinTokenRequest
+	(*JoinToken)(nil),              // 15: bc.api.v1.JoinToken
+	(*SetNodeSpecRequest)(nil),     // 16: bc.api.v1.SetNodeSpecRequest
+	(*GetNodeSpecRequest)(nil),     // 17: bc.api.v1.GetNodeSpecRequest
+	(*NodeSpec)(nil),               // 18: bc.api.v1.NodeSpec
+	(*structpb.Struct)(nil),        // 19: google.protobuf.Struct
+	(*timestamppb.Timestamp)(nil),  // 20: google.protobuf.Timestamp
+	(*structpb.Value)(nil),         // 21: google.protobuf.Value
 }
 var file_bc_api_v1_api_proto_depIdxs = []int32{
-	14, // 0: bc.api.v1.Command.payload:type_name -> google.protobuf.Struct
-	15, // 1: bc.api.v1.Command.not_after:type_name -> google.protobuf.Timestamp
-	15, // 2: bc.api.v1.Command.not_before:type_name -> google.protobuf.Timestamp
-	15, // 3: bc.api.v1.Command.created_at:type_name -> google.protobuf.Timestamp
-	15, // 4: bc.api.v1.Command.updated_at:type_name -> google.protobuf.Timestamp
-	15, // 5: bc.api.v1.Command.settled_at:type_name -> google.protobuf.Timestamp
-	15, // 6: bc.api.v1.Command.cancel_requested_at:type_name -> google.protobuf.Timestamp
-	16, // 7: bc.api.v1.Command.result:type_name -> google.protobuf.Value
-	16, // 8: bc.api.v1.Command.progress:type_name -> google.protobuf.Value
-	14, // 9: bc.api.v1.RunCommandRequest.payload:type_name -> google.protobuf.Struct
+	19, // 0: bc.api.v1.Command.payload:type_name -> google.protobuf.Struct
+	20, // 1: bc.api.v1.Command.not_after:type_name -> google.protobuf.Timestamp
+	20, // 2: bc.api.v1.Command.not_before:type_name -> google.protobuf.Timestamp
+	20, // 3: bc.api.v1.Command.created_at:type_name -> google.protobuf.Timestamp
+	20, // 4: bc.api.v1.Command.updated_at:type_name -> google.protobuf.Timestamp
+	20, // 5: bc.api.v1.Command.settled_at:type_name -> google.protobuf.Timestamp
+	20, // 6: bc.api.v1.Command.cancel_requested_at:type_name -> google.protobuf.Timestamp
+	21, // 7: bc.api.v1.Command.result:type_name -> google.protobuf.Value
+	21, // 8: bc.api.v1.Command.progress:type_name -> google.protobuf.Value
+	19, // 9: bc.api.v1.RunCommandRequest.payload:type_name -> google.protobuf.Struct
 	0,  // 10: bc.api.v1.ListCommandsResponse.items:type_name -> bc.api.v1.Command
-	15, // 11: bc.api.v1.Event.occurred_at:type_name -> google.protobuf.Timestamp
-	14, // 12: bc.api.v1.Event.data:type_name -> google.protobuf.Struct
-	15, // 13: bc.api.v1.Condition.since:type_name -> google.protobuf.Timestamp
-	14, // 14: bc.api.v1.Node.inventory:type_name -> google.protobuf.Struct
+	20, // 11: bc.api.v1.Event.occurred_at:type_name -> google.protobuf.Timestamp
+	19, // 12: bc.api.v1.Event.data:type_name -> google.protobuf.Struct
+	20, // 13: bc.api.v1.Condition.since:type_name -> google.protobuf.Timestamp
+	19, // 14: bc.api.v1.Node.inventory:type_name -> google.protobuf.Struct
 	9,  // 15: bc.api.v1.Node.conditions:type_name -> bc.api.v1.Condition
-	15, // 16: bc.api.v1.Node.created_at:type_name -> google.protobuf.Timestamp
-	15, // 17: bc.api.v1.Tenant.created_at:type_name -> google.protobuf.Timestamp
-	1,  // 18: bc.api.v1.Commands.Run:input_type -> bc.api.v1.RunCommandRequest
-	2,  // 19: bc.api.v1.Commands.Get:input_type -> bc.api.v1.GetCommandRequest
-	3,  // 20: bc.api.v1.Commands.List:input_type -> bc.api.v1.ListCommandsRequest
-	5,  // 21: bc.api.v1.Commands.Cancel:input_type -> bc.api.v1.CancelCommandRequest
-	6,  // 22: bc.api.v1.Events.Watch:input_type -> bc.api.v1.WatchEventsRequest
-	8,  // 23: bc.api.v1.Nodes.Get:input_type -> bc.api.v1.GetNodeRequest
-	11, // 24: bc.api.v1.Nodes.CreateTenant:input_type -> bc.api.v1.CreateTenantRequest
-	13, // 25: bc.api.v1.Nodes.Create:input_type -> bc.api.v1.CreateNodeRequest
-	0,  // 26: bc.api.v1.Commands.Run:output_type -> bc.api.v1.Command
-	0,  // 27: bc.api.v1.Commands.Get:output_type -> bc.api.v1.Command
-	4,  // 28: bc.api.v1.Commands.List:output_type -> bc.api.v1.ListCommandsResponse
-	0,  // 29: bc.api.v1.Commands.Cancel:output_type -> bc.api.v1.Command
-	7,  // 30: bc.api.v1.Events.Watch:output_type -> bc.api.v1.Event
-	10, // 31: bc.api.v1.Nodes.Get:output_type -> bc.api.v1.Node
-	12, // 32: bc.api.v1.Nodes.CreateTenant:output_type -> bc.api.v1.Tenant
-	10, // 33: bc.api.v1.Nodes.Create:output_type -> bc.api.v1.Node
-	26, // [26:34] is the sub-list for method output_type
-	18, // [18:26] is the sub-list for method input_type
-	18, // [18:18] is the sub-list for extension type_name
-	18, // [18:18] is the sub-list for extension extendee
-	0,  // [0:18] is the sub-list for field type_name
+	20, // 16: bc.api.v1.Node.created_at:type_name -> google.protobuf.Timestamp
+	20, // 17: bc.api.v1.Tenant.created_at:type_name -> google.protobuf.Timestamp
+	20, // 18: bc.api.v1.JoinToken.expires_at:type_name -> google.protobuf.Timestamp
+	19, // 19: bc.api.v1.SetNodeSpecRequest.spec:type_name -> google.protobuf.Struct
+	19, // 20: bc.api.v1.NodeSpec.spec:type_name -> google.protobuf.Struct
+	1,  // 21: bc.api.v1.Commands.Run:input_type -> bc.api.v1.RunCommandRequest
+	2,  // 22: bc.api.v1.Commands.Get:input_type -> bc.api.v1.GetCommandRequest
+	3,  // 23: bc.api.v1.Commands.List:input_type -> bc.api.v1.ListCommandsRequest
+	5,  // 24: bc.api.v1.Commands.Cancel:input_type -> bc.api.v1.CancelCommandRequest
+	6,  // 25: bc.api.v1.Events.Watch:input_type -> bc.api.v1.WatchEventsRequest
+	8,  // 26: bc.api.v1.Nodes.Get:input_type -> bc.api.v1.GetNodeRequest
+	11, // 27: bc.api.v1.Nodes.CreateTenant:input_type -> bc.api.v1.CreateTenantRequest
+	13, // 28: bc.api.v1.Nodes.Create:input_type -> bc.api.v1.CreateNodeRequest
+	14, // 29: bc.api.v1.Nodes.CreateJoinToken:input_type -> bc.api.v1.CreateJoinTokenRequest
+	16, // 30: bc.api.v1.Nodes.SetSpec:input_type -> bc.api.v1.SetNodeSpecRequest
+	17, // 31: bc.api.v1.Nodes.GetSpec:input_type -> bc.api.v1.GetNodeSpecRequest
+	0,  // 32: bc.api.v1.Commands.Run:output_type -> bc.api.v1.Command
+	0,  // 33: bc.api.v1.Commands.Get:output_type -> bc.api.v1.Command
+	4,  // 34: bc.api.v1.Commands.List:output_type -> bc.api.v1.ListCommandsResponse
+	0,  // 35: bc.api.v1.Commands.Cancel:output_type -> bc.api.v1.Command
+	7,  // 36: bc.api.v1.Events.Watch:output_type -> bc.api.v1.Event
+	10, // 37: bc.api.v1.Nodes.Get:output_type -> bc.api.v1.Node
+	12, // 38: bc.api.v1.Nodes.CreateTenant:output_type -> bc.api.v1.Tenant
+	10, // 39: bc.api.v1.Nodes.Create:output_type -> bc.api.v1.Node
+	15, // 40: bc.api.v1.Nodes.CreateJoinToken:output_type -> bc.api.v1.JoinToken
+	18, // 41: bc.api.v1.Nodes.SetSpec:output_type -> bc.api.v1.NodeSpec
+	18, // 42: bc.api.v1.Nodes.GetSpec:output_type -> bc.api.v1.NodeSpec
+	32, // [32:43] is the sub-list for method output_type
+	21, // [21:32] is the sub-list for method input_type
+	21, // [21:21] is the sub-list for extension type_name
+	21, // [21:21] is the sub-list for extension extendee
+	0,  // [0:21] is the sub-list for field type_name
 }
 
 func init() { file_bc_api_v1_api_proto_init() }
@@ -1406,7 +1767,7 @@ func file_bc_api_v1_api_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_bc_api_v1_api_proto_rawDesc), len(file_bc_api_v1_api_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   14,
+			NumMessages:   19,
 			NumExtensions: 0,
 			NumServices:   3,
 		},

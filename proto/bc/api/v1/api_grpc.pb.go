@@ -376,9 +376,12 @@ var Events_ServiceDesc = grpc.ServiceDesc{
 }
 
 const (
-	Nodes_Get_FullMethodName          = "/bc.api.v1.Nodes/Get"
-	Nodes_CreateTenant_FullMethodName = "/bc.api.v1.Nodes/CreateTenant"
-	Nodes_Create_FullMethodName       = "/bc.api.v1.Nodes/Create"
+	Nodes_Get_FullMethodName             = "/bc.api.v1.Nodes/Get"
+	Nodes_CreateTenant_FullMethodName    = "/bc.api.v1.Nodes/CreateTenant"
+	Nodes_Create_FullMethodName          = "/bc.api.v1.Nodes/Create"
+	Nodes_CreateJoinToken_FullMethodName = "/bc.api.v1.Nodes/CreateJoinToken"
+	Nodes_SetSpec_FullMethodName         = "/bc.api.v1.Nodes/SetSpec"
+	Nodes_GetSpec_FullMethodName         = "/bc.api.v1.Nodes/GetSpec"
 )
 
 // NodesClient is the client API for Nodes service.
@@ -395,6 +398,17 @@ type NodesClient interface {
 	// Create registers a node in a tenant
 	// (compute:nodes:create on compute-node/{nodeId}).
 	Create(ctx context.Context, in *CreateNodeRequest, opts ...grpc.CallOption) (*Node, error)
+	// CreateJoinToken makes a one-time token with which the node exchanges a
+	// CSR for its certificate at the gateway's Join endpoint
+	// (compute:nodes:admin on compute-node/{nodeId}). The token is shown once.
+	CreateJoinToken(ctx context.Context, in *CreateJoinTokenRequest, opts ...grpc.CallOption) (*JoinToken, error)
+	// SetSpec stores the node's next spec generation (GPU holds, passthrough
+	// instances) and pushes it to the node's session
+	// (compute:nodes:admin on compute-node/{nodeId}).
+	SetSpec(ctx context.Context, in *SetNodeSpecRequest, opts ...grpc.CallOption) (*NodeSpec, error)
+	// GetSpec returns the node's latest spec generation
+	// (compute:nodes:read on compute-node/{nodeId}).
+	GetSpec(ctx context.Context, in *GetNodeSpecRequest, opts ...grpc.CallOption) (*NodeSpec, error)
 }
 
 type nodesClient struct {
@@ -435,6 +449,36 @@ func (c *nodesClient) Create(ctx context.Context, in *CreateNodeRequest, opts ..
 	return out, nil
 }
 
+func (c *nodesClient) CreateJoinToken(ctx context.Context, in *CreateJoinTokenRequest, opts ...grpc.CallOption) (*JoinToken, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(JoinToken)
+	err := c.cc.Invoke(ctx, Nodes_CreateJoinToken_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *nodesClient) SetSpec(ctx context.Context, in *SetNodeSpecRequest, opts ...grpc.CallOption) (*NodeSpec, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(NodeSpec)
+	err := c.cc.Invoke(ctx, Nodes_SetSpec_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *nodesClient) GetSpec(ctx context.Context, in *GetNodeSpecRequest, opts ...grpc.CallOption) (*NodeSpec, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(NodeSpec)
+	err := c.cc.Invoke(ctx, Nodes_GetSpec_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // NodesServer is the server API for Nodes service.
 // All implementations must embed UnimplementedNodesServer
 // for forward compatibility.
@@ -449,6 +493,17 @@ type NodesServer interface {
 	// Create registers a node in a tenant
 	// (compute:nodes:create on compute-node/{nodeId}).
 	Create(context.Context, *CreateNodeRequest) (*Node, error)
+	// CreateJoinToken makes a one-time token with which the node exchanges a
+	// CSR for its certificate at the gateway's Join endpoint
+	// (compute:nodes:admin on compute-node/{nodeId}). The token is shown once.
+	CreateJoinToken(context.Context, *CreateJoinTokenRequest) (*JoinToken, error)
+	// SetSpec stores the node's next spec generation (GPU holds, passthrough
+	// instances) and pushes it to the node's session
+	// (compute:nodes:admin on compute-node/{nodeId}).
+	SetSpec(context.Context, *SetNodeSpecRequest) (*NodeSpec, error)
+	// GetSpec returns the node's latest spec generation
+	// (compute:nodes:read on compute-node/{nodeId}).
+	GetSpec(context.Context, *GetNodeSpecRequest) (*NodeSpec, error)
 	mustEmbedUnimplementedNodesServer()
 }
 
@@ -467,6 +522,15 @@ func (UnimplementedNodesServer) CreateTenant(context.Context, *CreateTenantReque
 }
 func (UnimplementedNodesServer) Create(context.Context, *CreateNodeRequest) (*Node, error) {
 	return nil, status.Error(codes.Unimplemented, "method Create not implemented")
+}
+func (UnimplementedNodesServer) CreateJoinToken(context.Context, *CreateJoinTokenRequest) (*JoinToken, error) {
+	return nil, status.Error(codes.Unimplemented, "method CreateJoinToken not implemented")
+}
+func (UnimplementedNodesServer) SetSpec(context.Context, *SetNodeSpecRequest) (*NodeSpec, error) {
+	return nil, status.Error(codes.Unimplemented, "method SetSpec not implemented")
+}
+func (UnimplementedNodesServer) GetSpec(context.Context, *GetNodeSpecRequest) (*NodeSpec, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetSpec not implemented")
 }
 func (UnimplementedNodesServer) mustEmbedUnimplementedNodesServer() {}
 func (UnimplementedNodesServer) testEmbeddedByValue()               {}
@@ -543,6 +607,60 @@ func _Nodes_Create_Handler(srv interface{}, ctx context.Context, dec func(interf
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Nodes_CreateJoinToken_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CreateJoinTokenRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(NodesServer).CreateJoinToken(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Nodes_CreateJoinToken_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(NodesServer).CreateJoinToken(ctx, req.(*CreateJoinTokenRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Nodes_SetSpec_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SetNodeSpecRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(NodesServer).SetSpec(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Nodes_SetSpec_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(NodesServer).SetSpec(ctx, req.(*SetNodeSpecRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Nodes_GetSpec_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetNodeSpecRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(NodesServer).GetSpec(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Nodes_GetSpec_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(NodesServer).GetSpec(ctx, req.(*GetNodeSpecRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Nodes_ServiceDesc is the grpc.ServiceDesc for Nodes service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -561,6 +679,18 @@ var Nodes_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Create",
 			Handler:    _Nodes_Create_Handler,
+		},
+		{
+			MethodName: "CreateJoinToken",
+			Handler:    _Nodes_CreateJoinToken_Handler,
+		},
+		{
+			MethodName: "SetSpec",
+			Handler:    _Nodes_SetSpec_Handler,
+		},
+		{
+			MethodName: "GetSpec",
+			Handler:    _Nodes_GetSpec_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
