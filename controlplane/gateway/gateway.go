@@ -39,6 +39,10 @@ type Options struct {
 	Now func() time.Time
 	// TrustBundle is sent in Welcome.
 	TrustBundle *agentv1.TrustBundle
+	// OnSettled, when set, is called after a node's report settled a
+	// command (the server checks a logs.collect bundle against the blob
+	// store there). It runs on the session's goroutine: keep it short.
+	OnSettled func(ctx context.Context, c queue.Command)
 }
 
 func (o *Options) defaults() {

@@ -458,7 +458,7 @@ func (s *session) update(ctx context.Context, u *agentv1.CommandUpdate) error {
 		b, _ := json.Marshal(map[string]any{"percent": u.GetProgressPercent(), "message": u.GetProgressMessage()})
 		t.Progress = b
 	}
-	cur, _, err := s.g.queue.Transition(ctx, s.g.pool, t)
+	cur, changed, err := s.g.queue.Transition(ctx, s.g.pool, t)
 	if err != nil {
 		var qe *queue.Error
 		if errors.As(err, &qe) && qe.Code == queue.NotFound {
@@ -467,6 +467,9 @@ func (s *session) update(ctx context.Context, u *agentv1.CommandUpdate) error {
 		return s.dbErr(ctx, err)
 	}
 	if cur.State.Terminal() {
+		if changed && s.g.opts.OnSettled != nil {
+			s.g.opts.OnSettled(ctx, cur)
+		}
 		s.release(cur.ID)
 		// A credit came back: something pending may go now.
 		select {
