@@ -1,0 +1,175 @@
+package cli
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"sort"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+	"google.golang.org/protobuf/encoding/protojson"
+
+	apiv1 "github.com/better-compute/commands/proto/bc/api/v1"
+)
+
+func (a *app) nodesCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "nodes",
+		Short: "Show nodes, make join tokens and set node specs",
+		Long: `nodes wraps the nodes.* methods. Arguments are key=value pairs as for
+"better-compute api"; a bare first argument is the node id; tenantId defaults
+to --tenant / BC_TENANT.`,
+	}
+	cmd.AddCommand(a.nodeGetCommand(), a.joinTokenCommand(), a.setSpecCommand(), a.getSpecCommand())
+	return cmd
+}
+
+func (a *app) nodeGetCommand() *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "get [nodeId] [nodeId=…]",
+		Short: "Show a node: role, identity, applied generation, inventory and conditions",
+		RunE: func(cmd *cobra.Command, args []string) error {
+			resp, err := a.call(cmd, "nodes.get", idArg(args, "nodeId"))
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return a.printJSON(resp)
+			}
+			return a.nodeTable(resp.(*apiv1.Node))
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON instead of a table")
+	return cmd
+}
+
+// nodeTable prints the node, its conditions and the top level of its
+// inventory (each section with its size; --json shows everything).
+func (a *app) nodeTable(n *apiv1.Node) error {
+	w := tabwriter.NewWriter(a.env.Stdout, 0, 4, 2, ' ', 0)
+	identity := "full"
+	if len(n.GetAllowedKinds()) > 0 {
+		identity = "restricted: " + strings.Join(n.GetAllowedKinds(), ",")
+	}
+	fmt.Fprintf(w, "NODE\t%s\n", n.GetId())
+	fmt.Fprintf(w, "TENANT\t%s\n", n.GetTenantId())
+	fmt.Fprintf(w, "ROLE\t%s\n", n.GetRole())
+	fmt.Fprintf(w, "IDENTITY\t%s\n", identity)
+	fmt.Fprintf(w, "GENERATION\t%d\n", n.GetAppliedGeneration())
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintln(a.env.Stdout)
+	if len(n.GetConditions()) == 0 {
+		fmt.Fprintln(a.env.Stdout, "CONDITIONS: none")
+	} else {
+		w = tabwriter.NewWriter(a.env.Stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(w, "CONDITION\tSTATUS\tREASON\tSINCE\tMESSAGE")
+		for _, c := range n.GetConditions() {
+			since := ""
+			if c.GetSince().IsValid() {
+				since = c.GetSince().AsTime().UTC().Format("2006-01-02T15:04:05Z")
+			}
+			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", c.GetType(), c.GetStatus(), c.GetReason(), since, c.GetMessage())
+		}
+		if err := w.Flush(); err != nil {
+			return err
+		}
+	}
+	fmt.Fprintln(a.env.Stdout)
+	inv := n.GetInventory().GetFields()
+	if len(inv) == 0 {
+		fmt.Fprintln(a.env.Stdout, "INVENTORY: none reported")
+		return nil
+	}
+	keys := make([]string, 0, len(inv))
+	for k := range inv {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	w = tabwriter.NewWriter(a.env.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "INVENTORY\tVALUE")
+	for _, k := range keys {
+		v := inv[k]
+		var shown string
+		switch {
+		case v.GetListValue() != nil:
+			shown = fmt.Sprintf("%d items", len(v.GetListValue().GetValues()))
+		case v.GetStructValue() != nil:
+			shown = fmt.Sprintf("%d fields", len(v.GetStructValue().GetFields()))
+		default:
+			b, _ := protojson.Marshal(v)
+			shown = string(b)
+		}
+		fmt.Fprintf(w, "%s\t%s\n", k, shown)
+	}
+	return w.Flush()
+}
+
+func (a *app) joinTokenCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "join-token [nodeId] [role=…] [allowedKinds=[…]] [ttlSeconds=N]",
+		Short: "Make a one-time join token for a node (printed once; only its hash is kept)",
+		Long: `join-token calls nodes.createJoinToken. The node exchanges the token and a
+CSR for its certificate at the gateway (bcd join). allowedKinds makes the
+certificate a restricted identity that accepts only those kinds.`,
+		Example: `  better-compute nodes join-token node_0412 ttlSeconds=900
+  better-compute nodes join-token node_0412 role=discovery allowedKinds='["inventory.refresh","diag.nvml"]'`,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			resp, err := a.call(cmd, "nodes.createJoinToken", idArg(args, "nodeId"))
+			if err != nil {
+				return err
+			}
+			return a.printJSON(resp)
+		},
+	}
+	return cmd
+}
+
+func (a *app) setSpecCommand() *cobra.Command {
+	var file string
+	cmd := &cobra.Command{
+		Use:   "set-spec [nodeId] (spec=JSON | --file spec.json)",
+		Short: "Store a node's next spec generation (GPU holds, passthrough instances); prints the generation",
+		Example: `  better-compute nodes set-spec node_0412 spec='{"holds":[{"gpu":"GPU-8f…","state":"live"}]}'
+  better-compute nodes set-spec node_0412 --file spec.json`,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			pairs := idArg(args, "nodeId")
+			if file != "" {
+				b, err := os.ReadFile(file)
+				if err != nil {
+					return usageErr("--file: %v", err)
+				}
+				if !json.Valid(b) {
+					return usageErr("--file %s does not hold JSON", file)
+				}
+				pairs = append(withoutKey(pairs, "spec"), "spec="+string(b))
+			}
+			resp, err := a.call(cmd, "nodes.setSpec", pairs)
+			if err != nil {
+				return err
+			}
+			return a.printJSON(resp)
+		},
+	}
+	cmd.Flags().StringVar(&file, "file", "", "read the spec from this JSON file")
+	return cmd
+}
+
+func (a *app) getSpecCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "get-spec [nodeId]",
+		Short: "Show a node's latest spec generation",
+		RunE: func(cmd *cobra.Command, args []string) error {
+			resp, err := a.call(cmd, "nodes.getSpec", idArg(args, "nodeId"))
+			if err != nil {
+				return err
+			}
+			return a.printJSON(resp)
+		},
+	}
+	return cmd
+}

@@ -1,0 +1,84 @@
+package cli_test
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/better-compute/commands/controlplane/join"
+	"github.com/better-compute/commands/controlplane/server/servertest"
+)
+
+func TestNodesJoinTokenAndSpecs(t *testing.T) {
+	t.Parallel()
+	r := servertest.Start(t, nil)
+	env := envFor(r, servertest.TokOps)
+	env["BC_TENANT"] = servertest.TenantA
+	ctx := context.Background()
+
+	res := cliRun(ctx, env, "nodes", "join-token", servertest.NodeA1, "role=discovery", `allowedKinds=["inventory.refresh"]`, "ttlSeconds=900")
+	require.Equal(t, 0, res.code, res.stderr)
+	var tok struct{ Token, NodeID, ExpiresAt string }
+	require.NoError(t, json.Unmarshal([]byte(res.stdout), &tok))
+	require.True(t, strings.HasPrefix(tok.Token, join.TokenPrefix), res.stdout)
+	require.NotEmpty(t, tok.ExpiresAt)
+
+	res = cliRun(ctx, envFor(r, servertest.TokRead), "nodes", "join-token", "tenantId="+servertest.TenantA, "nodeId="+servertest.NodeA1)
+	require.Equal(t, 1, res.code)
+	require.Contains(t, res.stderr, "PERMISSION_DENIED")
+
+	res = cliRun(ctx, env, "nodes", "set-spec", servertest.NodeA1, `spec={"holds":[{"gpu":"GPU-1","state":"live"}]}`)
+	require.Equal(t, 0, res.code, res.stderr)
+	require.Contains(t, res.stdout, `"generation": "1"`)
+	file := filepath.Join(t.TempDir(), "spec.json")
+	require.NoError(t, os.WriteFile(file, []byte(`{"instances":[{"name":"vm-1","passthroughGpus":["GPU-2"]}]}`), 0o600))
+	res = cliRun(ctx, env, "nodes", "set-spec", servertest.NodeA1, "--file", file)
+	require.Equal(t, 0, res.code, res.stderr)
+	require.Contains(t, res.stdout, `"generation": "2"`)
+	res = cliRun(ctx, env, "nodes", "set-spec", servertest.NodeA1, `spec={"holds":[{"state":"live"}]}`)
+	require.Equal(t, 1, res.code)
+	require.Contains(t, res.stderr, "INVALID_INPUT")
+
+	res = cliRun(ctx, env, "nodes", "get-spec", servertest.NodeA1)
+	require.Equal(t, 0, res.code, res.stderr)
+	require.Contains(t, res.stdout, `"generation": "2"`)
+	require.Contains(t, res.stdout, "vm-1")
+
+	// The generic form reaches the same methods by reflection.
+	res = cliRun(ctx, env, "api", "nodes.getSpec", "nodeId="+servertest.NodeA1)
+	require.Equal(t, 0, res.code, res.stderr)
+	require.Contains(t, res.stdout, "vm-1")
+}
+
+func TestNodesGetShowsInventoryAndConditions(t *testing.T) {
+	t.Parallel()
+	r := servertest.Start(t, nil)
+	env := envFor(r, servertest.TokRead)
+	env["BC_TENANT"] = servertest.TenantA
+	_, err := r.Pool.Exec(context.Background(), `UPDATE nodes SET inventory = $2, conditions = $3 WHERE id = $1`, servertest.NodeA1,
+		`{"gpus":[{"uuid":"GPU-1"},{"uuid":"GPU-2"}],"hostname":"gpu-0412"}`,
+		`[{"type":"RebootRequired","status":"True","reason":"HugePages","message":"1 GiB huge pages wait for a boot","since":"2026-01-02T03:04:05Z"}]`)
+	require.NoError(t, err)
+
+	res := cliRun(context.Background(), env, "nodes", "get", servertest.NodeA1)
+	require.Equal(t, 0, res.code, res.stderr)
+	for _, want := range []string{servertest.NodeA1, "IDENTITY", "full", "RebootRequired", "HugePages", "2026-01-02T03:04:05Z",
+		"gpus", "2 items", `"gpu-0412"`} {
+		require.Contains(t, res.stdout, want)
+	}
+
+	res = cliRun(context.Background(), env, "nodes", "get", servertest.NodeA1, "--json")
+	require.Equal(t, 0, res.code, res.stderr)
+	var n struct {
+		Inventory  map[string]any
+		Conditions []map[string]any
+	}
+	require.NoError(t, json.Unmarshal([]byte(res.stdout), &n))
+	require.Len(t, n.Inventory["gpus"], 2)
+	require.Equal(t, "RebootRequired", n.Conditions[0]["type"])
+}
