@@ -61,3 +61,8 @@ bench:
 
 clean:
 	rm -rf $(BIN) dist .cache
+
+.PHONY: run
+## run: the whole system on one machine: a throwaway PostgreSQL, bc-server, one bcd node on mock GPUs, commands run through it
+run: build
+	BIN=$(BIN) scripts/run-local
