@@ -25,7 +25,6 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -187,10 +186,10 @@ func (s *Service) Join(ctx context.Context, req *agentv1.JoinRequest) (*agentv1.
 		if _, ok := status.FromError(err); ok {
 			return nil, err
 		}
-		var pe *pgconn.PgError
-		if errors.As(err, &pe) || ctx.Err() == nil {
-			s.logger.Error("join failed", "error", err)
+		if ctx.Err() != nil {
+			return nil, status.FromContextError(ctx.Err()).Err()
 		}
+		s.logger.Error("join failed", "error", err)
 		return nil, status.Error(codes.Unavailable, "join failed; retry")
 	}
 	s.logger.Info("node joined", "node_id", id.NodeID, "role", id.Role, "allowed_kinds", strings.Join(id.AllowedKinds, ","))
