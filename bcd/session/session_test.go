@@ -1,0 +1,420 @@
+package session_test
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/better-compute/commands/bcd/conditions"
+	"github.com/better-compute/commands/bcd/daemon"
+	"github.com/better-compute/commands/bcd/journal"
+	"github.com/better-compute/commands/bcd/pluginhost"
+	"github.com/better-compute/commands/bcd/session"
+	"github.com/better-compute/commands/internal/testutil"
+	agentv1 "github.com/better-compute/commands/proto/bc/agent/v1"
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	testutil.CleanupBuilds()
+	os.Exit(code)
+}
+
+const nodeID = "node_s1"
+
+// gatewaySession is one session as the test gateway sees it: the Hello, what
+// the node sends, and a way to send to the node or end the session.
+type gatewaySession struct {
+	hello *agentv1.Hello
+	recv  chan *agentv1.NodeMessage
+	send  chan *agentv1.GatewayMessage
+	end   chan struct{}
+	once  sync.Once
+}
+
+func (s *gatewaySession) close() { s.once.Do(func() { close(s.end) }) }
+
+// testGateway speaks the gateway's side of the protocol over real gRPC, as
+// the test scripts it: it can withhold acks and cut sessions, which the
+// real gateway (tested end to end in e2e/) never does on purpose.
+type testGateway struct {
+	agentv1.UnimplementedSessionServer
+	offset   time.Duration
+	epoch    int64
+	lock     sync.Mutex
+	sessions chan *gatewaySession
+}
+
+func (g *testGateway) Connect(stream grpc.BidiStreamingServer[agentv1.NodeMessage, agentv1.GatewayMessage]) error {
+	first, err := stream.Recv()
+	if err != nil {
+		return err
+	}
+	g.lock.Lock()
+	g.epoch++
+	epoch := g.epoch
+	g.lock.Unlock()
+	s := &gatewaySession{hello: first.GetHello(), recv: make(chan *agentv1.NodeMessage, 256), send: make(chan *agentv1.GatewayMessage, 16), end: make(chan struct{})}
+	if err := stream.Send(&agentv1.GatewayMessage{Msg: &agentv1.GatewayMessage_Welcome{Welcome: &agentv1.Welcome{
+		ServerTime: timestamppb.New(time.Now().Add(g.offset)), SessionEpoch: epoch}}}); err != nil {
+		return err
+	}
+	g.sessions <- s
+	go func() {
+		for {
+			m, err := stream.Recv()
+			if err != nil {
+				return
+			}
+			select {
+			case s.recv <- m:
+			case <-s.end:
+				return
+			}
+		}
+	}()
+	for {
+		select {
+		case m := <-s.send:
+			if err := stream.Send(m); err != nil {
+				return err
+			}
+		case <-s.end:
+			return io.ErrUnexpectedEOF
+		case <-stream.Context().Done():
+			return nil
+		}
+	}
+}
+
+// rig is a daemon with the real bcdcore plugin, a session client and the
+// test gateway.
+type rig struct {
+	t      *testing.T
+	gw     *testGateway
+	d      *daemon.Daemon
+	client *session.Client
+	cancel context.CancelFunc
+	done   chan struct{}
+	state  *daemon.State
+	host   *pluginhost.Host
+}
+
+var (
+	pluginOnce sync.Once
+	pluginDir  string
+)
+
+func plugins(t *testing.T) string {
+	pluginOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "bcd-session-plugins-")
+		require.NoError(t, err)
+		src := testutil.BuildBinary(t, "./internal/testplugins/bcdcore_plugin")
+		b, err := os.ReadFile(src)
+		require.NoError(t, err)
+		require.NoError(t, os.WriteFile(filepath.Join(dir, filepath.Base(src)), b, 0o755))
+		pluginDir = dir
+	})
+	return pluginDir
+}
+
+func newRig(t *testing.T, offset time.Duration) *rig {
+	t.Helper()
+	gw := &testGateway{offset: offset, sessions: make(chan *gatewaySession, 8)}
+	srv := grpc.NewServer()
+	agentv1.RegisterSessionServer(srv, gw)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	go func() { _ = srv.Serve(lis) }()
+	t.Cleanup(srv.Stop)
+
+	lg := hclog.NewNullLogger()
+	if testing.Verbose() {
+		lg = hclog.New(&hclog.LoggerOptions{Name: t.Name(), Level: hclog.Debug})
+	}
+	dir := t.TempDir()
+	j, err := journal.Open(lg, dir, journal.Options{})
+	require.NoError(t, err)
+	st, err := daemon.NewState(dir, j)
+	require.NoError(t, err)
+	host := pluginhost.New(lg, pluginhost.Config{Dir: plugins(t)}, st)
+	require.NoError(t, host.Start(context.Background()))
+	r := &rig{t: t, gw: gw, state: st, host: host, done: make(chan struct{})}
+	var client *session.Client
+	var clientLock sync.Mutex
+	d, err := daemon.New(lg, daemon.Config{NodeID: nodeID, Role: "node", BootID: "boot-1", OnSpecRequest: func(have int64) {
+		clientLock.Lock()
+		c := client
+		clientLock.Unlock()
+		c.RequestSpec(have)
+	}}, j, st, host)
+	require.NoError(t, err)
+	clientLock.Lock()
+	client = session.New(session.Config{
+		Address: lis.Addr().String(), DialOptions: []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())},
+		NodeID: nodeID, Role: "node", Version: "test", Kinds: host.Manifests,
+		Conditions:  conditions.New(conditions.Config{RebootRequiredFile: filepath.Join(dir, "no-reboot-required")}),
+		BackoffMin:  10 * time.Millisecond, BackoffMax: 50 * time.Millisecond, Logger: lg,
+	}, d)
+	clientLock.Unlock()
+	r.d, r.client = d, client
+	_, err = d.Recover(context.Background())
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	r.cancel = cancel
+	go func() {
+		defer close(r.done)
+		_ = client.Run(ctx)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-r.done
+		require.NoError(t, d.Close())
+		require.NoError(t, host.Close())
+		require.NoError(t, j.Close())
+	})
+	return r
+}
+
+func (r *rig) session() *gatewaySession {
+	r.t.Helper()
+	select {
+	case s := <-r.gw.sessions:
+		return s
+	case <-time.After(30 * time.Second):
+		r.t.Fatal("no session")
+		return nil
+	}
+}
+
+// envelope is a command as the gateway sends it: its exact bytes.
+func envelope(t *testing.T, c *agentv1.Command) *agentv1.GatewayMessage {
+	b, err := proto.Marshal(c)
+	require.NoError(t, err)
+	return &agentv1.GatewayMessage{Msg: &agentv1.GatewayMessage_Command{Command: &agentv1.CommandEnvelope{Command: b, SessionEpoch: 1}}}
+}
+
+func holdCommand(t *testing.T, id, kind string, release bool) (*agentv1.Command, string, string) {
+	d := t.TempDir()
+	count, rel := filepath.Join(d, "count"), filepath.Join(d, "release")
+	if release {
+		require.NoError(t, os.WriteFile(rel, nil, 0o600))
+	}
+	p, err := json.Marshal(map[string]string{"countFile": count, "releaseFile": rel})
+	require.NoError(t, err)
+	return &agentv1.Command{Id: id, NodeId: nodeID, Seq: 1, Kind: kind, Payload: p, NotAfter: timestamppb.New(time.Now().Add(10 * time.Minute))}, count, rel
+}
+
+// updatesUntil collects s's CommandUpdates for id until one in state want.
+func updatesUntil(t *testing.T, s *gatewaySession, id string, want agentv1.CommandState) []*agentv1.CommandUpdate {
+	t.Helper()
+	var out []*agentv1.CommandUpdate
+	deadline := time.After(30 * time.Second)
+	for {
+		select {
+		case m := <-s.recv:
+			u := m.GetUpdate()
+			if u == nil || u.GetCommandId() != id {
+				continue
+			}
+			out = append(out, u)
+			if u.GetState() == want && u.GetProgressMessage() == "" {
+				return out
+			}
+		case <-deadline:
+			t.Fatalf("no %s update for %s; got %v", want, id, out)
+		}
+	}
+}
+
+func runs(t *testing.T, countFile string) int {
+	b, err := os.ReadFile(countFile)
+	require.NoError(t, err)
+	return strings.Count(string(b), "\n")
+}
+
+// "reports the journal id and the boot id in Hello"; "resends updates that
+// were not acknowledged"; "answers duplicates from the journal".
+func TestSession_HelloThenUpdatesResentUntilAckedAndDuplicateAnsweredFromJournal(t *testing.T) {
+	r := newRig(t, 0)
+	s1 := r.session()
+	h := s1.hello
+	require.Equal(t, nodeID, h.GetNodeId())
+	require.Equal(t, r.d.JournalID(), h.GetJournalId())
+	require.Equal(t, "boot-1", h.GetBootId())
+	require.Equal(t, "node", h.GetRole())
+	require.Equal(t, "test", h.GetDaemonVersion())
+	digests := map[string]string{}
+	for _, k := range h.GetKinds() {
+		digests[k.GetKind()] = k.GetDigest()
+	}
+	m, ok := r.host.Manifest("bcdcore.hold")
+	require.True(t, ok)
+	require.Equal(t, m.Digest(), digests["bcdcore.hold"], "kinds carry their manifest digests")
+
+	cmd, count, _ := holdCommand(t, "cmd_1", "bcdcore.holdonce", true)
+	s1.send <- envelope(t, cmd)
+	first := updatesUntil(t, s1, "cmd_1", agentv1.CommandState_COMMAND_STATE_SUCCEEDED)
+	var states []agentv1.CommandState
+	var last int64
+	for _, u := range first {
+		require.Greater(t, u.GetUpdateSeq(), last, "update_seq orders the command's updates")
+		last = u.GetUpdateSeq()
+		if u.GetProgressMessage() == "" {
+			states = append(states, u.GetState())
+		}
+	}
+	require.Equal(t, []agentv1.CommandState{agentv1.CommandState_COMMAND_STATE_ACKED, agentv1.CommandState_COMMAND_STATE_RUNNING,
+		agentv1.CommandState_COMMAND_STATE_SUCCEEDED}, states)
+	out := first[len(first)-1]
+	sum := sha256.Sum256(out.GetResult())
+	require.Equal(t, sum[:], out.GetResultSha256())
+	require.JSONEq(t, `{"runs":1,"released":true}`, string(out.GetResult()))
+
+	// No acks: a new session gets every state update again, in order.
+	s1.close()
+	s2 := r.session()
+	require.Equal(t, r.d.JournalID(), s2.hello.GetJournalId())
+	resent := updatesUntil(t, s2, "cmd_1", agentv1.CommandState_COMMAND_STATE_SUCCEEDED)
+	require.Len(t, resent, 3)
+	for i, u := range resent {
+		require.Equal(t, states[i], u.GetState())
+	}
+	require.Equal(t, out.GetUpdateSeq(), resent[2].GetUpdateSeq(), "a resent update keeps its update_seq")
+	for _, u := range resent {
+		s2.send <- &agentv1.GatewayMessage{Msg: &agentv1.GatewayMessage_Ack{Ack: &agentv1.UpdateAck{CommandId: "cmd_1", UpdateSeq: u.GetUpdateSeq()}}}
+	}
+	testutil.WaitFor(t, 10*time.Second, "the acks to clear the resend queue", func() bool { return r.client.Unacked() == 0 })
+
+	// A duplicate delivery is answered from the journal; nothing runs twice.
+	s2.send <- envelope(t, cmd)
+	dup := updatesUntil(t, s2, "cmd_1", agentv1.CommandState_COMMAND_STATE_SUCCEEDED)
+	require.JSONEq(t, string(out.GetResult()), string(dup[len(dup)-1].GetResult()))
+	require.Equal(t, 1, runs(t, count))
+
+	// The next session after acks resends nothing.
+	s2.close()
+	s3 := r.session()
+	s3.send <- envelope(t, &agentv1.Command{Id: "cmd_marker", NodeId: "node_other", Kind: "bcdcore.hold", NotAfter: timestamppb.New(time.Now().Add(time.Minute))})
+	got := updatesUntil(t, s3, "cmd_marker", agentv1.CommandState_COMMAND_STATE_REJECTED)
+	require.Len(t, got, 1)
+	select {
+	case m := <-s3.recv:
+		require.NotEqual(t, "cmd_1", m.GetUpdate().GetCommandId(), "acknowledged updates are not resent")
+	default:
+	}
+}
+
+// "keeps the server-time offset from Welcome": not_after is judged in
+// server time, so a command the node's own clock would still take is
+// refused EXPIRED when the server is an hour ahead.
+func TestSession_ServerTimeFromWelcomeJudgesExpiry(t *testing.T) {
+	r := newRig(t, time.Hour)
+	s := r.session()
+	cmd, count, _ := holdCommand(t, "cmd_late", "bcdcore.hold", true)
+	cmd.NotAfter = timestamppb.New(time.Now().Add(30 * time.Minute))
+	s.send <- envelope(t, cmd)
+	got := updatesUntil(t, s, "cmd_late", agentv1.CommandState_COMMAND_STATE_REJECTED)
+	u := got[len(got)-1]
+	require.Equal(t, agentv1.RejectCode_REJECT_CODE_EXPIRED, u.GetRejectCode())
+	require.True(t, strings.HasPrefix(u.GetReason(), "EXPIRED"), u.GetReason())
+	_, err := os.Stat(count)
+	require.True(t, os.IsNotExist(err), "a refused command never runs")
+}
+
+// STALE_GENERATION: "for a command whose min_generation is ahead, bcd asks
+// for the spec and waits ...; when the spec arrives in time, the remaining
+// checks run".
+func TestSession_StaleGenerationAsksForTheSpecThenRuns(t *testing.T) {
+	r := newRig(t, 0)
+	s := r.session()
+	cmd, _, _ := holdCommand(t, "cmd_gen", "bcdcore.hold", true)
+	cmd.MinGeneration = 2
+	s.send <- envelope(t, cmd)
+	deadline := time.After(30 * time.Second)
+	for asked := false; !asked; {
+		select {
+		case m := <-s.recv:
+			if sr := m.GetSpecRequest(); sr != nil {
+				require.Equal(t, int64(0), sr.GetHaveGeneration())
+				asked = true
+			}
+			require.Nil(t, m.GetUpdate(), "nothing is reported while the command waits for its spec")
+		case <-deadline:
+			t.Fatal("no SpecRequest")
+		}
+	}
+	s.send <- &agentv1.GatewayMessage{Msg: &agentv1.GatewayMessage_Spec{Spec: &agentv1.Spec{Generation: 2, Spec: []byte(`{}`)}}}
+	updatesUntil(t, s, "cmd_gen", agentv1.CommandState_COMMAND_STATE_SUCCEEDED)
+	require.Equal(t, int64(2), r.state.Generation())
+}
+
+// "Cancel -> the daemon": a running command stops and reports cancelled.
+func TestSession_CancelStopsTheRunningCommand(t *testing.T) {
+	r := newRig(t, 0)
+	s := r.session()
+	cmd, count, _ := holdCommand(t, "cmd_c", "bcdcore.hold", false)
+	s.send <- envelope(t, cmd)
+	updatesUntil(t, s, "cmd_c", agentv1.CommandState_COMMAND_STATE_RUNNING)
+	s.send <- &agentv1.GatewayMessage{Msg: &agentv1.GatewayMessage_Cancel{Cancel: &agentv1.Cancel{CommandId: "cmd_c"}}}
+	got := updatesUntil(t, s, "cmd_c", agentv1.CommandState_COMMAND_STATE_CANCELLED)
+	require.JSONEq(t, `{"runs":1,"released":false}`, string(got[len(got)-1].GetResult()))
+	require.Equal(t, 1, runs(t, count))
+}
+
+// NodeStatus goes at session open, with every known condition.
+func TestSession_NodeStatusAtSessionOpen(t *testing.T) {
+	r := newRig(t, 0)
+	s := r.session()
+	deadline := time.After(30 * time.Second)
+	for {
+		select {
+		case m := <-s.recv:
+			st := m.GetStatus()
+			if st == nil {
+				continue
+			}
+			require.NotEmpty(t, st.GetConditions())
+			require.Equal(t, conditions.TypeRebootRequired, st.GetConditions()[0].GetType())
+			require.False(t, st.GetConditions()[0].GetStatus())
+			return
+		case <-deadline:
+			t.Fatal("no NodeStatus")
+		}
+	}
+}
+
+func TestJitter_StaysInTheUpperHalf(t *testing.T) {
+	for i := 0; i < 1000; i++ {
+		j := session.Jitter(time.Second)
+		require.GreaterOrEqual(t, j, 500*time.Millisecond)
+		require.LessOrEqual(t, j, time.Second)
+	}
+}
+
+func TestToProto_RefusalCarriesItsCode(t *testing.T) {
+	u := session.ToProto(daemon.Update{CommandID: "c", State: journal.StateRejected, RejectCode: "BUSY", Reason: "lane control is full"})
+	require.Equal(t, agentv1.CommandState_COMMAND_STATE_REJECTED, u.GetState())
+	require.Equal(t, agentv1.RejectCode_REJECT_CODE_BUSY, u.GetRejectCode())
+	require.Equal(t, "BUSY: lane control is full", u.GetReason())
+	p := session.ToProto(daemon.Update{CommandID: "c", State: journal.StateRunning, Progress: &daemon.Progress{Percent: 40, Message: "step"}})
+	require.Equal(t, int32(40), p.GetProgressPercent())
+	require.Equal(t, "step", p.GetProgressMessage())
+	s := session.ToProto(daemon.Update{CommandID: "c", State: journal.StateSucceeded, Rebooted: true})
+	require.True(t, s.GetRebooted())
+}
