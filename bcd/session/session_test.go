@@ -168,8 +168,8 @@ func newRig(t *testing.T, offset time.Duration) *rig {
 	client = session.New(session.Config{
 		Address: lis.Addr().String(), DialOptions: []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())},
 		NodeID: nodeID, Role: "node", Version: "test", Kinds: host.Manifests,
-		Conditions:  conditions.New(conditions.Config{RebootRequiredFile: filepath.Join(dir, "no-reboot-required")}),
-		BackoffMin:  10 * time.Millisecond, BackoffMax: 50 * time.Millisecond, Logger: lg,
+		Conditions: conditions.New(conditions.Config{RebootRequiredFile: filepath.Join(dir, "no-reboot-required")}),
+		BackoffMin: 10 * time.Millisecond, BackoffMax: 50 * time.Millisecond, Logger: lg,
 	}, d)
 	clientLock.Unlock()
 	r.d, r.client = d, client
