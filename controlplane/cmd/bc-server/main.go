@@ -1,9 +1,10 @@
-// Command bc-server runs the control plane's public API: commands.run, get,
+// Command bc-server runs the control plane: the public API (commands.run, get,
 // list, cancel, events.watch and nodes, with gRPC reflection and health, and
 // /healthz, /readyz and /metrics over HTTP.
 //
 //	bc-server --config /etc/better-compute/server.yaml
 //	bc-server --grpc-listen 127.0.0.1:7443 --auth-config auth.yaml --database-url postgres://…
+//	bc-server … --gateway-listen :7444 --ca-dir /var/lib/bc-controlplane/node-ca
 package main
 
 import (

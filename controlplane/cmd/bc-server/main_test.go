@@ -3,6 +3,8 @@ package main_test
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"net/http"
 	"os"
@@ -16,9 +18,13 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 
+	"github.com/better-compute/commands/controlplane/pki"
 	"github.com/better-compute/commands/internal/pgtest"
 	"github.com/better-compute/commands/internal/testutil"
+	agentv1 "github.com/better-compute/commands/proto/bc/agent/v1"
 )
 
 func TestMain(m *testing.M) {
@@ -42,7 +48,7 @@ const authYAML = `identities:
         resource: "compute-node/*"
 `
 
-var servingLine = regexp.MustCompile(`serving: grpc=(\S+) http=(\S+)`)
+var servingLine = regexp.MustCompile(`serving: grpc=(\S+) http=(\S+) gateway=(\S+)`)
 
 // The server binary and the CLI binary, end to end: start with flags, come
 // ready, serve the spec's command line, stop cleanly on SIGTERM.
@@ -57,7 +63,8 @@ func TestServerAndCLIBinaries(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	srv := exec.CommandContext(ctx, server, "--grpc-listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0",
-		"--database-url", "dbname="+db, "--auth-config", authFile, "--shutdown-timeout", "5s")
+		"--database-url", "dbname="+db, "--auth-config", authFile, "--shutdown-timeout", "5s",
+		"--gateway-listen", "127.0.0.1:0", "--ca-dir", filepath.Join(dir, "node-ca"), "--sweep-interval", "1s")
 	stderr, err := srv.StderrPipe()
 	require.NoError(t, err)
 	require.NoError(t, srv.Start())
@@ -86,10 +93,10 @@ func TestServerAndCLIBinaries(t *testing.T) {
 		}
 		exited <- srv.Wait()
 	}()
-	var grpcAddr, httpAddr string
+	var grpcAddr, httpAddr, gatewayAddr string
 	select {
 	case a := <-addrs:
-		grpcAddr, httpAddr = a[0], a[1]
+		grpcAddr, httpAddr, gatewayAddr = a[0], a[1], a[2]
 	case err := <-exited:
 		t.Fatalf("bc-server exited before serving: %v", err)
 	case <-ctx.Done():
@@ -115,6 +122,24 @@ func TestServerAndCLIBinaries(t *testing.T) {
 	require.NoError(t, json.Unmarshal(out, &cmd), "%s", out)
 	require.Equal(t, "pending", cmd["state"])
 	require.Regexp(t, "^cmd_", cmd["id"])
+
+	// The gateway: the node CA was created, and a join token from the CLI
+	// buys a node certificate at the gateway without a client certificate.
+	caPEM, err := os.ReadFile(filepath.Join(dir, "node-ca", "ca.pem"))
+	require.NoError(t, err)
+	out = run("admin-token", "nodes", "join-token", "tenantId=tenant_demo", "nodeId=node_demo")
+	var tok map[string]any
+	require.NoError(t, json.Unmarshal(out, &tok), "%s", out)
+	roots := x509.NewCertPool()
+	require.True(t, roots.AppendCertsFromPEM(caPEM))
+	conn, err := grpc.NewClient(gatewayAddr, grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12})))
+	require.NoError(t, err)
+	defer conn.Close()
+	_, csr, err := pki.NewKeyAndCSR("node_demo")
+	require.NoError(t, err)
+	joined, err := agentv1.NewJoinClient(conn).Join(ctx, &agentv1.JoinRequest{Token: tok["token"].(string), Csr: csr})
+	require.NoError(t, err)
+	require.Equal(t, "node_demo", joined.GetNodeId())
 
 	// SIGHUP re-reads the auth file: a new token works without a restart.
 	require.NoError(t, os.WriteFile(authFile, []byte(authYAML+`  - name: late
