@@ -1,6 +1,7 @@
 // Command bc-server runs the control plane: the public API (commands.run, get,
-// list, cancel, events.watch and nodes, with gRPC reflection and health, and
-// /healthz, /readyz and /metrics over HTTP.
+// list, cancel, events.watch and nodes) with gRPC reflection and health;
+// /healthz, /readyz and /metrics over HTTP; with --gateway-listen, the node
+// gateway (sessions and join); and the CommandSweeper.
 //
 //	bc-server --config /etc/better-compute/server.yaml
 //	bc-server --grpc-listen 127.0.0.1:7443 --auth-config auth.yaml --database-url postgres://…
