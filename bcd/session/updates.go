@@ -3,6 +3,8 @@ package session
 import (
 	"context"
 	"encoding/hex"
+	"errors"
+	"fmt"
 
 	"google.golang.org/protobuf/proto"
 
@@ -12,17 +14,15 @@ import (
 	agentv1 "github.com/better-compute/commands/proto/bc/agent/v1"
 )
 
-// command hands a received command to the daemon. The command is read from
-// the envelope's exact bytes, and the envelope goes along for the
-// signature checks. The daemon's acceptance runs the checks (node id,
-// expiry in server time, generation, ...); a duplicate is answered from the
-// journal or re-attached, and only those answers come back on Submit's
-// channel alone: everything else reaches the daemon-wide subscription.
-func (c *Client) command(ctx context.Context, env *agentv1.CommandEnvelope) {
+// DecodeCommand reads the command from the envelope's exact bytes; the
+// envelope goes along for the signature checks.
+func DecodeCommand(env *agentv1.CommandEnvelope) (accept.Command, error) {
 	var pc agentv1.Command
 	if err := proto.Unmarshal(env.GetCommand(), &pc); err != nil {
-		c.logger.Error("command envelope does not hold a command; ignoring it", "error", err)
-		return
+		return accept.Command{}, fmt.Errorf("command envelope: %w", err)
+	}
+	if pc.GetId() == "" {
+		return accept.Command{}, errors.New("command envelope: a command without an id")
 	}
 	cmd := accept.Command{
 		ID: pc.GetId(), NodeID: pc.GetNodeId(), Seq: pc.GetSeq(), Kind: pc.GetKind(), Payload: pc.GetPayload(),
@@ -30,6 +30,20 @@ func (c *Client) command(ctx context.Context, env *agentv1.CommandEnvelope) {
 	}
 	if pc.GetNotAfter() != nil {
 		cmd.NotAfter = pc.GetNotAfter().AsTime()
+	}
+	return cmd, nil
+}
+
+// command hands a received command to the daemon. The daemon's acceptance
+// runs the checks (node id, expiry in server time, generation, ...); a
+// duplicate is answered from the journal or re-attached, and only those
+// answers come back on Submit's channel alone: everything else reaches the
+// daemon-wide subscription.
+func (c *Client) command(ctx context.Context, env *agentv1.CommandEnvelope) {
+	cmd, err := DecodeCommand(env)
+	if err != nil {
+		c.logger.Error("ignoring a command that does not decode", "error", err)
+		return
 	}
 	ch, err := c.d.Submit(ctx, cmd)
 	if err != nil {
