@@ -318,3 +318,20 @@ func TestVersionAndHelp(t *testing.T) {
 	require.NoError(t, err)
 	require.Contains(t, string(b), "bcd exec KIND")
 }
+
+func TestJoin_NeedsTokenServerAndCAFile(t *testing.T) {
+	e := newEnv(t)
+	_, errs, code := e.bcd("join", "--token", "t")
+	require.Equal(t, 2, code)
+	require.Contains(t, errs, "--token, --server and --ca-file")
+	_, errs, code = e.bcd("join", "--token", "t", "--server", "127.0.0.1:1", "--ca-file", filepath.Join(t.TempDir(), "missing.pem"))
+	require.Equal(t, 2, code)
+	require.Contains(t, errs, "--ca-file")
+}
+
+func TestRun_ControlPlaneWithoutJoinIsRefused(t *testing.T) {
+	e := newEnv(t)
+	_, errs, code := e.bcd("run", "--control-plane", "127.0.0.1:7444")
+	require.Equal(t, 2, code)
+	require.Contains(t, errs, "run bcd join first")
+}
