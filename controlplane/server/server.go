@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"encoding/json"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
@@ -52,6 +53,8 @@ type Server struct {
 	authn    *auth.Authenticator
 	stopping atomic.Bool
 	queue    *queue.Queue
+	// support is nil without supportBundles.
+	support *bundles.Bundles
 
 	// The gateway's parts; nil when cfg.Gateway.Listen is empty.
 	ca      *pki.CA
@@ -141,6 +144,7 @@ func New(ctx context.Context, cfg Config, reg *kinds.Registry, logger hclog.Logg
 	q := queue.New(reg, logger)
 	q.RequireBatches(cfg.BatchQuorum)
 	s.queue = q
+	s.support = support
 	if cfg.Gateway.Listen != "" {
 		if err := s.newGateway(cfg.Gateway); err != nil {
 			return closeOnErr(err)
@@ -237,6 +241,7 @@ func (s *Server) newGateway(gc GatewayConfig) error {
 	s.gateway = gateway.New(s.pool, s.queue, s.logger, gateway.Options{
 		Poll: time.Duration(gc.Poll), CancelResend: time.Duration(gc.CancelResend),
 		BusyBackoffMin: time.Duration(gc.BusyBackoffMin), BusyBackoffMax: time.Duration(gc.BusyBackoffMax),
+		OnSettled: s.checkBundle,
 	})
 	s.join = join.New(s.pool, s.queue, ca, nil, s.logger)
 	s.gwGRPC = grpc.NewServer(grpc.Creds(credentials.NewTLS(&tls.Config{
@@ -424,4 +429,26 @@ func (t TLSConfig) credentials() (credentials.TransportCredentials, error) {
 		cfg.ClientAuth = tls.VerifyClientCertIfGiven
 	}
 	return credentials.NewTLS(cfg), nil
+}
+
+// checkBundle holds a settled logs.collect to what the blob store has: the
+// object must be within the cap and match the SHA-256 the node reported, or
+// it is deleted (S3 cannot cap a presigned PUT, so this is where the cap
+// holds there). A mismatch is logged; the command's outcome is the node's.
+func (s *Server) checkBundle(ctx context.Context, c queue.Command) {
+	if s.support == nil || c.BundleKey == "" || c.State != queue.Succeeded {
+		return
+	}
+	var r struct {
+		SHA256 string `json:"sha256"`
+	}
+	if err := json.Unmarshal(c.Result, &r); err != nil || r.SHA256 == "" {
+		s.logger.Warn("logs.collect result names no sha256; bundle not checked", "command_id", c.ID, "bundle_key", c.BundleKey)
+		return
+	}
+	if _, err := s.support.Check(ctx, c.BundleKey, r.SHA256); err != nil {
+		s.logger.Error("support bundle refused after upload", "command_id", c.ID, "bundle_key", c.BundleKey, "error", err)
+		return
+	}
+	s.logger.Info("support bundle stored", "command_id", c.ID, "bundle_key", c.BundleKey)
 }
