@@ -30,6 +30,12 @@ type Options struct {
 	Credits map[kind.Lane]int
 	// Poll is the fallback wake-up when no NOTIFY arrives (default 2s).
 	Poll time.Duration
+	// IdlePoll is the fallback for a session whose last read found no open
+	// command (default 30s): only a lost NOTIFY could leave it work, and a
+	// reconnected listener wakes every session anyway. Polling every idle
+	// session every Poll costs thousands of queries a second at 5,000
+	// sessions (BenchmarkSessions).
+	IdlePoll time.Duration
 	// CancelResend is how often Cancel is sent again until the node reports
 	// a terminal state (default 2s).
 	CancelResend time.Duration
@@ -51,6 +57,9 @@ func (o *Options) defaults() {
 	}
 	if o.Poll <= 0 {
 		o.Poll = 2 * time.Second
+	}
+	if o.IdlePoll <= 0 {
+		o.IdlePoll = 30 * time.Second
 	}
 	if o.CancelResend <= 0 {
 		o.CancelResend = 2 * time.Second

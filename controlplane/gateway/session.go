@@ -60,7 +60,9 @@ type session struct {
 	perLane     map[kind.Lane]int
 	cancelSent  map[string]time.Time
 	specSent    int64
-	lastPoll    time.Time
+	lastPoll    time.Time // when sync last read the open commands
+	idle        bool      // that read found none
+	starved     bool      // that read left a pending command for want of credit
 }
 
 // Connect serves one node's session.
@@ -219,6 +221,9 @@ func (s *session) run(ctx context.Context) error {
 				return err
 			}
 		case <-tick.C:
+			if s.idle && time.Since(s.lastPoll) < s.g.opts.IdlePoll {
+				continue
+			}
 			if err := s.sync(ctx, false); err != nil {
 				return err
 			}
@@ -254,6 +259,7 @@ func (s *session) sync(ctx context.Context, replay bool) error {
 		s.logger.Warn("reading open commands", "error", err)
 		return nil
 	}
+	s.lastPoll, s.idle, s.starved = time.Now(), len(open) == 0, false
 	now := s.g.opts.Now()
 	openIDs := make(map[string]bool, len(open))
 	for _, c := range open {
@@ -300,6 +306,7 @@ func (s *session) dispatch(ctx context.Context, c queue.Command, now time.Time) 
 		return nil // the sweeper expires it
 	}
 	if s.perLane[c.Lane] >= s.g.opts.Credits[c.Lane] {
+		s.starved = true
 		return nil // no credit: it stays pending until one returns
 	}
 	if d, ok := s.kinds[c.Kind]; ok && d != "" {
@@ -471,10 +478,13 @@ func (s *session) update(ctx context.Context, u *agentv1.CommandUpdate) error {
 			s.g.opts.OnSettled(ctx, cur)
 		}
 		s.release(cur.ID)
-		// A credit came back: something pending may go now.
-		select {
-		case s.wake.ch <- struct{}{}:
-		default:
+		// A credit came back: what the last read left pending for want of
+		// one may go now. Without such a command there is nothing to read.
+		if s.starved {
+			select {
+			case s.wake.ch <- struct{}{}:
+			default:
+			}
 		}
 	}
 	return ack()
