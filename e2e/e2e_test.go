@@ -8,8 +8,11 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/better-compute/commands/bcd/journal"
+	"github.com/better-compute/commands/controlplane/server/servertest"
+	apiv1 "github.com/better-compute/commands/proto/bc/api/v1"
 )
 
 // "a command goes from pending to succeeded and its result shows through
@@ -169,5 +172,33 @@ func TestE2E_CancelInFlight(t *testing.T) {
 	got := c.waitState(cmd.GetId(), "cancelled")
 	require.Equal(t, false, got.GetResult().GetStructValue().AsMap()["released"])
 	require.Equal(t, 1, h.runs(t))
+	require.Equal(t, 1, c.settledCount(cmd.GetId()))
+}
+
+// Expiry by the sweeper: a command whose node is away past not_after
+// expires, and the node that comes back never runs it.
+func TestE2E_ExpiredWhileTheNodeIsAwayNeverRuns(t *testing.T) {
+	c := newCluster(t)
+	n := c.join()
+	n.start()
+	n.kill()
+
+	h := newHold(t)
+	h.releaseNow(t)
+	p, err := structpb.NewStruct(h.payload())
+	require.NoError(t, err)
+	ten := int32(10)
+	cmd, err := c.api.Run(c.ctx(), &apiv1.RunCommandRequest{TenantId: servertest.TenantA, NodeId: servertest.NodeA1, Kind: kindHold, Payload: p, NotAfterSeconds: &ten})
+	require.NoError(t, err)
+	got := c.waitState(cmd.GetId(), "expired")
+	require.Equal(t, "not_after", got.GetReason())
+
+	n.start()
+	h2 := newHold(t)
+	h2.releaseNow(t)
+	after := c.run(kindHold, h2.payload())
+	c.waitState(after.GetId(), "succeeded")
+	require.Equal(t, 0, h.runs(t), "an expired command never runs")
+	require.Equal(t, "expired", c.get(cmd.GetId()).GetState())
 	require.Equal(t, 1, c.settledCount(cmd.GetId()))
 }
