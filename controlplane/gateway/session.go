@@ -208,8 +208,23 @@ func (s *session) run(ctx context.Context) error {
 				s.logger.Info("session closed", "error", r.err)
 				return nil
 			}
-			if err := s.handle(ctx, r.msg); err != nil {
-				return err
+			batch, closed := drain(recv, r.msg)
+			for i, m := range batch {
+				if superseded(batch, i) {
+					// A later report in this batch moves the same command at
+					// least as far: acknowledge this one without a write.
+					u := m.GetUpdate()
+					if err := s.send(&agentv1.GatewayMessage{Msg: &agentv1.GatewayMessage_Ack{Ack: &agentv1.UpdateAck{CommandId: u.GetCommandId(), UpdateSeq: u.GetUpdateSeq()}}}); err != nil {
+						return err
+					}
+					continue
+				}
+				if err := s.handle(ctx, m); err != nil {
+					return err
+				}
+			}
+			if closed {
+				return nil
 			}
 		case <-s.wake.ch:
 			if s.wake.spec.Swap(false) {
@@ -529,4 +544,65 @@ func BusyBackoff(attempts int, min, max time.Duration) time.Duration {
 	}
 	half := d / 2
 	return half + time.Duration(rand.Int64N(int64(half)+1))
+}
+
+// maxBatch bounds how many queued messages one turn of the loop takes.
+const maxBatch = 64
+
+// drain takes first and whatever else the node has already sent, without
+// waiting; closed reports that the stream ended among them.
+func drain(recv <-chan recvResult, first *agentv1.NodeMessage) (batch []*agentv1.NodeMessage, closed bool) {
+	batch = append(batch, first)
+	for len(batch) < maxBatch {
+		select {
+		case r, ok := <-recv:
+			if !ok || r.err != nil {
+				return batch, true
+			}
+			batch = append(batch, r.msg)
+		default:
+			return batch, false
+		}
+	}
+	return batch, false
+}
+
+// updateRank orders reported states as the database does (bc_state_rank).
+func updateRank(st agentv1.CommandState) int {
+	switch st {
+	case agentv1.CommandState_COMMAND_STATE_ACKED:
+		return 2
+	case agentv1.CommandState_COMMAND_STATE_RUNNING:
+		return 3
+	case agentv1.CommandState_COMMAND_STATE_SUCCEEDED, agentv1.CommandState_COMMAND_STATE_FAILED,
+		agentv1.CommandState_COMMAND_STATE_REJECTED, agentv1.CommandState_COMMAND_STATE_EXPIRED,
+		agentv1.CommandState_COMMAND_STATE_CANCELLED:
+		return 4
+	}
+	return 0
+}
+
+// superseded reports whether batch[i] is a non-terminal update that a later
+// update of the same command in the batch outranks or equals: reports may
+// skip steps, so landing only the later one loses nothing but a write. A
+// node that sends acked, running and succeeded back to back costs one
+// transition instead of three.
+func superseded(batch []*agentv1.NodeMessage, i int) bool {
+	u := batch[i].GetUpdate()
+	if u == nil || updateRank(u.GetState()) == 0 || updateRank(u.GetState()) == 4 {
+		return false
+	}
+	for _, m := range batch[i+1:] {
+		later := m.GetUpdate()
+		if later == nil || later.GetCommandId() != u.GetCommandId() {
+			continue
+		}
+		if later.GetRejectCode() == agentv1.RejectCode_REJECT_CODE_BUSY {
+			continue
+		}
+		if updateRank(later.GetState()) >= updateRank(u.GetState()) {
+			return true
+		}
+	}
+	return false
 }
