@@ -418,3 +418,25 @@ func TestToProto_RefusalCarriesItsCode(t *testing.T) {
 	s := session.ToProto(daemon.Update{CommandID: "c", State: journal.StateSucceeded, Rebooted: true})
 	require.True(t, s.GetRebooted())
 }
+
+// NodeStatus carries the inventory once it changed (inventory.refresh
+// calls PutInventory), checked after each outcome.
+func TestSession_NodeStatusCarriesTheInventoryAfterItChanged(t *testing.T) {
+	r := newRig(t, 0)
+	s := r.session()
+	require.NoError(t, r.state.PutInventory(context.Background(), json.RawMessage(`{"gpus":[{"uuid":"GPU-1"}]}`)))
+	cmd, _, _ := holdCommand(t, "cmd_inv", "bcdcore.hold", true)
+	s.send <- envelope(t, cmd)
+	deadline := time.After(30 * time.Second)
+	for {
+		select {
+		case m := <-s.recv:
+			if st := m.GetStatus(); st != nil && len(st.GetInventory()) > 0 {
+				require.JSONEq(t, `{"gpus":[{"uuid":"GPU-1"}]}`, string(st.GetInventory()))
+				return
+			}
+		case <-deadline:
+			t.Fatal("no NodeStatus with the inventory")
+		}
+	}
+}
