@@ -105,7 +105,7 @@ func (g *testGateway) Connect(stream grpc.BidiStreamingServer[agentv1.NodeMessag
 // rig is a daemon with the real bcdcore plugin, a session client and the
 // test gateway.
 type rig struct {
-	t      *testing.T
+	t      testing.TB
 	gw     *testGateway
 	d      *daemon.Daemon
 	client *session.Client
@@ -120,7 +120,7 @@ var (
 	pluginDir  string
 )
 
-func plugins(t *testing.T) string {
+func plugins(t testing.TB) string {
 	pluginOnce.Do(func() {
 		dir, err := os.MkdirTemp("", "bcd-session-plugins-")
 		require.NoError(t, err)
@@ -133,7 +133,11 @@ func plugins(t *testing.T) string {
 	return pluginDir
 }
 
-func newRig(t *testing.T, offset time.Duration) *rig {
+func newRig(t *testing.T, offset time.Duration) *rig { return newRigTB(t, offset) }
+
+func newRigB(b *testing.B) *rig { return newRigTB(b, 0) }
+
+func newRigTB(t testing.TB, offset time.Duration) *rig {
 	t.Helper()
 	gw := &testGateway{offset: offset, sessions: make(chan *gatewaySession, 8)}
 	srv := grpc.NewServer()
@@ -203,13 +207,13 @@ func (r *rig) session() *gatewaySession {
 }
 
 // envelope is a command as the gateway sends it: its exact bytes.
-func envelope(t *testing.T, c *agentv1.Command) *agentv1.GatewayMessage {
+func envelope(t testing.TB, c *agentv1.Command) *agentv1.GatewayMessage {
 	b, err := proto.Marshal(c)
 	require.NoError(t, err)
 	return &agentv1.GatewayMessage{Msg: &agentv1.GatewayMessage_Command{Command: &agentv1.CommandEnvelope{Command: b, SessionEpoch: 1}}}
 }
 
-func holdCommand(t *testing.T, id, kind string, release bool) (*agentv1.Command, string, string) {
+func holdCommand(t testing.TB, id, kind string, release bool) (*agentv1.Command, string, string) {
 	d := t.TempDir()
 	count, rel := filepath.Join(d, "count"), filepath.Join(d, "release")
 	if release {
