@@ -63,6 +63,8 @@ type Daemon struct {
 	BootID    string
 	Kinds     []*agentv1.KindDigest
 	Script    Script
+	// Status, when set, is sent right after Hello (inventory, conditions).
+	Status *agentv1.NodeStatus
 
 	// mu guards everything below.
 	mu        sync.Mutex
@@ -177,6 +179,11 @@ func (d *Daemon) Run(ctx context.Context, conn grpc.ClientConnInterface) error {
 	}
 	if err := send(&agentv1.NodeMessage{Msg: &agentv1.NodeMessage_Hello{Hello: hello}}); err != nil {
 		return fmt.Errorf("hello: %w", err)
+	}
+	if d.Status != nil {
+		if err := send(&agentv1.NodeMessage{Msg: &agentv1.NodeMessage_Status{Status: d.Status}}); err != nil {
+			return fmt.Errorf("status: %w", err)
+		}
 	}
 	var wg sync.WaitGroup
 	defer wg.Wait()

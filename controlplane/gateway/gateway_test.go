@@ -332,3 +332,22 @@ func TestGateway_PushesNewSpecGeneration(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, int64(1), latest.Generation)
 }
+
+// Conditions travel to the control plane: NodeStatus lands on the node row
+// in the form the API shows ("True"/"False").
+func TestGateway_StoresNodeStatus(t *testing.T) {
+	e := setup(t, 1)
+	d := fakedaemon.New(e.node.ID)
+	d.Status = &agentv1.NodeStatus{
+		Inventory:  []byte(`{"gpus":[{"index":0}]}`),
+		Conditions: []*agentv1.NodeCondition{{Type: "RebootRequired", Status: true, Reason: "reboot-required-file"}},
+	}
+	defer e.run(d, e.dial(pki.Identity{NodeID: e.node.ID}, 0))()
+	var conds, inv string
+	testutil.WaitFor(t, 10*time.Second, "the node's status to be stored", func() bool {
+		err := e.pool.QueryRow(e.ctx, `SELECT coalesce(conditions::text, ''), coalesce(inventory::text, '') FROM nodes WHERE id = $1`, e.node.ID).Scan(&conds, &inv)
+		return err == nil && conds != ""
+	})
+	require.JSONEq(t, `[{"type":"RebootRequired","status":"True","reason":"reboot-required-file","message":""}]`, conds)
+	require.JSONEq(t, `{"gpus":[{"index":0}]}`, inv)
+}

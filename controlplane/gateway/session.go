@@ -521,7 +521,13 @@ func (s *session) status(ctx context.Context, st *agentv1.NodeStatus) error {
 	}
 	conds := make([]map[string]any, 0, len(st.GetConditions()))
 	for _, c := range st.GetConditions() {
-		m := map[string]any{"type": c.GetType(), "status": c.GetStatus(), "reason": c.GetReason(), "message": c.GetMessage()}
+		// The API shows a condition's status as "True" or "False", as
+		// Kubernetes does; store it in that form.
+		st := "False"
+		if c.GetStatus() {
+			st = "True"
+		}
+		m := map[string]any{"type": c.GetType(), "status": st, "reason": c.GetReason(), "message": c.GetMessage()}
 		if c.GetSince() != nil {
 			m["since"] = c.GetSince().AsTime()
 		}
