@@ -59,6 +59,15 @@ docs-check:
 bench:
 	scripts/with-postgres $(GO) test -run '^$$' -bench . -benchtime 2000x $(PKGS)
 
+.PHONY: packages check-packages
+## packages: bcd's and bc-server's .deb and .rpm into dist/ (nfpm, pinned in go.mod)
+packages:
+	VERSION=$(VERSION) GO=$(GO) scripts/build-packages
+
+## check-packages: lintian, rpm -qpl, systemd-analyze verify, and a real dpkg -i/purge (root) of dist/
+check-packages: packages
+	scripts/check-packages
+
 clean:
 	rm -rf $(BIN) dist .cache
 
