@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 	"google.golang.org/protobuf/encoding/protojson"
 
+	"github.com/better-compute/commands/internal/checkreport"
 	apiv1 "github.com/better-compute/commands/proto/bc/api/v1"
 )
 
@@ -197,7 +198,9 @@ func (a *app) commandTable(cs []*apiv1.Command, detail bool) {
 		}
 		if c.GetResult() != nil {
 			b, _ := protojson.Marshal(c.GetResult())
-			fmt.Fprintf(a.env.Stdout, "result: %s\n", b)
+			if !checkreport.Write(a.env.Stdout, b) {
+				fmt.Fprintf(a.env.Stdout, "result: %s\n", b)
+			}
 		}
 	}
 }

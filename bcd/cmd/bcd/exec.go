@@ -17,6 +17,7 @@ import (
 	"github.com/better-compute/commands/bcd/accept"
 	"github.com/better-compute/commands/bcd/daemon"
 	"github.com/better-compute/commands/bcd/journal"
+	"github.com/better-compute/commands/internal/checkreport"
 )
 
 // cmdExec runs one kind locally through the daemon's whole path and prints
@@ -124,7 +125,7 @@ func finishExec(out *daemon.Update, started time.Time, stdout, stderr io.Writer,
 	}
 	fmt.Fprintln(stdout, string(b))
 	if !quiet {
-		writeReport(stderr, out.Result)
+		checkreport.Write(stderr, out.Result)
 		var sb strings.Builder
 		fmt.Fprintf(&sb, "%s %s %s", out.Kind, out.CommandID, strings.ToUpper(string(out.State)))
 		if out.RejectCode != "" {

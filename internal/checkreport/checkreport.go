@@ -1,4 +1,7 @@
-package main
+// Package checkreport prints a diagnostic result (diag.nvml, diag.dcgm: a list
+// of checks with a status, a reason and an action) as a readable table, for
+// bcd exec and the better-compute CLI alike.
+package checkreport
 
 import (
 	"encoding/json"
@@ -25,12 +28,12 @@ type checkReport struct {
 	} `json:"checks"`
 }
 
-// writeReport prints a result that holds checks as a readable table; it
-// prints nothing for other results, whose JSON on stdout is their report.
-func writeReport(w io.Writer, result json.RawMessage) {
+// Write prints a result that holds checks as a readable table; it
+// prints nothing for other results and reports whether it printed.
+func Write(w io.Writer, result json.RawMessage) bool {
 	var r checkReport
 	if len(result) == 0 || json.Unmarshal(result, &r) != nil || len(r.Checks) == 0 {
-		return
+		return false
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "CHECK\tGPU\tSTATUS\tREASON")
@@ -62,4 +65,5 @@ func writeReport(w io.Writer, result json.RawMessage) {
 	if r.Status != "" {
 		fmt.Fprintf(w, "overall: %s (%d of %d checks failed)\n", strings.ToUpper(r.Status), failed, len(r.Checks))
 	}
+	return true
 }
