@@ -172,7 +172,9 @@ type recvResult struct {
 }
 
 func (s *session) run(ctx context.Context) error {
-	recv := make(chan recvResult)
+	// Buffered, so the reader runs ahead and a turn of the loop can take a
+	// command's queued reports together (see superseded).
+	recv := make(chan recvResult, maxBatch)
 	go func() {
 		defer close(recv)
 		for {
