@@ -75,3 +75,8 @@ clean:
 ## run: the whole system on one machine: a throwaway PostgreSQL, bc-server, one bcd node on mock GPUs, commands run through it
 run: build
 	BIN=$(BIN) scripts/run-local
+
+.PHONY: demo
+## demo: a newcomer's tour: a throwaway PostgreSQL, bc-server, a healthy and a faulty bcd node on mock GPUs, diagnostics, a support bundle, a cancelled command, a summary; everything stopped after (DEMO_FLAGS=--json for JSON)
+demo: build
+	BIN=$(BIN) scripts/demo $(DEMO_FLAGS)

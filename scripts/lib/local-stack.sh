@@ -1,0 +1,197 @@
+# shellcheck shell=bash
+# local-stack.sh is sourced by scripts/run-local and scripts/demo: the pieces
+# both use to stand the whole system up on one machine and take it down again
+# (bc-server with a generated config, bcd nodes joined with one-time tokens on
+# mock GPUs, the CLI pointed at them). It defines functions and a few
+# variables only; the caller sets, before sourcing:
+#   ls_name  the prefix of every message ("run-local", "demo")
+#   bin      the absolute directory holding the built binaries
+#   work     a private temporary directory, removed by the caller
+# and calls ls_stop_all from its EXIT trap.
+
+ls_server_pid=""
+ls_bcd_pids=()
+
+# ls_say prints one progress line on stderr, so that stdout stays the
+# results (tables, or JSON with --json).
+ls_say() { echo "$ls_name: $*" >&2; }
+
+# ls_die names what went wrong and exits 1 (the caller's trap cleans up).
+ls_die() { echo "$ls_name: $*" >&2; exit 1; }
+
+# ls_need_bins NAME...: each built binary under $bin, or say to build.
+ls_need_bins() {
+  local b
+  for b in "$@"; do
+    [ -x "$bin/$b" ] || ls_die "$bin/$b is missing; build it with: make build"
+  done
+}
+
+# ls_need_cmd CMD INSTALL: CMD on the PATH, or name the command that installs it.
+ls_need_cmd() {
+  command -v "$1" >/dev/null 2>&1 || ls_die "$1 not found; install it with: $2"
+}
+
+ls_free_port() {
+  local p
+  for _ in $(seq 1 100); do
+    p=$(( 20000 + RANDOM % 20000 ))
+    if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then echo "$p"; return 0; fi
+  done
+  echo "$ls_name: no free port found" >&2
+  return 1
+}
+
+# ls_wait_for DESCRIPTION SECONDS COMMAND...: poll until COMMAND succeeds.
+ls_wait_for() {
+  local what=$1 secs=$2
+  shift 2
+  for _ in $(seq 1 $((secs * 10))); do
+    if "$@" >/dev/null 2>&1; then return 0; fi
+    sleep 0.1
+  done
+  echo "$ls_name: timed out waiting for $what" >&2
+  return 1
+}
+
+# ls_start_server writes bc-server's config into $work (an admin token, the
+# node gateway with its CA in $work/ca, support bundles in the dir blob store
+# $work/blobs), starts it, waits for /readyz, and points the CLI (bc) at it.
+# It sets ls_api_port, ls_http_port, ls_gw_port, ls_token and
+# ls_server_config.
+ls_start_server() {
+  ls_api_port=$(ls_free_port)
+  ls_http_port=$(ls_free_port)
+  ls_gw_port=$(ls_free_port)
+  ls_token=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')
+  ls_server_config="$work/server.yaml"
+  mkdir -p "$work/blobs" "$work/ca"
+  od -An -N32 -tx1 /dev/urandom | tr -d ' \n' >"$work/blob.key"
+  chmod 600 "$work/blob.key"
+  cat >"$ls_server_config" <<YAML
+grpcListen: "127.0.0.1:$ls_api_port"
+httpListen: "127.0.0.1:$ls_http_port"
+shutdownTimeout: 5s
+logLevel: info
+gateway:
+  listen: "127.0.0.1:$ls_gw_port"
+  caDir: "$work/ca"
+  serverHosts: [127.0.0.1, localhost]
+supportBundles:
+  blob:
+    driver: dir
+    dir:
+      path: "$work/blobs"
+      baseURL: "http://127.0.0.1:$ls_http_port/v1/blobs"
+      secretFile: "$work/blob.key"
+auth:
+  identities:
+    - name: local-admin
+      tenants: ["*"]
+      tokens: ["$ls_token"]
+      grants:
+        - permission: "*"
+          resource: "*"
+YAML
+  chmod 600 "$ls_server_config"
+  ls_say "starting bc-server (API 127.0.0.1:$ls_api_port, gateway 127.0.0.1:$ls_gw_port)"
+  "$bin/bc-server" --config "$ls_server_config" >"$work/server.log" 2>&1 &
+  ls_server_pid=$!
+  ls_wait_for "bc-server to be ready" 60 ls_server_ready
+  # The CLI reads no one's own config file: only the flags bc passes.
+  export BC_CONFIG="$work/bc.yaml"
+  : >"$BC_CONFIG"
+}
+
+ls_server_ready() {
+  (exec 3<>"/dev/tcp/127.0.0.1/$ls_http_port" && printf 'GET /readyz HTTP/1.0\r\n\r\n' >&3 && head -n1 <&3 | grep -q ' 200 ')
+}
+
+# bc runs the CLI against the local server as the admin, in $ls_tenant.
+bc() {
+  "$bin/better-compute" --endpoint "http://127.0.0.1:$ls_api_port" --token "$ls_token" --tenant "$ls_tenant" "$@"
+}
+
+# ls_create_tenant TENANT: make the tenant that bc uses from now on.
+ls_create_tenant() {
+  ls_tenant=$1
+  bc api nodes.createTenant tenantId="$ls_tenant" name="$ls_tenant" >/dev/null
+}
+
+# ls_create_node NODE: register a node; it has no daemon until ls_join_node.
+ls_create_node() {
+  bc api nodes.create tenantId="$ls_tenant" nodeId="$1" >/dev/null
+}
+
+# ls_join_node NODE [FAULTS]: join NODE with a one-time token and run its
+# bcd on the mock GPUs (nvmlSource mock:dgxh200, BCD_NVIDIA_SMI=mock) with
+# its own state dir under $work/NODE, logging to $work/NODE.log; FAULTS
+# (BCD_NVML_FAULTS, e.g. "gpu=3:row-remap-pending") injects GPU faults. It
+# returns once the node's session is open.
+ls_join_node() {
+  ls_start_node "$@"
+  ls_wait_session "$1"
+}
+
+# ls_start_node NODE [FAULTS]: ls_join_node without the wait, so that
+# several nodes start together; ls_wait_session NODE then waits for each.
+ls_start_node() {
+  local node=$1 faults=${2:-} join_token dir="$work/$1"
+  join_token=$(bc api nodes.createJoinToken tenantId="$ls_tenant" nodeId="$node" | sed -n 's/.*"token": *"\([^"]*\)".*/\1/p')
+  [ -n "$join_token" ] || ls_die "no join token in nodes.createJoinToken's answer for $node"
+  mkdir -p "$dir/state"
+  {
+    echo "role: node"
+    echo "stateDir: \"$dir/state\""
+    echo "pluginDir: \"$bin/plugins\""
+    echo "nvmlSource: \"mock:dgxh200\""
+    echo "pluginEnv:"
+    echo "  BCD_NVIDIA_SMI: mock"
+    [ -z "$faults" ] || echo "  BCD_NVML_FAULTS: \"$faults\""
+    # logs.collect assembles its bundle here rather than in the shared /tmp.
+    echo "  BCD_LOGS_TMPDIR: \"$dir\""
+    echo "logLevel: info"
+  } >"$dir/bcd.yaml"
+  ls_say "joining $node${faults:+ (injected GPU faults: $faults)}"
+  "$bin/bcd" join --config "$dir/bcd.yaml" --token "$join_token" --server "127.0.0.1:$ls_gw_port" --ca-file "$work/ca/ca.pem" >"$work/$node.join.log" 2>&1 ||
+    { cat "$work/$node.join.log" >&2; ls_die "bcd join $node failed"; }
+  "$bin/bcd" run --config "$dir/bcd.yaml" >"$work/$node.log" 2>&1 &
+  ls_bcd_pids+=("$!")
+}
+
+# ls_wait_session NODE: wait until NODE's bcd has its session open.
+ls_wait_session() {
+  ls_wait_for "$1's session" 60 grep -q "session open" "$work/$1.log"
+}
+
+# ls_stop PID: TERM, up to 10 s to go, then KILL; reaped either way.
+ls_stop() {
+  local pid=$1
+  if kill -0 "$pid" 2>/dev/null; then
+    kill -TERM "$pid" 2>/dev/null || true
+    for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    kill -KILL "$pid" 2>/dev/null || true
+  fi
+  wait "$pid" 2>/dev/null || true
+}
+
+# ls_stop_all stops what ls_start_server and ls_join_node started, by pid:
+# the bcd nodes first (each leaves unfinished work in its journal), then the
+# server.
+ls_stop_all() {
+  local pid
+  for pid in "${ls_bcd_pids[@]}"; do ls_stop "$pid"; done
+  ls_bcd_pids=()
+  [ -z "$ls_server_pid" ] || ls_stop "$ls_server_pid"
+  ls_server_pid=""
+}
+
+# ls_show_logs prints the last lines of every log in $work, for a failure.
+ls_show_logs() {
+  local f
+  for f in "$work"/*.log; do
+    [ -e "$f" ] || continue
+    echo "--- $(basename "$f") (last 20 lines)" >&2
+    tail -n 20 "$f" >&2 || true
+  done
+}
