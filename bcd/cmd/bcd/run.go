@@ -11,6 +11,7 @@ import (
 	"syscall"
 
 	"github.com/better-compute/commands/bcd/conditions"
+	"github.com/better-compute/commands/bcd/notify"
 	"github.com/better-compute/commands/bcd/session"
 	"github.com/better-compute/commands/internal/version"
 )
@@ -80,6 +81,18 @@ func cmdRun(args []string, stderr io.Writer) error {
 		return err
 	}
 	logger.Info("bcd is running", "rerun", len(rep.Rerun), "interrupted", len(rep.Interrupted), "rebooted", len(rep.Rebooted), "not_rebooted", len(rep.NotRebooted))
+	// Under systemd (Type=notify): READY once the plugins are loaded and the
+	// journal settled, then WATCHDOG while the journal still answers, so a
+	// wedged bcd is restarted rather than kept alive by a timer.
+	if _, err := notify.Ready(); err != nil {
+		logger.Warn("sd_notify READY failed", "error", err)
+	}
+	if _, err := notify.StartWatchdog(ctx, logger, func() error {
+		_, err := s.j.Recent(1)
+		return err
+	}); err != nil {
+		logger.Warn("systemd watchdog not started", "error", err)
+	}
 	sessionDone := make(chan struct{})
 	if c := client.Load(); c != nil {
 		logger.Info("connecting to the control plane", "address", cfg.ControlPlane)
@@ -94,6 +107,9 @@ func cmdRun(args []string, stderr io.Writer) error {
 		logger.Info("no control plane configured: serving local work only")
 	}
 	<-ctx.Done()
+	if _, err := notify.Stopping(); err != nil {
+		logger.Warn("sd_notify STOPPING failed", "error", err)
+	}
 	<-sessionDone
 	logger.Info("stopping: unfinished commands stay in the journal for the next start")
 	s.close()
