@@ -48,6 +48,9 @@ const (
 	kindHold     = "e2e.hold"     // retry-safe: counts its runs, holds until released
 	kindHoldOnce = "e2e.holdonce" // not retry-safe
 	kindReboot   = "e2e.reboot"   // self-terminating: a new boot completes it
+	// kindHangShort is not retry-safe, times out after 3s, and ignores its
+	// deadline and cancel until released.
+	kindHangShort = "e2e.hangshort"
 )
 
 // cluster is a control plane and what its nodes need.
@@ -61,7 +64,9 @@ type cluster struct {
 	api     apiv1.CommandsClient
 }
 
-func newCluster(t *testing.T) *cluster {
+// newCluster starts a control plane; adjust, when given, changes its config
+// after the harness's own settings.
+func newCluster(t *testing.T, adjust ...func(*server.Config)) *cluster {
 	t.Helper()
 	c := &cluster{t: t, bcd: testutil.BuildBinary(t, "./bcd/cmd/bcd"), plugins: t.TempDir()}
 	src := testutil.BuildBinary(t, "./internal/testplugins/bcdcore_plugin")
@@ -71,7 +76,10 @@ func newCluster(t *testing.T) *cluster {
 	kindsDir := c.writeKinds()
 	c.srv = servertest.Start(t, func(cfg *server.Config) {
 		cfg.KindsDir = kindsDir
-		cfg.Allowlist = append(append([]string{}, api.DefaultAllowlist...), kindHold, kindHoldOnce, kindReboot)
+		cfg.Allowlist = append(append([]string{}, api.DefaultAllowlist...), kindHold, kindHoldOnce, kindReboot, kindHangShort)
+		for _, a := range adjust {
+			a(cfg)
+		}
 		c.cfg = *cfg
 	})
 	c.cfg.GRPCListen, c.cfg.Gateway.Listen, c.cfg.HTTPListen = c.srv.GRPC, c.srv.Gateway, "127.0.0.1:0"
@@ -95,7 +103,7 @@ func (c *cluster) writeKinds() string {
 			ms = append(ms, m)
 		}
 	}
-	require.Len(c.t, ms, 3)
+	require.Len(c.t, ms, 4)
 	b, err := json.Marshal(ms)
 	require.NoError(c.t, err)
 	parsed, err := kinds.ParseManifests(b)
@@ -215,6 +223,9 @@ type node struct {
 	logs   *lockedBuffer
 	proc   *exec.Cmd
 	done   chan struct{}
+	// controlPlane, when set, is the gateway `bcd run` connects to instead
+	// of the one it joined through.
+	controlPlane string
 }
 
 type lockedBuffer struct {
@@ -254,7 +265,11 @@ func (c *cluster) join() *node {
 }
 
 func (n *node) args(args ...string) []string {
-	return append(append([]string{}, args...), "--config", n.config, "--plugins", n.c.plugins, "--state-dir", n.state, "--boot-id-file", n.boot)
+	out := append(append([]string{}, args...), "--config", n.config, "--plugins", n.c.plugins, "--state-dir", n.state, "--boot-id-file", n.boot)
+	if n.controlPlane != "" && len(args) > 0 && args[0] == "run" {
+		out = append(out, "--control-plane", n.controlPlane)
+	}
+	return out
 }
 
 func (n *node) bcd(args ...string) (string, string, int) {

@@ -92,6 +92,10 @@ type Running struct {
 	Queue *queue.Queue
 	// Stop stops the server and waits for Run to return its error.
 	Stop func() error
+	// Config is the config the server runs with (after adjust).
+	Config server.Config
+	// dbName is the database, which a replica shares.
+	dbName string
 }
 
 // Start starts a server on a fresh database with tenants a and b and nodes
@@ -115,6 +119,30 @@ func Start(t testing.TB, adjust func(*server.Config)) *Running {
 	if adjust != nil {
 		adjust(&cfg)
 	}
+	return start(t, name, cfg, true)
+}
+
+// StartReplica starts a second server on primary's database and node CA, as
+// another replica of the control plane runs: its own API, gateway and
+// sweeper on new loopback ports, the fixtures primary made. adjust may
+// change the config (a copy of primary's) first.
+func StartReplica(t testing.TB, primary *Running, adjust func(*server.Config)) *Running {
+	t.Helper()
+	cfg := primary.Config
+	cfg.GRPCListen, cfg.HTTPListen = "127.0.0.1:0", "127.0.0.1:0"
+	if cfg.Gateway.Listen != "" {
+		cfg.Gateway.Listen = "127.0.0.1:0"
+	}
+	if adjust != nil {
+		adjust(&cfg)
+	}
+	return start(t, primary.dbName, cfg, false)
+}
+
+// start runs a server with cfg on database name, making the fixtures first
+// when asked.
+func start(t testing.TB, name string, cfg server.Config, fixtures bool) *Running {
+	t.Helper()
 	reg, err := kinds.NewRegistry(Manifests()...)
 	require.NoError(t, err)
 	ctx := context.Background()
@@ -124,13 +152,15 @@ func Start(t testing.TB, adjust func(*server.Config)) *Running {
 	pool, err := pgxpool.NewWithConfig(ctx, pgtest.Config(t, name))
 	require.NoError(t, err)
 	q := queue.New(reg, hclog.NewNullLogger())
-	for _, tn := range []string{TenantA, TenantB} {
-		_, err := q.CreateTenant(ctx, pool, queue.Tenant{ID: tn})
-		require.NoError(t, err)
-	}
-	for _, n := range []queue.Node{{ID: NodeA1, TenantID: TenantA}, {ID: NodeB1, TenantID: TenantB}} {
-		_, err := q.CreateNode(ctx, pool, n)
-		require.NoError(t, err)
+	if fixtures {
+		for _, tn := range []string{TenantA, TenantB} {
+			_, err := q.CreateTenant(ctx, pool, queue.Tenant{ID: tn})
+			require.NoError(t, err)
+		}
+		for _, n := range []queue.Node{{ID: NodeA1, TenantID: TenantA}, {ID: NodeB1, TenantID: TenantB}} {
+			_, err := q.CreateNode(ctx, pool, n)
+			require.NoError(t, err)
+		}
 	}
 
 	runCtx, cancel := context.WithCancel(ctx)
@@ -150,7 +180,7 @@ func Start(t testing.TB, adjust func(*server.Config)) *Running {
 	// closes and pgtest drops the database.
 	t.Cleanup(pool.Close)
 	t.Cleanup(func() { _ = stop() })
-	r := &Running{Server: srv, GRPC: srv.GRPCAddr().String(), Pool: pool, Queue: q, Stop: stop}
+	r := &Running{Server: srv, GRPC: srv.GRPCAddr().String(), Pool: pool, Queue: q, Stop: stop, Config: cfg, dbName: name}
 	if a := srv.GatewayAddr(); a != nil {
 		r.Gateway, r.CADir, r.CA = a.String(), cfg.Gateway.CADir, srv.CA()
 	}

@@ -47,6 +47,12 @@ func runnable(m kind.Manifest) kind.Manifest {
 	return m
 }
 
+// shortTimeout gives a manifest a 3-second timeout.
+func shortTimeout(m kind.Manifest) kind.Manifest {
+	m.Timeout = kind.Duration(3 * time.Second)
+	return m
+}
+
 // hold counts the run, says it started, and waits for the release file or
 // the cancel, reporting what happened.
 func hold(ctx context.Context, req kind.Request) (any, error) {
@@ -94,6 +100,13 @@ func hold(ctx context.Context, req kind.Request) (any, error) {
 	return map[string]any{"runs": runs, "released": true}, nil
 }
 
+// hang is hold for a handler that ignores its deadline and any cancel: it
+// returns only once released, so only the control plane's sweeper can time
+// the command out while bcd cannot report.
+func hang(_ context.Context, req kind.Request) (any, error) {
+	return hold(context.Background(), req)
+}
+
 // reboot stands in for node.reboot: it asks for the reboot and returns; the
 // new boot completes it.
 func reboot(context.Context, kind.Request) (any, error) {
@@ -111,5 +124,8 @@ func main() {
 		kind.Kind{Manifest: runnable(manifest("e2e.hold", kind.LaneControl, kind.Flags{RetrySafe: true})), Handler: kind.HandlerFunc(hold)},
 		kind.Kind{Manifest: runnable(manifest("e2e.holdonce", kind.LaneControl, kind.Flags{})), Handler: kind.HandlerFunc(hold)},
 		kind.Kind{Manifest: runnable(manifest("e2e.reboot", kind.LaneControl, kind.Flags{SelfTerminating: true, Destructive: true})), Handler: kind.HandlerFunc(reboot)},
+		// e2e.hangshort has a short timeout (3s), so the sweeper's deadline,
+		// not_after plus the timeout, comes within a test's time.
+		kind.Kind{Manifest: shortTimeout(runnable(manifest("e2e.hangshort", kind.LaneControl, kind.Flags{}))), Handler: kind.HandlerFunc(hang)},
 	)
 }
