@@ -72,9 +72,8 @@ clean:
 	rm -rf $(BIN) dist .cache
 
 .PHONY: run
-## run: the whole system on one machine: a throwaway PostgreSQL, bc-server, one bcd node on mock GPUs, commands run through it
-run: build
-	BIN=$(BIN) scripts/run-local
+## run: the same as demo: the whole system on one machine, commands run through it, everything stopped after
+run: demo
 
 .PHONY: demo
 ## demo: a newcomer's tour: a throwaway PostgreSQL, bc-server, a healthy and a faulty bcd node on mock GPUs, diagnostics, a support bundle, a cancelled command, a summary; everything stopped after (DEMO_FLAGS=--json for JSON)

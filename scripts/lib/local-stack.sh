@@ -1,5 +1,5 @@
 # shellcheck shell=bash
-# local-stack.sh is sourced by scripts/run-local and scripts/demo: the pieces
+# local-stack.sh is sourced by scripts/demo: the pieces
 # both use to stand the whole system up on one machine and take it down again
 # (bc-server with a generated config, bcd nodes joined with one-time tokens on
 # mock GPUs, the CLI pointed at them). It defines functions and a few
