@@ -19,7 +19,7 @@ build:
 	  $(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/plugins/ ./$$p || exit 1; done
 
 ## test: vet, then the whole suite with -race, against a throwaway PostgreSQL
-test: vet proto-check
+test: fmt-check vet proto-check
 	scripts/with-postgres $(GO) test $(GOFLAGS_TEST) $(PKGS)
 
 vet:
