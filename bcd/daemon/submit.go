@@ -300,8 +300,13 @@ func (d *Daemon) insertAndFinish(e *entry, rec journal.Record) {
 	d.finish(e, rec)
 }
 
+// updateAndFinish journals the outcome without waiting for the sync (it
+// joins the next acceptance's commit, or commits within the journal's
+// DeferWait): the outcome is the one write that need not be on disk before
+// anything else happens; see journal.UpdateDeferred for what a power cut in
+// that window means.
 func (d *Daemon) updateAndFinish(e *entry, rec journal.Record) {
-	if err := d.journal.Update(rec); err != nil {
+	if err := d.journal.UpdateDeferred(rec); err != nil {
 		d.logger.Error("cannot journal the outcome", "command_id", rec.ID, "error", err)
 	}
 	d.finish(e, rec)

@@ -3,6 +3,7 @@ package journal
 import (
 	"errors"
 	"sync"
+	"time"
 
 	bolt "go.etcd.io/bbolt"
 )
@@ -18,6 +19,11 @@ type committer struct {
 	db   *bolt.DB
 	ops  chan *op
 	done chan struct{}
+	// deferWait is how long a group of deferred writes waits for a write
+	// that must be synced now, to share its commit.
+	deferWait time.Duration
+	// onDeferred reports the outcome of a deferred write's commit.
+	onDeferred func(o *op, err error)
 
 	// closeLock guards closed against a send on a closed ops channel.
 	closeLock sync.RWMutex
@@ -27,15 +33,28 @@ type committer struct {
 type op struct {
 	fn  func(*bolt.Tx) error
 	err chan error
+	// deferred ops do not wait for their commit (see Journal.UpdateDeferred).
+	deferred bool
+	id       string
+	version  uint64
 }
 
 // maxGroup bounds one transaction's writes.
 const maxGroup = 256
 
-func newCommitter(db *bolt.DB) *committer {
-	c := &committer{db: db, ops: make(chan *op, maxGroup), done: make(chan struct{})}
+func newCommitter(db *bolt.DB, deferWait time.Duration, onDeferred func(*op, error)) *committer {
+	c := &committer{db: db, ops: make(chan *op, maxGroup), done: make(chan struct{}), deferWait: deferWait, onDeferred: onDeferred}
 	go c.loop()
 	return c
+}
+
+func allDeferred(group []*op) bool {
+	for _, o := range group {
+		if !o.deferred {
+			return false
+		}
+	}
+	return true
 }
 
 func (c *committer) loop() {
@@ -54,6 +73,19 @@ func (c *committer) loop() {
 				break drain
 			}
 		}
+		if allDeferred(group) && c.deferWait > 0 && len(group) < maxGroup {
+			// Only deferred writes: give a write that must be synced now
+			// (the next command's acceptance) a moment to share the commit.
+			t := time.NewTimer(c.deferWait)
+			select {
+			case o, ok := <-c.ops:
+				if ok {
+					group = append(group, o)
+				}
+			case <-t.C:
+			}
+			t.Stop()
+		}
 		errs := make([]error, len(group))
 		// An op that fails has written nothing that matters (each checks
 		// and marshals before it puts), so the others still commit; the
@@ -65,11 +97,15 @@ func (c *committer) loop() {
 			return nil
 		})
 		for i, o := range group {
+			e := errs[i]
 			if err != nil {
-				o.err <- err
-			} else {
-				o.err <- errs[i]
+				e = err
 			}
+			if o.deferred {
+				c.onDeferred(o, e)
+				continue
+			}
+			o.err <- e
 		}
 	}
 }
@@ -85,6 +121,17 @@ func (c *committer) do(fn func(*bolt.Tx) error) error {
 	c.ops <- o
 	c.closeLock.RUnlock()
 	return <-o.err
+}
+
+// enqueue hands o to the loop without waiting for its commit.
+func (c *committer) enqueue(o *op) error {
+	c.closeLock.RLock()
+	defer c.closeLock.RUnlock()
+	if c.closed {
+		return errClosed
+	}
+	c.ops <- o
+	return nil
 }
 
 func (c *committer) close() {

@@ -17,6 +17,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/debug"
+	"sync"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -48,6 +49,10 @@ type Options struct {
 	ReplayHorizon time.Duration
 	// LockTimeout bounds the wait for the file lock. Zero means one second.
 	LockTimeout time.Duration
+	// DeferWait bounds how long a deferred write (UpdateDeferred) waits for
+	// a synced write to share its commit. Zero means DefaultDeferWait; a
+	// negative value commits deferred writes as soon as they arrive.
+	DeferWait time.Duration
 }
 
 // Journal is an open journal.
@@ -60,7 +65,22 @@ type Journal struct {
 	corrupt string
 	horizon time.Duration
 	commit  *committer
+
+	// pendingLock guards pending and version: deferred writes not yet
+	// committed, which readers see in place of the stored record.
+	pendingLock sync.Mutex
+	pending     map[string]pendingRecord
+	version     uint64
 }
+
+type pendingRecord struct {
+	rec     Record
+	version uint64
+}
+
+// DefaultDeferWait is how long a deferred write waits for a synced write to
+// share its commit (see UpdateDeferred).
+const DefaultDeferWait = 2 * time.Millisecond
 
 // Open opens the journal in dir, creating dir and the file when needed. A
 // file that bbolt cannot open, or that holds no journal id, is moved aside
@@ -99,7 +119,12 @@ func Open(logger hclog.Logger, dir string, opts Options) (*Journal, error) {
 		}
 	}
 	j.db = db
-	j.commit = newCommitter(db)
+	j.pending = map[string]pendingRecord{}
+	wait := opts.DeferWait
+	if wait == 0 {
+		wait = DefaultDeferWait
+	}
+	j.commit = newCommitter(db, wait, j.deferredDone)
 	if j.created {
 		j.logger.Info("created a new journal", "journal_id", j.id)
 	} else {
@@ -221,6 +246,9 @@ func (j *Journal) Close() error {
 
 // Get returns the record of command id.
 func (j *Journal) Get(id string) (Record, bool, error) {
+	if rec, ok := j.overlay(id); ok {
+		return rec, true, nil
+	}
 	var rec Record
 	var found bool
 	err := j.db.View(func(tx *bolt.Tx) error {
@@ -277,7 +305,67 @@ func (j *Journal) Insert(rec Record) (stored Record, inserted bool, err error) {
 // Update replaces the record of rec.ID, which must exist, keeping its
 // order. It returns after the write is synced to disk.
 func (j *Journal) Update(rec Record) error {
-	err := j.commit.do(func(tx *bolt.Tx) error {
+	if err := j.commit.do(updateFn(rec)); err != nil {
+		return fmt.Errorf("journaling command %s: %w", rec.ID, err)
+	}
+	return nil
+}
+
+// UpdateDeferred is Update without waiting for the sync: the write joins
+// the next synced commit (the next command's acceptance, which must be on
+// disk before that command runs) or is committed on its own after
+// Options.DeferWait. Readers of this journal see it at once. bcd uses it for
+// a command's outcome: the one write per command that need not be on disk
+// before anything else happens. If the node loses power in that window the
+// record reads as accepted and unfinished at the next start, the case a
+// crash mid-run already is: a retry-safe kind runs again, any other fails
+// with interrupted; the control plane keeps the first terminal state it
+// stored and never redelivers a settled command. Close commits what is
+// pending.
+func (j *Journal) UpdateDeferred(rec Record) error {
+	if rec.ID == "" {
+		return errors.New("journal record without a command id")
+	}
+	j.pendingLock.Lock()
+	j.version++
+	v := j.version
+	j.pending[rec.ID] = pendingRecord{rec: rec, version: v}
+	j.pendingLock.Unlock()
+	if err := j.commit.enqueue(&op{fn: updateFn(rec), deferred: true, id: rec.ID, version: v}); err != nil {
+		j.pendingLock.Lock()
+		if p, ok := j.pending[rec.ID]; ok && p.version == v {
+			delete(j.pending, rec.ID)
+		}
+		j.pendingLock.Unlock()
+		return fmt.Errorf("journaling command %s: %w", rec.ID, err)
+	}
+	return nil
+}
+
+// deferredDone is the committer's report on a deferred write.
+func (j *Journal) deferredDone(o *op, err error) {
+	if err != nil {
+		// It stays visible in memory; on disk the command reads as unfinished.
+		j.logger.Error("deferred journal write failed", "command_id", o.id, "error", err)
+		return
+	}
+	j.pendingLock.Lock()
+	defer j.pendingLock.Unlock()
+	if p, ok := j.pending[o.id]; ok && p.version == o.version {
+		delete(j.pending, o.id)
+	}
+}
+
+// overlay returns the pending deferred record of id, if any.
+func (j *Journal) overlay(id string) (Record, bool) {
+	j.pendingLock.Lock()
+	defer j.pendingLock.Unlock()
+	p, ok := j.pending[id]
+	return p.rec, ok
+}
+
+func updateFn(rec Record) func(*bolt.Tx) error {
+	return func(tx *bolt.Tx) error {
 		cmds := tx.Bucket(bucketCommands)
 		old := cmds.Get([]byte(rec.ID))
 		if old == nil {
@@ -293,11 +381,7 @@ func (j *Journal) Update(rec Record) error {
 			return err
 		}
 		return cmds.Put([]byte(rec.ID), v)
-	})
-	if err != nil {
-		return fmt.Errorf("journaling command %s: %w", rec.ID, err)
 	}
-	return nil
 }
 
 // Unfinished returns the records that are accepted or running, oldest first.
@@ -343,7 +427,9 @@ func (j *Journal) scan(newestFirst bool, fn func(Record) bool) error {
 				continue
 			}
 			var r Record
-			if err := json.Unmarshal(raw, &r); err != nil {
+			if p, ok := j.overlay(string(v)); ok {
+				r = p
+			} else if err := json.Unmarshal(raw, &r); err != nil {
 				return fmt.Errorf("record %s: %w", v, err)
 			}
 			if !fn(r) {
