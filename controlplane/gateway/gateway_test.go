@@ -351,3 +351,41 @@ func TestGateway_StoresNodeStatus(t *testing.T) {
 	require.JSONEq(t, `[{"type":"RebootRequired","status":"True","reason":"reboot-required-file","message":""}]`, conds)
 	require.JSONEq(t, `{"gpus":[{"index":0}]}`, inv)
 }
+
+// A node's session moves only its own commands: epochs count per node, so a
+// second node whose session has the same epoch number must not settle the
+// first node's command by naming its id. The gateway acknowledges the report
+// and changes nothing.
+func TestGateway_SessionCannotSettleAnotherNodesCommand(t *testing.T) {
+	e := setup(t, 1)
+	d := fakedaemon.New(e.node.ID)
+	d.Script = func(*agentv1.Command) fakedaemon.Action { return fakedaemon.Action{Kind: fakedaemon.Hang} }
+	defer e.run(d, e.dial(pki.Identity{NodeID: e.node.ID}, 0))()
+	c := e.enqueue("test.ctl", "victim")
+	e.waitState(c.ID, queue.Running)
+
+	other, err := e.q.CreateNode(e.ctx, e.pool, queue.Node{TenantID: e.node.TenantID})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(e.ctx)
+	defer cancel()
+	stream, err := agentv1.NewSessionClient(e.dial(pki.Identity{NodeID: other.ID}, 0)).Connect(ctx)
+	require.NoError(t, err)
+	require.NoError(t, stream.Send(&agentv1.NodeMessage{Msg: &agentv1.NodeMessage_Hello{Hello: &agentv1.Hello{
+		NodeId: other.ID, JournalId: "j", BootId: "b", Role: "node"}}}))
+	first, err := stream.Recv()
+	require.NoError(t, err)
+	require.Equal(t, e.get(c.ID).DispatchedEpoch, first.GetWelcome().GetSessionEpoch(), "the epochs collide")
+
+	require.NoError(t, stream.Send(&agentv1.NodeMessage{Msg: &agentv1.NodeMessage_Update{Update: &agentv1.CommandUpdate{
+		CommandId: c.ID, UpdateSeq: 1, State: agentv1.CommandState_COMMAND_STATE_SUCCEEDED, Result: []byte(`{"forged":true}`)}}}))
+	for {
+		m, err := stream.Recv()
+		require.NoError(t, err)
+		if a := m.GetAck(); a != nil && a.GetCommandId() == c.ID {
+			break
+		}
+	}
+	got := e.get(c.ID)
+	require.Equal(t, queue.Running, got.State)
+	require.Nil(t, got.Result)
+}

@@ -463,7 +463,7 @@ func (s *session) update(ctx context.Context, u *agentv1.CommandUpdate) error {
 		return ack()
 	}
 	t := queue.Transition{
-		CommandID: u.GetCommandId(), To: to, Reason: u.GetReason(),
+		CommandID: u.GetCommandId(), NodeID: s.id.NodeID, To: to, Reason: u.GetReason(),
 		ResultSHA256: u.GetResultSha256(), NodeSig: u.GetNodeSig(), Rebooted: u.GetRebooted(), Epoch: s.epoch,
 	}
 	if to == queue.Rejected && u.GetRejectCode() != agentv1.RejectCode_REJECT_CODE_UNSPECIFIED && t.Reason == "" {

@@ -148,6 +148,10 @@ const DefaultNotAfter = 600 * time.Second
 type Transition struct {
 	// CommandID is the command.
 	CommandID string
+	// NodeID, when set, must be the command's node: a node's session moves
+	// only its own commands, so a report naming another node's command id
+	// is NOT_FOUND and changes nothing.
+	NodeID string
 	// To is the new state; it lands only when it ranks above the current one.
 	To State
 	// Reason says why (required sense for failed, rejected, expired).

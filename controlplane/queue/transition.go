@@ -30,7 +30,7 @@ WITH u AS (
     attempts = CASE WHEN $2 = 'dispatched' THEN c.attempts + 1 ELSE c.attempts END,
     next_attempt_at = NULL,
     updated_at = now()
-  WHERE c.id = $1
+  WHERE c.id = $1 AND ($10 = '' OR c.node_id = $10)
     AND bc_state_rank(c.state) < bc_state_rank($2)
     AND ($8 = 0 OR EXISTS (SELECT 1 FROM nodes n WHERE n.id = c.node_id AND n.session_epoch = $8))
   RETURNING ` + commandColumns("c") + `
@@ -46,7 +46,8 @@ SELECT * FROM u`
 // ranks above the current state (a late running after succeeded changes
 // nothing) and, with t.Epoch set, only while that session is the node's
 // current one; changed says whether it landed, and the command returned is
-// the current row either way. A terminal landing publishes command.settled
+// the current row either way. With t.NodeID set, a command of another node
+// is NOT_FOUND. A terminal landing publishes command.settled
 // (commandId, nodeId, kind, state, reason) exactly once. Moving to pending is
 // not a transition: use Requeue.
 func (q *Queue) Transition(ctx context.Context, db DBTX, t Transition) (Command, bool, error) {
@@ -61,9 +62,9 @@ func (q *Queue) Transition(ctx context.Context, db DBTX, t Transition) (Command,
 		progress = string(t.Progress)
 	}
 	cmd, err := scanCommand(db.QueryRow(ctx, transitionSQL,
-		t.CommandID, string(t.To), t.Reason, result, t.ResultSHA256, t.NodeSig, t.Rebooted, t.Epoch, progress))
+		t.CommandID, string(t.To), t.Reason, result, t.ResultSHA256, t.NodeSig, t.Rebooted, t.Epoch, progress, t.NodeID))
 	if errors.Is(err, pgx.ErrNoRows) {
-		cur, gerr := q.Get(ctx, db, "", t.CommandID)
+		cur, gerr := q.Get(ctx, db, t.NodeID, t.CommandID)
 		if gerr != nil {
 			return Command{}, false, gerr
 		}

@@ -105,6 +105,33 @@ func TestTransitionEpochFence(t *testing.T) {
 	require.True(t, changed)
 }
 
+// A session moves only its own node's commands: epochs are per node, so
+// another node's session with the same epoch number must not settle this
+// node's command by naming its id.
+func TestTransitionOtherNodeIsNotFound(t *testing.T) {
+	b := setup(t)
+	cmd, _ := b.enqueue(t, b.params("k"))
+	other, err := b.q.CreateNode(b.ctx, b.pool, queue.Node{TenantID: b.tenant.ID})
+	require.NoError(t, err)
+	mine, err := b.q.BeginSession(b.ctx, b.pool, b.node.ID)
+	require.NoError(t, err)
+	theirs, err := b.q.BeginSession(b.ctx, b.pool, other.ID)
+	require.NoError(t, err)
+	require.Equal(t, mine, theirs, "the epochs collide, so only the node id tells the sessions apart")
+
+	_, _, err = b.q.Transition(b.ctx, b.pool, queue.Transition{CommandID: cmd.ID, NodeID: other.ID, To: queue.Succeeded, Epoch: theirs,
+		Result: json.RawMessage(`{"forged":true}`)})
+	requireCode(t, err, queue.NotFound)
+	got, err := b.q.Get(b.ctx, b.pool, b.node.ID, cmd.ID)
+	require.NoError(t, err)
+	require.Equal(t, queue.Pending, got.State)
+	require.Nil(t, got.Result)
+
+	got, changed := b.transition(t, queue.Transition{CommandID: cmd.ID, NodeID: b.node.ID, To: queue.Succeeded, Epoch: mine})
+	require.True(t, changed)
+	require.Equal(t, queue.Succeeded, got.State)
+}
+
 // BUSY: "the gateway puts the command back to pending with a backoff"; the
 // only move towards pending, and never from running or a terminal state.
 func TestRequeue(t *testing.T) {
