@@ -277,6 +277,28 @@ func TestGateway_ReconnectSettlesBootAndJournal(t *testing.T) {
 	require.Equal(t, 1, d.Runs(once.ID), "a command that is not retry-safe never runs twice")
 }
 
+// "Self-terminating kinds. A new boot or role on rejoin completes them as
+// succeeded with rebooted: true": a node that comes back under another role
+// (a discovery ramdisk booted into the installed system) with the same boot id.
+func TestGateway_ReconnectWithNewRoleCompletesSelfTerminating(t *testing.T) {
+	e := setup(t, 1)
+	d := fakedaemon.New(e.node.ID)
+	d.Script = func(*agentv1.Command) fakedaemon.Action { return fakedaemon.Action{Kind: fakedaemon.Hang} }
+	conn := e.dial(pki.Identity{NodeID: e.node.ID}, 0)
+	stop := e.run(d, conn)
+	reboot := e.enqueue("test.reboot", "reboot")
+	once := e.enqueue("test.once", "once")
+	e.waitState(reboot.ID, queue.Running)
+	e.waitState(once.ID, queue.Running)
+	stop()
+
+	d.Role = "discovery"
+	defer e.run(d, conn)()
+	got := e.waitState(reboot.ID, queue.Succeeded)
+	require.True(t, got.Rebooted)
+	require.Equal(t, queue.Running, e.get(once.ID).State, "a kind that is not self-terminating is replayed, not completed")
+}
+
 // "Session epochs fence stale sessions": with two gateways on one database, a
 // node's newer session wins and the older one's reports change nothing.
 func TestGateway_TwoGatewaysFenceStaleSession(t *testing.T) {

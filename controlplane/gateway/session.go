@@ -114,14 +114,14 @@ func (g *Gateway) Connect(stream grpc.BidiStreamingServer[agentv1.NodeMessage, a
 }
 
 // beginSession bumps the epoch and settles what the reconnect proves: a new
-// boot id completes in-flight self-terminating commands as succeeded with
-// rebooted: true; a new journal id fails in-flight commands that are not
+// boot id or role ("a new boot or role on rejoin") completes in-flight
+// self-terminating commands as succeeded with rebooted: true; a new journal id fails in-flight commands that are not
 // retry-safe with journal-lost. All in one transaction.
 func (g *Gateway) beginSession(ctx context.Context, hello *agentv1.Hello) (int64, error) {
 	var epoch int64
 	err := pgx.BeginFunc(ctx, g.pool, func(tx pgx.Tx) error {
-		var oldJournal, oldBoot string
-		err := tx.QueryRow(ctx, `SELECT journal_id, boot_id FROM nodes WHERE id = $1 AND deleted_at IS NULL FOR UPDATE`, hello.GetNodeId()).Scan(&oldJournal, &oldBoot)
+		var oldJournal, oldBoot, oldRole string
+		err := tx.QueryRow(ctx, `SELECT journal_id, boot_id, role FROM nodes WHERE id = $1 AND deleted_at IS NULL FOR UPDATE`, hello.GetNodeId()).Scan(&oldJournal, &oldBoot, &oldRole)
 		if errors.Is(err, pgx.ErrNoRows) {
 			_, err = g.queue.BeginSession(ctx, tx, hello.GetNodeId()) // returns NOT_FOUND
 			return err
@@ -141,6 +141,7 @@ func (g *Gateway) beginSession(ctx context.Context, hello *agentv1.Hello) (int64
 			return err
 		}
 		newBoot := oldBoot != "" && oldBoot != hello.GetBootId()
+		newRole := hello.GetRole() != "" && oldRole != hello.GetRole()
 		newJournal := oldJournal != "" && oldJournal != hello.GetJournalId()
 		for _, c := range open {
 			if c.State == queue.Pending {
@@ -148,7 +149,7 @@ func (g *Gateway) beginSession(ctx context.Context, hello *agentv1.Hello) (int64
 			}
 			var t *queue.Transition
 			switch {
-			case newBoot && c.Flags.SelfTerminating:
+			case (newBoot || newRole) && c.Flags.SelfTerminating:
 				t = &queue.Transition{CommandID: c.ID, To: queue.Succeeded, Reason: "rebooted", Rebooted: true}
 			case newJournal && !c.Flags.RetrySafe:
 				t = &queue.Transition{CommandID: c.ID, To: queue.Failed, Reason: "journal-lost"}
