@@ -35,12 +35,7 @@ WITH prev AS (
   SELECT tenant_id, '` + events.TopicCommandCancelRequested + `',
     jsonb_build_object('nodeId', node_id, 'commandId', id, 'kind', kind, 'state', state)
   FROM u WHERE first
-), settled AS (
-  INSERT INTO outbox (tenant_id, topic, payload)
-  SELECT tenant_id, '` + events.TopicCommandSettled + `',
-    jsonb_build_object('commandId', id, 'nodeId', node_id, 'kind', kind, 'state', state, 'reason', reason)
-  FROM u WHERE state = 'cancelled'
-)
+), settled AS (` + settledEventSQL + ` WHERE state = 'cancelled')
 SELECT * FROM u`
 
 // Cancel cancels command commandID of node nodeID ("" accepts any node, for
@@ -75,12 +70,7 @@ WITH n AS (
   FROM n
   WHERE c.node_id = n.id AND c.state = 'pending'
   RETURNING c.id, c.tenant_id, c.node_id, c.kind, c.state, c.reason
-), ev AS (
-  INSERT INTO outbox (tenant_id, topic, payload)
-  SELECT tenant_id, '` + events.TopicCommandSettled + `',
-    jsonb_build_object('commandId', id, 'nodeId', node_id, 'kind', kind, 'state', state, 'reason', reason)
-  FROM u
-)
+), ev AS (` + settledEventSQL + `)
 SELECT (SELECT count(*) FROM n), (SELECT count(*) FROM u)`
 
 // DeleteNode marks the node deleted in tx and cancels its pending commands

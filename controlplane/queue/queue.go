@@ -79,6 +79,15 @@ WITH node AS (
 )
 SELECT * FROM ins`
 
+// settledEventSQL publishes command.settled for each row of the CTE u (a
+// WHERE may follow): every statement that ends a command writes its event
+// in the same statement, so the event exists exactly when the change does.
+const settledEventSQL = `
+  INSERT INTO outbox (tenant_id, topic, payload)
+  SELECT tenant_id, '` + events.TopicCommandSettled + `',
+    jsonb_build_object('commandId', id, 'nodeId', node_id, 'kind', kind, 'state', state, 'reason', reason)
+  FROM u`
+
 // Enqueue queues a command in tx. It returns the new command, or the one
 // already queued under the same idempotency key with duplicate set; the same
 // key for another kind is CONFLICT. An unknown kind is UNSUPPORTED, a payload

@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"time"
-
-	"github.com/better-compute/commands/controlplane/events"
 )
 
 // Sweep reasons, in the spec's words.
@@ -17,12 +15,6 @@ const (
 // UnregisteredKindTimeout is the timeout of a kind that is no longer
 // registered: "A kind that is no longer registered gets 15 minutes."
 const UnregisteredKindTimeout = 15 * time.Minute
-
-const settledEventSQL = `
-  INSERT INTO outbox (tenant_id, topic, payload)
-  SELECT tenant_id, '` + events.TopicCommandSettled + `',
-    jsonb_build_object('commandId', id, 'nodeId', node_id, 'kind', kind, 'state', state, 'reason', reason)
-  FROM u`
 
 // expireSQL expires pending commands past not_after. The inner SELECT walks
 // the partial not_after index and skips rows another sweeper or a report

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/better-compute/commands/controlplane/events"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -34,12 +33,7 @@ WITH u AS (
     AND bc_state_rank(c.state) < bc_state_rank($2)
     AND ($8 = 0 OR EXISTS (SELECT 1 FROM nodes n WHERE n.id = c.node_id AND n.session_epoch = $8))
   RETURNING ` + commandColumns("c") + `
-), ev AS (
-  INSERT INTO outbox (tenant_id, topic, payload)
-  SELECT tenant_id, '` + events.TopicCommandSettled + `',
-    jsonb_build_object('commandId', id, 'nodeId', node_id, 'kind', kind, 'state', state, 'reason', reason)
-  FROM u WHERE bc_state_terminal(state)
-)
+), ev AS (` + settledEventSQL + ` WHERE bc_state_terminal(state))
 SELECT * FROM u`
 
 // Transition applies a state report. It changes the command only when t.To
