@@ -209,7 +209,7 @@ func (s *DirStore) put(key string, body io.Reader, declared, maxBytes int64, sum
 	// One byte past the cap tells an oversize body from one exactly at it.
 	n, err := io.Copy(w, io.LimitReader(body, maxBytes+1))
 	if err != nil {
-		return n, "", fmt.Errorf("%w: reading the body after %d bytes: %v", errCutOff, n, err)
+		return n, "", fmt.Errorf("%w: reading the body after %d bytes: %w", errCutOff, n, err)
 	}
 	if n > maxBytes {
 		return n, "", fmt.Errorf("%w: more than %d bytes", errTooLarge, maxBytes)
