@@ -102,7 +102,7 @@ func DecodePayload(payload []byte, v any) error {
 		payload = []byte("{}")
 	}
 	if err := json.Unmarshal(payload, v); err != nil {
-		return fmt.Errorf("%w: %v", ErrInvalidPayload, err)
+		return fmt.Errorf("%w: %w", ErrInvalidPayload, err)
 	}
 	return nil
 }
