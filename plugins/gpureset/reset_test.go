@@ -480,19 +480,23 @@ func TestCancelStopsBetweenGPUsAndRestoresPersistence(t *testing.T) {
 	e.smi.Hang("--gpu-reset -i " + gpuA)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
+	done := make(chan kind.Result, 1)
 	go func() {
-		// Cancel once the reset of the first GPU is under way.
-		deadline := time.Now().Add(20 * time.Second)
-		for e.smi.HangChild() == 0 && time.Now().Before(deadline) {
-			time.Sleep(10 * time.Millisecond)
-		}
-		cancel()
+		done <- kind.Run(ctx, gpureset.Handler(e.cfg), kind.Request{
+			Command: kind.Command{ID: "cmd_1", Kind: gpureset.KindName, Payload: json.RawMessage(`{"gpus":["` + gpuA + `","` + gpuB + `"]}`)},
+			Host:    e.host,
+			Logger:  hclog.NewNullLogger(),
+		})
 	}()
-	r := kind.Run(ctx, gpureset.Handler(e.cfg), kind.Request{
-		Command: kind.Command{ID: "cmd_1", Kind: gpureset.KindName, Payload: json.RawMessage(`{"gpus":["` + gpuA + `","` + gpuB + `"]}`)},
-		Host:    e.host,
-		Logger:  hclog.NewNullLogger(),
-	})
+	// Cancel once the reset of the first GPU is under way.
+	testutil.WaitFor(t, 20*time.Second, "the first GPU's reset to start", func() bool { return e.smi.HangChild() != 0 })
+	cancel()
+	var r kind.Result
+	select {
+	case r = <-done:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the cancelled reset did not return")
+	}
 	require.Equal(t, kind.StatusCancelled, r.Status, r.Message)
 	var doc gpureset.Result
 	require.NoError(t, json.Unmarshal(r.Data, &doc))
