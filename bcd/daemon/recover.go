@@ -76,7 +76,7 @@ func (d *Daemon) Recover(ctx context.Context) (RecoverReport, error) {
 				settle(journal.StateFailed, journal.ReasonInterrupted, "bcd stopped while the command ran, and not_after passed before it could run again")
 				rep.Interrupted = append(rep.Interrupted, rec.ID)
 			default:
-				if err := d.rerun(rec, m.Lane, m); err != nil {
+				if err := d.rerun(rec, m); err != nil {
 					return rep, err
 				}
 				rep.Rerun = append(rep.Rerun, rec.ID)
@@ -91,7 +91,7 @@ func (d *Daemon) Recover(ctx context.Context) (RecoverReport, error) {
 
 // rerun queues a retry-safe record on its lane, waiting for a worker, so a
 // crash that left more commands than workers loses none.
-func (d *Daemon) rerun(rec journal.Record, lane kind.Lane, m kind.Manifest) error {
+func (d *Daemon) rerun(rec journal.Record, m kind.Manifest) error {
 	cmd := accept.Command{ID: rec.ID, NodeID: rec.NodeID, Seq: rec.Seq, Kind: rec.Kind, Payload: rec.Payload, NotAfter: rec.NotAfter, MinGeneration: rec.MinGeneration}
 	e := &entry{cmd: cmd, manifest: m, wake: make(chan struct{})}
 	d.lock.Lock()
@@ -104,7 +104,7 @@ func (d *Daemon) rerun(rec journal.Record, lane kind.Lane, m kind.Manifest) erro
 	d.lock.Unlock()
 	d.logger.Info("running a retry-safe command again", "command_id", rec.ID, "kind", rec.Kind, "attempts", rec.Attempts)
 	go func() {
-		if err := d.pool.Run(d.baseCtx, lane, func(release func()) {
+		if err := d.pool.Run(d.baseCtx, m.Lane, func(release func()) {
 			e.release = release
 			d.run(e, rec)
 		}); err != nil {
