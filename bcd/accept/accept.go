@@ -18,6 +18,7 @@ package accept
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"time"
 
 	agentv1 "github.com/better-compute/commands/proto/bc/agent/v1"
@@ -187,7 +188,7 @@ func Check(in Input) Decision {
 	if !m.AllowsRole(in.Role) {
 		return withManifest(reject(Unsupported, "kind %q is not allowed for role %q (allowed: %v)", cmd.Kind, in.Role, m.Roles), m)
 	}
-	if in.AllowedKinds != nil && !contains(in.AllowedKinds, cmd.Kind) {
+	if in.AllowedKinds != nil && !slices.Contains(in.AllowedKinds, cmd.Kind) {
 		return withManifest(reject(Unsupported, "this node runs a restricted identity that does not accept %q", cmd.Kind), m)
 	}
 	// 2. STALE_GENERATION: wait for the spec until not_after, then reject.
@@ -234,13 +235,4 @@ func Check(in Input) Decision {
 func withManifest(d Decision, m kind.Manifest) Decision {
 	d.Manifest = m
 	return d
-}
-
-func contains(list []string, s string) bool {
-	for _, v := range list {
-		if v == s {
-			return true
-		}
-	}
-	return false
 }
