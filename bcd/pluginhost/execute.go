@@ -116,8 +116,6 @@ func (h *Host) failure(ctx context.Context, in *instance, p *proc, err error) (k
 // connection is gone (Unavailable) or ended with no result, which a live SDK
 // plugin never does.
 func crashed(p *proc, err error) bool {
-	timer := time.NewTimer(crashWait)
-	defer timer.Stop()
 	select {
 	case <-p.Exited:
 		return true
@@ -128,6 +126,8 @@ func crashed(p *proc, err error) bool {
 	}
 	// A stream error that is not Unavailable may still be the process going
 	// down (the error raced its exit): give the exit a moment to show.
+	timer := time.NewTimer(crashWait)
+	defer timer.Stop()
 	select {
 	case <-p.Exited:
 		return true
