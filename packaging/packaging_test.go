@@ -79,7 +79,7 @@ func service(t *testing.T, path string) map[string]string {
 // loader)": the shipped file loads with bcd/config, strict about keys, and
 // is complete but for the node's own id.
 func TestBcdConfig_LoadsWithBcdConfig(t *testing.T) {
-	c, err := config.Load("bcd/config.yaml", false)
+	c, err := config.Load("bcd/bcd.yaml", false)
 	require.NoError(t, err)
 	def := config.Default()
 	require.Equal(t, def.StateDir, c.StateDir)
@@ -99,7 +99,7 @@ func TestBcdConfig_LoadsWithBcdConfig(t *testing.T) {
 func TestBcdConfig_InstalledWhereBcdLooks(t *testing.T) {
 	r := readRecipe(t, "bcd")
 	src, typ, _ := dst(t, r, config.DefaultPath)
-	require.Equal(t, "packaging/bcd/config.yaml", src)
+	require.Equal(t, "packaging/bcd/bcd.yaml", src)
 	require.Equal(t, "config|noreplace", typ)
 	require.Contains(t, service(t, "bcd/bcd.service")["ExecStart"], "--config "+config.DefaultPath)
 }

@@ -1,5 +1,5 @@
 // Package config is bcd's configuration: a YAML file (by default
-// /etc/bcd/config.yaml) whose every setting a command-line flag can
+// /etc/bcd/bcd.yaml) whose every setting a command-line flag can
 // override. Unknown keys are errors, so a typo never silently falls back to
 // a default.
 package config
@@ -23,7 +23,7 @@ import (
 )
 
 // DefaultPath is where bcd looks for its config file.
-const DefaultPath = "/etc/bcd/config.yaml"
+const DefaultPath = "/etc/bcd/bcd.yaml"
 
 // Environment variables bcd sets for every plugin, beside PluginEnv.
 const (
