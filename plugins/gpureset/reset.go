@@ -2,7 +2,6 @@ package gpureset
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -162,20 +161,11 @@ func Handler(cfg Config) kind.Handler {
 	if cfg.ProcRoot == "" {
 		cfg.ProcRoot = "/proc"
 	}
+	// A failure after a cancel (a tool killed mid-run) is reported
+	// cancelled by the SDK (kind.ResultOf).
 	return kind.HandlerFunc(func(ctx context.Context, req kind.Request) (any, error) {
-		v, err := run(ctx, cfg, req)
-		return cancelWins(ctx, v, err)
+		return run(ctx, cfg, req)
 	})
-}
-
-// cancelWins reports a run that failed after a cancel as cancelled, with
-// its result: a tool killed by the cancel is no failure of the GPU.
-func cancelWins(ctx context.Context, v any, err error) (any, error) {
-	var f *kind.Failure
-	if err != nil && ctx.Err() != nil && errors.As(err, &f) {
-		return f.Result, ctx.Err()
-	}
-	return v, err
 }
 
 func run(ctx context.Context, cfg Config, req kind.Request) (any, error) {

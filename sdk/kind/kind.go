@@ -151,8 +151,9 @@ const (
 )
 
 // ResultOf turns a handler's return values into a Result. A handler that
-// returns an error after ctx was cancelled is reported cancelled; one that
-// finished its work anyway is reported succeeded, its real outcome.
+// returns an error after ctx was cancelled (a *Failure included) is reported
+// cancelled; one that finished its work anyway is reported succeeded, its
+// real outcome.
 func ResultOf(ctx context.Context, v any, err error) Result {
 	var data json.RawMessage
 	marshal := func(x any) error {
@@ -179,6 +180,12 @@ func ResultOf(ctx context.Context, v any, err error) Result {
 	var f *Failure
 	if errors.As(err, &f) {
 		_ = marshal(f.Result)
+		if errors.Is(ctx.Err(), context.Canceled) {
+			// A failure after a cancel is the cancel's doing (a tool killed
+			// mid-run is no fault of the hardware): report it cancelled,
+			// with what the handler did before it stopped.
+			return Result{Status: StatusCancelled, Reason: ReasonCancelled, Message: f.Error(), Data: data}
+		}
 		return Result{Status: StatusFailed, Reason: f.Reason, Message: f.Message, Data: data}
 	}
 	_ = marshal(v)

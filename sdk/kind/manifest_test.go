@@ -1,6 +1,7 @@
 package kind
 
 import (
+	"context"
 	"encoding/json"
 	"testing"
 	"time"
@@ -90,4 +91,17 @@ func TestResultOf(t *testing.T) {
 	require.Equal(t, "GPU 3", r.Message)
 	r = ResultOf(ctx, make(chan int), nil)
 	require.Equal(t, ReasonBadResult, r.Reason)
+}
+
+// "The daemon stops between actions and reports the real outcome": a
+// failure that comes after a cancel (the tool it ran was killed) is the
+// cancel's outcome, with what was done before it stopped.
+func TestResultOf_FailureAfterCancelIsCancelled(t *testing.T) {
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	r := ResultOf(ctx, nil, &Failure{Reason: "reset-failed", Message: "nvidia-smi was killed", Result: map[string]int{"done": 1}})
+	require.Equal(t, StatusCancelled, r.Status)
+	require.Equal(t, ReasonCancelled, r.Reason)
+	require.Contains(t, r.Message, "nvidia-smi was killed")
+	require.JSONEq(t, `{"done":1}`, string(r.Data))
 }

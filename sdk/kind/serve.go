@@ -239,8 +239,16 @@ func (s *Server) track(ctx context.Context, id string) (context.Context, func())
 	}
 }
 
-// Run calls h and turns its outcome, or its panic, into a Result.
+// Run calls h and turns its outcome, or its panic, into a Result. A nil
+// Logger or Progress in req is replaced by one that discards, so handlers
+// never check them.
 func Run(ctx context.Context, h Handler, req Request) (r Result) {
+	if req.Logger == nil {
+		req.Logger = hclog.NewNullLogger()
+	}
+	if req.Progress == nil {
+		req.Progress = ProgressFunc(func(int, string) {})
+	}
 	defer func() {
 		if p := recover(); p != nil {
 			if req.Logger != nil {
