@@ -292,8 +292,9 @@ func TestGateway_ReconnectWithNewRoleCompletesSelfTerminating(t *testing.T) {
 	e.waitState(once.ID, queue.Running)
 	stop()
 
+	// The node joined again, with a certificate for another role.
 	d.Role = "discovery"
-	defer e.run(d, conn)()
+	defer e.run(d, e.dial(pki.Identity{NodeID: e.node.ID, Role: "discovery"}, 0))()
 	got := e.waitState(reboot.ID, queue.Succeeded)
 	require.True(t, got.Rebooted)
 	require.Equal(t, queue.Running, e.get(once.ID).State, "a kind that is not self-terminating is replayed, not completed")
@@ -410,4 +411,13 @@ func TestGateway_SessionCannotSettleAnotherNodesCommand(t *testing.T) {
 	got := e.get(c.ID)
 	require.Equal(t, queue.Running, got.State)
 	require.Nil(t, got.Result)
+}
+
+// The role is the certificate's: a Hello that claims another is refused.
+func TestGateway_HelloCannotClaimAnotherRole(t *testing.T) {
+	e := setup(t, 1)
+	d := fakedaemon.New(e.node.ID)
+	d.Role = "discovery"
+	err := d.Run(e.ctx, e.dial(pki.Identity{NodeID: e.node.ID, Role: "node"}, 0))
+	require.ErrorContains(t, err, "certificate is for role")
 }

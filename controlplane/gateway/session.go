@@ -83,7 +83,12 @@ func (g *Gateway) Connect(stream grpc.BidiStreamingServer[agentv1.NodeMessage, a
 	if hello.GetNodeId() != id.NodeID {
 		return status.Errorf(codes.PermissionDenied, "Hello names node %q but the certificate is for %q", hello.GetNodeId(), id.NodeID)
 	}
-	epoch, err := g.beginSession(ctx, hello)
+	// The role is the certificate's (the CA recorded it at join); a Hello
+	// that claims another cannot change it.
+	if hello.GetRole() != "" && hello.GetRole() != id.Role {
+		return status.Errorf(codes.PermissionDenied, "Hello claims role %q but the certificate is for role %q: join again for a new role", hello.GetRole(), id.Role)
+	}
+	epoch, err := g.beginSession(ctx, hello, id.Role)
 	if err != nil {
 		var qe *queue.Error
 		if errors.As(err, &qe) && qe.Code == queue.NotFound {
@@ -117,7 +122,7 @@ func (g *Gateway) Connect(stream grpc.BidiStreamingServer[agentv1.NodeMessage, a
 // boot id or role ("a new boot or role on rejoin") completes in-flight
 // self-terminating commands as succeeded with rebooted: true; a new journal id fails in-flight commands that are not
 // retry-safe with journal-lost. All in one transaction.
-func (g *Gateway) beginSession(ctx context.Context, hello *agentv1.Hello) (int64, error) {
+func (g *Gateway) beginSession(ctx context.Context, hello *agentv1.Hello, role string) (int64, error) {
 	var epoch int64
 	err := pgx.BeginFunc(ctx, g.pool, func(tx pgx.Tx) error {
 		var oldJournal, oldBoot, oldRole string
@@ -132,8 +137,8 @@ func (g *Gateway) beginSession(ctx context.Context, hello *agentv1.Hello) (int64
 		if epoch, err = g.queue.BeginSession(ctx, tx, hello.GetNodeId()); err != nil {
 			return err
 		}
-		if _, err := tx.Exec(ctx, `UPDATE nodes SET journal_id = $2, boot_id = $3, role = CASE WHEN $4 <> '' THEN $4 ELSE role END WHERE id = $1`,
-			hello.GetNodeId(), hello.GetJournalId(), hello.GetBootId(), hello.GetRole()); err != nil {
+		if _, err := tx.Exec(ctx, `UPDATE nodes SET journal_id = $2, boot_id = $3, role = $4 WHERE id = $1`,
+			hello.GetNodeId(), hello.GetJournalId(), hello.GetBootId(), role); err != nil {
 			return fmt.Errorf("recording journal and boot ids: %w", err)
 		}
 		open, err := g.queue.ListOpen(ctx, tx, hello.GetNodeId())
@@ -141,7 +146,7 @@ func (g *Gateway) beginSession(ctx context.Context, hello *agentv1.Hello) (int64
 			return err
 		}
 		newBoot := oldBoot != "" && oldBoot != hello.GetBootId()
-		newRole := hello.GetRole() != "" && oldRole != hello.GetRole()
+		newRole := oldRole != role
 		newJournal := oldJournal != "" && oldJournal != hello.GetJournalId()
 		for _, c := range open {
 			if c.State == queue.Pending {
