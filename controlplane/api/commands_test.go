@@ -29,7 +29,7 @@ func TestRunReturnsTheSpecsShape(t *testing.T) {
 		Payload: payload, IdempotencyKey: "refresh-after-gpu-swap-0412", NotAfterSeconds: ptr[int32](300)})
 	require.NoError(t, err)
 	require.True(t, strings.HasPrefix(c.GetId(), "cmd_"), c.GetId())
-	require.Equal(t, int64(1), c.GetSeq())
+	require.Equal(t, uint32(1), c.GetSeq())
 	require.Equal(t, "pending", c.GetState())
 	require.True(t, c.GetRetrySafe())
 	require.WithinDuration(t, before.Add(300*time.Second), c.GetNotAfter().AsTime(), 5*time.Second)
@@ -41,6 +41,7 @@ func TestRunReturnsTheSpecsShape(t *testing.T) {
 	for _, k := range []string{"id", "seq", "state", "notAfter", "retrySafe", "nodeId", "tenantId", "kind", "payload"} {
 		require.Contains(t, m, k)
 	}
+	require.Equal(t, float64(1), m["seq"], "seq is a JSON number, as in the spec's { seq: 42 }")
 	for _, k := range []string{"batchId", "awaitingApproval", "notBefore", "bundleKey"} {
 		require.NotContains(t, m, k, "%s appears only where it applies", k)
 	}
@@ -49,7 +50,7 @@ func TestRunReturnsTheSpecsShape(t *testing.T) {
 	require.NoError(t, err)
 	require.NotNil(t, reboot.RetrySafe, "retrySafe is present even when false")
 	require.False(t, reboot.GetRetrySafe())
-	require.Equal(t, int64(2), reboot.GetSeq())
+	require.Equal(t, uint32(2), reboot.GetSeq())
 }
 
 // "It accepts an allowlist of kinds; any other kind is UNSUPPORTED."
@@ -150,7 +151,7 @@ func TestRunConcurrentSameKeyMakesOneCommand(t *testing.T) {
 	list, err := b.commands().List(as(tokOps), &apiv1.ListCommandsRequest{TenantId: tenantA, NodeId: nodeA1})
 	require.NoError(t, err)
 	require.Len(t, list.GetItems(), 1)
-	require.Equal(t, int64(1), list.GetItems()[0].GetSeq())
+	require.Equal(t, uint32(1), list.GetItems()[0].GetSeq())
 }
 
 // "The node must be visible to your tenant (NOT_FOUND otherwise)", never
@@ -251,12 +252,12 @@ func TestListPaging(t *testing.T) {
 	page, err := cl.List(as(tokReader), &apiv1.ListCommandsRequest{TenantId: tenantA, NodeId: nodeA1})
 	require.NoError(t, err)
 	require.Len(t, page.GetItems(), 100, "100 by default")
-	require.Equal(t, int64(total), page.GetItems()[0].GetSeq(), "newest first")
+	require.Equal(t, uint32(total), page.GetItems()[0].GetSeq(), "newest first")
 	page, err = cl.List(as(tokReader), &apiv1.ListCommandsRequest{TenantId: tenantA, NodeId: nodeA1, Limit: ptr[int32](1000)})
 	require.NoError(t, err)
 	require.Len(t, page.GetItems(), 200, "at most 200")
 
-	var seqs []int64
+	var seqs []uint32
 	cursor := ""
 	for pages := 0; ; pages++ {
 		require.Less(t, pages, 20)
@@ -272,7 +273,7 @@ func TestListPaging(t *testing.T) {
 	}
 	require.Len(t, seqs, total)
 	for i, s := range seqs {
-		require.Equal(t, int64(total-i), s, "every command once, newest first")
+		require.Equal(t, uint32(total-i), s, "every command once, newest first")
 	}
 
 	// Filter by state.
@@ -284,7 +285,7 @@ func TestListPaging(t *testing.T) {
 	failed, err := cl.List(as(tokReader), &apiv1.ListCommandsRequest{TenantId: tenantA, NodeId: nodeA1, State: "failed", Limit: ptr[int32](20)})
 	require.NoError(t, err)
 	require.Len(t, failed.GetItems(), 2)
-	require.Equal(t, []int64{7, 5}, []int64{failed.GetItems()[0].GetSeq(), failed.GetItems()[1].GetSeq()})
+	require.Equal(t, []uint32{7, 5}, []uint32{failed.GetItems()[0].GetSeq(), failed.GetItems()[1].GetSeq()})
 
 	_, err = cl.List(as(tokReader), &apiv1.ListCommandsRequest{TenantId: tenantA, NodeId: nodeA1, State: "bogus"})
 	requireCode(t, err, apierr.InvalidInput)

@@ -20,7 +20,7 @@ func (s *Server) toProto(c queue.Command) *apiv1.Command {
 		Id:                c.ID,
 		TenantId:          c.TenantID,
 		NodeId:            c.NodeID,
-		Seq:               c.Seq,
+		Seq:               uint32(c.Seq),
 		Kind:              c.Kind,
 		Payload:           toStruct(c.Payload),
 		State:             string(c.State),

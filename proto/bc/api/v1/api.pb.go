@@ -40,8 +40,10 @@ type Command struct {
 	Id       string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
 	TenantId string `protobuf:"bytes,2,opt,name=tenant_id,json=tenantId,proto3" json:"tenant_id,omitempty"`
 	NodeId   string `protobuf:"bytes,3,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
-	// seq is the command's per-node sequence number.
-	Seq     int64            `protobuf:"varint,4,opt,name=seq,proto3" json:"seq,omitempty"`
+	// seq is the command's per-node sequence number. It is a uint32 so that
+	// JSON shows it as a number, as the spec does (seq: 42); proto3 JSON
+	// writes 64-bit integers as strings. Four billion commands per node.
+	Seq     uint32           `protobuf:"varint,4,opt,name=seq,proto3" json:"seq,omitempty"`
 	Kind    string           `protobuf:"bytes,5,opt,name=kind,proto3" json:"kind,omitempty"`
 	Payload *structpb.Struct `protobuf:"bytes,6,opt,name=payload,proto3" json:"payload,omitempty"`
 	// state is one of pending, dispatched, acked, running, succeeded, failed,
@@ -128,7 +130,7 @@ func (x *Command) GetNodeId() string {
 	return ""
 }
 
-func (x *Command) GetSeq() int64 {
+func (x *Command) GetSeq() uint32 {
 	if x != nil {
 		return x.Seq
 	}
@@ -1522,7 +1524,7 @@ const file_bc_api_v1_api_proto_rawDesc = "" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1b\n" +
 	"\ttenant_id\x18\x02 \x01(\tR\btenantId\x12\x17\n" +
 	"\anode_id\x18\x03 \x01(\tR\x06nodeId\x12\x10\n" +
-	"\x03seq\x18\x04 \x01(\x03R\x03seq\x12\x12\n" +
+	"\x03seq\x18\x04 \x01(\rR\x03seq\x12\x12\n" +
 	"\x04kind\x18\x05 \x01(\tR\x04kind\x121\n" +
 	"\apayload\x18\x06 \x01(\v2\x17.google.protobuf.StructR\apayload\x12\x14\n" +
 	"\x05state\x18\a \x01(\tR\x05state\x12\x16\n" +
