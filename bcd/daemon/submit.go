@@ -192,6 +192,9 @@ func (d *Daemon) decide(e *entry, dec accept.Decision) {
 		d.finish(e, rec) // BUSY is not journaled
 		return
 	case err != nil:
+		// The lanes are closing (bcd is stopping): nothing was accepted, and
+		// the gateway delivers the command again to the next session.
+		d.logger.Info("not accepted: bcd is stopping", "command_id", e.cmd.ID, "kind", e.cmd.Kind, "error", err)
 		d.abandon(e)
 		return
 	}
