@@ -65,6 +65,10 @@ type Daemon struct {
 	Script    Script
 	// Status, when set, is sent right after Hello (inventory, conditions).
 	Status *agentv1.NodeStatus
+	// AppliedGeneration is the spec generation reported in Hello.
+	AppliedGeneration int64
+	// RequestSpec sends a SpecRequest right after Hello.
+	RequestSpec bool
 
 	// mu guards everything below.
 	mu        sync.Mutex
@@ -75,6 +79,7 @@ type Daemon struct {
 	welcome   *agentv1.Welcome
 	cancels   []string
 	acks      map[string]int
+	specs     []*agentv1.Spec
 	onCommand func(*agentv1.Command)
 }
 
@@ -145,6 +150,13 @@ func (d *Daemon) Acks(id string) int {
 	return d.acks[id]
 }
 
+// Specs returns the Spec messages received, in order.
+func (d *Daemon) Specs() []*agentv1.Spec {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return append([]*agentv1.Spec(nil), d.specs...)
+}
+
 // Welcome returns the last Welcome.
 func (d *Daemon) Welcome() *agentv1.Welcome {
 	d.mu.Lock()
@@ -165,7 +177,7 @@ func (d *Daemon) Run(ctx context.Context, conn grpc.ClientConnInterface) error {
 		return fmt.Errorf("connect: %w", err)
 	}
 	d.mu.Lock()
-	hello := &agentv1.Hello{NodeId: d.NodeID, JournalId: d.JournalID, BootId: d.BootID, Role: d.Role, DaemonVersion: "fake", Kinds: d.Kinds}
+	hello := &agentv1.Hello{NodeId: d.NodeID, JournalId: d.JournalID, BootId: d.BootID, Role: d.Role, DaemonVersion: "fake", Kinds: d.Kinds, AppliedGeneration: d.AppliedGeneration}
 	for id := range d.running {
 		hello.InFlight = append(hello.InFlight, id)
 	}
@@ -183,6 +195,11 @@ func (d *Daemon) Run(ctx context.Context, conn grpc.ClientConnInterface) error {
 	if d.Status != nil {
 		if err := send(&agentv1.NodeMessage{Msg: &agentv1.NodeMessage_Status{Status: d.Status}}); err != nil {
 			return fmt.Errorf("status: %w", err)
+		}
+	}
+	if d.RequestSpec {
+		if err := send(&agentv1.NodeMessage{Msg: &agentv1.NodeMessage_SpecRequest{SpecRequest: &agentv1.SpecRequest{HaveGeneration: d.AppliedGeneration}}}); err != nil {
+			return fmt.Errorf("spec request: %w", err)
 		}
 	}
 	var wg sync.WaitGroup
@@ -215,6 +232,10 @@ func (d *Daemon) Run(ctx context.Context, conn grpc.ClientConnInterface) error {
 				defer wg.Done()
 				d.handle(sctx, &cmd, epoch, send)
 			}()
+		case *agentv1.GatewayMessage_Spec:
+			d.mu.Lock()
+			d.specs = append(d.specs, m.Spec)
+			d.mu.Unlock()
 		case *agentv1.GatewayMessage_Ack:
 			d.mu.Lock()
 			d.acks[m.Ack.GetCommandId()]++

@@ -347,13 +347,37 @@ func TestGateway_PushesNewSpecGeneration(t *testing.T) {
 	e := setup(t, 1)
 	d := fakedaemon.New(e.node.ID)
 	conn := e.dial(pki.Identity{NodeID: e.node.ID}, 0)
-	defer e.run(d, conn)()
+	stop := e.run(d, conn)
 	g, err := nodespecs.Set(e.ctx, e.pool, e.node.ID, json.RawMessage(`{"holds":[{"gpu":"GPU-1","state":"live"}]}`))
 	require.NoError(t, err)
 	require.Equal(t, int64(1), g.Generation)
-	latest, err := nodespecs.Latest(e.ctx, e.pool, e.node.ID)
+	testutil.WaitFor(t, 10*time.Second, "generation 1 to be pushed on change", func() bool {
+		specs := d.Specs()
+		return len(specs) == 1 && specs[0].GetGeneration() == 1
+	})
+	require.JSONEq(t, `{"holds":[{"gpu":"GPU-1","state":"live"}]}`, string(d.Specs()[0].GetSpec()))
+	stop()
+
+	// A node that has applied generation 1 asks for the spec: it gets
+	// nothing older; once generation 2 exists, it gets that.
+	_, err = nodespecs.Set(e.ctx, e.pool, e.node.ID, json.RawMessage(`{"holds":[]}`))
 	require.NoError(t, err)
-	require.Equal(t, int64(1), latest.Generation)
+	again := fakedaemon.New(e.node.ID)
+	again.JournalID, again.BootID = d.JournalID, d.BootID
+	again.AppliedGeneration = 1
+	again.RequestSpec = true
+	defer e.run(again, conn)()
+	testutil.WaitFor(t, 10*time.Second, "generation 2 in answer to the SpecRequest", func() bool {
+		for _, s := range again.Specs() {
+			if s.GetGeneration() == 2 {
+				return true
+			}
+		}
+		return false
+	})
+	for _, s := range again.Specs() {
+		require.Equal(t, int64(2), s.GetGeneration(), "never a generation the node already applied")
+	}
 }
 
 // Conditions travel to the control plane: NodeStatus lands on the node row
