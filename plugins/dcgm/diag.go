@@ -142,15 +142,10 @@ func Handler(cfg Config) kind.Handler {
 	})
 }
 
+// run does the work; kind.Run hands it a request whose Logger and Progress
+// are never nil.
 func run(ctx context.Context, cfg Config, req kind.Request) (any, error) {
-	logger := req.Logger
-	if logger == nil {
-		logger = hclog.NewNullLogger()
-	}
-	progress := req.Progress
-	if progress == nil {
-		progress = kind.ProgressFunc(func(int, string) {})
-	}
+	logger, progress := req.Logger, req.Progress
 	var p Payload
 	if err := req.Command.Decode(&p); err != nil {
 		return nil, err
