@@ -160,7 +160,7 @@ func requireCode(t testing.TB, err error, code apierr.Code) apierr.Info {
 	in, ok := apierr.Parse(err)
 	require.True(t, ok, "not a gRPC status: %v", err)
 	require.Equal(t, code, in.Code, "ErrorInfo.Reason of %v", err)
-	require.Equal(t, code.GRPCCode(), in.GRPC, "gRPC code of %v", err)
+	require.Equal(t, apierr.GRPCCode(code), in.GRPC, "gRPC code of %v", err)
 	return in
 }
 

@@ -12,24 +12,27 @@ import (
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/better-compute/commands/controlplane/queue"
 )
 
 // Domain is the ErrorInfo domain of every API error.
 const Domain = "api.better-compute"
 
-// Code is one of the spec's error codes.
-type Code string
+// Code is one of the spec's error codes. The queue defines them, since its
+// refusals are what the API reports; one set, so the two never drift.
+type Code = queue.Code
 
-// The spec's error codes.
+// The spec's error codes, and INTERNAL for what no code covers.
 const (
-	InvalidInput     Code = "INVALID_INPUT"
-	InvalidState     Code = "INVALID_STATE"
-	NotFound         Code = "NOT_FOUND"
-	Conflict         Code = "CONFLICT"
-	Unsupported      Code = "UNSUPPORTED"
-	PermissionDenied Code = "PERMISSION_DENIED"
-	Unauthenticated  Code = "UNAUTHENTICATED"
-	Unavailable      Code = "UNAVAILABLE"
+	InvalidInput          = queue.InvalidInput
+	InvalidState          = queue.InvalidState
+	NotFound              = queue.NotFound
+	Conflict              = queue.Conflict
+	Unsupported           = queue.Unsupported
+	PermissionDenied      = queue.PermissionDenied
+	Unauthenticated       = queue.Unauthenticated
+	Unavailable           = queue.Unavailable
 	Internal         Code = "INTERNAL"
 )
 
@@ -50,7 +53,7 @@ var grpcCodes = map[Code]codes.Code{
 }
 
 // GRPCCode returns the gRPC code for c (Internal for an unknown code).
-func (c Code) GRPCCode() codes.Code {
+func GRPCCode(c Code) codes.Code {
 	if gc, ok := grpcCodes[c]; ok {
 		return gc
 	}
@@ -70,7 +73,7 @@ func Errorf(c Code, format string, args ...any) error {
 
 // Status builds the status that New returns as an error.
 func Status(c Code, message string, details map[string]string) *status.Status {
-	st := status.New(c.GRPCCode(), message)
+	st := status.New(GRPCCode(c), message)
 	info := &errdetails.ErrorInfo{Reason: string(c), Domain: Domain}
 	if len(details) > 0 {
 		info.Metadata = make(map[string]string, len(details))
