@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"encoding/json"
+	"github.com/better-compute/commands/internal/trust"
 	"net"
 	"sync"
 	"testing"
@@ -92,9 +93,9 @@ func setup(t *testing.T, gateways int) *env {
 }
 
 // dial connects as a node with a certificate for id.
-func (e *env) dial(id pki.Identity, gw int) *grpc.ClientConn {
+func (e *env) dial(id trust.Identity, gw int) *grpc.ClientConn {
 	e.t.Helper()
-	keyPEM, csr, err := pki.NewKeyAndCSR(id.NodeID)
+	keyPEM, csr, err := trust.NewKeyAndCSR(id.NodeID)
 	require.NoError(e.t, err)
 	certPEM, err := e.ca.IssueNode(csr, id)
 	require.NoError(e.t, err)
@@ -154,7 +155,7 @@ func TestGateway_CommandRunsToSucceeded(t *testing.T) {
 	d.Script = func(*agentv1.Command) fakedaemon.Action {
 		return fakedaemon.Action{Kind: fakedaemon.Succeed, Result: json.RawMessage(`{"gpus":8}`)}
 	}
-	defer e.run(d, e.dial(pki.Identity{NodeID: e.node.ID}, 0))()
+	defer e.run(d, e.dial(trust.Identity{NodeID: e.node.ID}, 0))()
 	c := e.enqueue("test.ctl", "k1")
 	got := e.waitState(c.ID, queue.Succeeded)
 	require.JSONEq(t, `{"gpus":8}`, string(got.Result))
@@ -172,7 +173,7 @@ func TestGateway_NoSessionWithoutNodeCertificate(t *testing.T) {
 
 	// A certificate for another node cannot speak for this one.
 	other := fakedaemon.New(e.node.ID)
-	err = other.Run(e.ctx, e.dial(pki.Identity{NodeID: "node_someone_else"}, 0))
+	err = other.Run(e.ctx, e.dial(trust.Identity{NodeID: "node_someone_else"}, 0))
 	require.ErrorContains(t, err, "certificate is for")
 }
 
@@ -185,7 +186,7 @@ func TestGateway_CreditsNeverExceededUnderBurst(t *testing.T) {
 	d.Script = func(*agentv1.Command) fakedaemon.Action {
 		return fakedaemon.Action{Kind: fakedaemon.Succeed, Delay: 5 * time.Millisecond}
 	}
-	defer e.run(d, e.dial(pki.Identity{NodeID: e.node.ID}, 0))()
+	defer e.run(d, e.dial(trust.Identity{NodeID: e.node.ID}, 0))()
 	var ids []string
 	for i := 0; i < 90; i++ {
 		ids = append(ids, e.enqueue("test.ctl", "ctl-"+string(rune('a'+i/26))+string(rune('a'+i%26))).ID)
@@ -218,7 +219,7 @@ func TestGateway_BusyGoesBackToPendingThenRuns(t *testing.T) {
 		}
 		return fakedaemon.Action{Kind: fakedaemon.Succeed}
 	}
-	defer e.run(d, e.dial(pki.Identity{NodeID: e.node.ID}, 0))()
+	defer e.run(d, e.dial(trust.Identity{NodeID: e.node.ID}, 0))()
 	c := e.enqueue("test.ctl", "busy")
 	got := e.waitState(c.ID, queue.Succeeded)
 	require.Equal(t, 2, got.Attempts, "dispatched twice: once refused BUSY, once run")
@@ -230,7 +231,7 @@ func TestGateway_CancelInFlight(t *testing.T) {
 	e := setup(t, 1)
 	d := fakedaemon.New(e.node.ID)
 	d.Script = func(*agentv1.Command) fakedaemon.Action { return fakedaemon.Action{Kind: fakedaemon.Hang} }
-	defer e.run(d, e.dial(pki.Identity{NodeID: e.node.ID}, 0))()
+	defer e.run(d, e.dial(trust.Identity{NodeID: e.node.ID}, 0))()
 	c := e.enqueue("test.ctl", "hang")
 	e.waitState(c.ID, queue.Running)
 	require.NoError(t, pgx.BeginFunc(e.ctx, e.pool, func(tx pgx.Tx) error {
@@ -251,7 +252,7 @@ func TestGateway_ReconnectSettlesBootAndJournal(t *testing.T) {
 	e := setup(t, 1)
 	d := fakedaemon.New(e.node.ID)
 	d.Script = func(*agentv1.Command) fakedaemon.Action { return fakedaemon.Action{Kind: fakedaemon.Hang} }
-	conn := e.dial(pki.Identity{NodeID: e.node.ID}, 0)
+	conn := e.dial(trust.Identity{NodeID: e.node.ID}, 0)
 	stop := e.run(d, conn)
 	reboot := e.enqueue("test.reboot", "reboot")
 	e.waitState(reboot.ID, queue.Running)
@@ -284,7 +285,7 @@ func TestGateway_ReconnectWithNewRoleCompletesSelfTerminating(t *testing.T) {
 	e := setup(t, 1)
 	d := fakedaemon.New(e.node.ID)
 	d.Script = func(*agentv1.Command) fakedaemon.Action { return fakedaemon.Action{Kind: fakedaemon.Hang} }
-	conn := e.dial(pki.Identity{NodeID: e.node.ID}, 0)
+	conn := e.dial(trust.Identity{NodeID: e.node.ID}, 0)
 	stop := e.run(d, conn)
 	reboot := e.enqueue("test.reboot", "reboot")
 	once := e.enqueue("test.once", "once")
@@ -294,7 +295,7 @@ func TestGateway_ReconnectWithNewRoleCompletesSelfTerminating(t *testing.T) {
 
 	// The node joined again, with a certificate for another role.
 	d.Role = "discovery"
-	defer e.run(d, e.dial(pki.Identity{NodeID: e.node.ID, Role: "discovery"}, 0))()
+	defer e.run(d, e.dial(trust.Identity{NodeID: e.node.ID, Role: "discovery"}, 0))()
 	got := e.waitState(reboot.ID, queue.Succeeded)
 	require.True(t, got.Rebooted)
 	require.Equal(t, queue.Running, e.get(once.ID).State, "a kind that is not self-terminating is replayed, not completed")
@@ -310,7 +311,7 @@ func TestGateway_TwoGatewaysFenceStaleSession(t *testing.T) {
 		<-hold
 		return fakedaemon.Action{Kind: fakedaemon.SkipToResult, Result: json.RawMessage(`{"from":"old"}`)}
 	}
-	stopOld := e.run(old, e.dial(pki.Identity{NodeID: e.node.ID}, 0))
+	stopOld := e.run(old, e.dial(trust.Identity{NodeID: e.node.ID}, 0))
 	defer stopOld()
 	c := e.enqueue("test.ctl", "fenced")
 	testutil.WaitFor(t, 10*time.Second, "old session to receive the command", func() bool { return len(old.Received()) == 1 })
@@ -321,7 +322,7 @@ func TestGateway_TwoGatewaysFenceStaleSession(t *testing.T) {
 	fresh.Script = func(*agentv1.Command) fakedaemon.Action {
 		return fakedaemon.Action{Kind: fakedaemon.SkipToResult, Result: json.RawMessage(`{"from":"new"}`)}
 	}
-	defer e.run(fresh, e.dial(pki.Identity{NodeID: e.node.ID}, 1))()
+	defer e.run(fresh, e.dial(trust.Identity{NodeID: e.node.ID}, 1))()
 	// The new session replays the in-flight command and settles it; then the
 	// stale session's late report must change nothing.
 	got := e.waitState(c.ID, queue.Succeeded)
@@ -335,7 +336,7 @@ func TestGateway_TwoGatewaysFenceStaleSession(t *testing.T) {
 func TestGateway_RestrictedIdentityCheckedAtDispatch(t *testing.T) {
 	e := setup(t, 1)
 	d := fakedaemon.New(e.node.ID)
-	defer e.run(d, e.dial(pki.Identity{NodeID: e.node.ID, Role: "node", AllowedKinds: []string{"test.bulk"}}, 0))()
+	defer e.run(d, e.dial(trust.Identity{NodeID: e.node.ID, Role: "node", AllowedKinds: []string{"test.bulk"}}, 0))()
 	c := e.enqueue("test.ctl", "restricted")
 	got := e.waitState(c.ID, queue.Rejected)
 	require.Contains(t, got.Reason, "restricted identity that does not accept test.ctl")
@@ -346,7 +347,7 @@ func TestGateway_RestrictedIdentityCheckedAtDispatch(t *testing.T) {
 func TestGateway_PushesNewSpecGeneration(t *testing.T) {
 	e := setup(t, 1)
 	d := fakedaemon.New(e.node.ID)
-	conn := e.dial(pki.Identity{NodeID: e.node.ID}, 0)
+	conn := e.dial(trust.Identity{NodeID: e.node.ID}, 0)
 	stop := e.run(d, conn)
 	g, err := nodespecs.Set(e.ctx, e.pool, e.node.ID, json.RawMessage(`{"holds":[{"gpu":"GPU-1","state":"live"}]}`))
 	require.NoError(t, err)
@@ -389,7 +390,7 @@ func TestGateway_StoresNodeStatus(t *testing.T) {
 		Inventory:  []byte(`{"gpus":[{"index":0}]}`),
 		Conditions: []*agentv1.NodeCondition{{Type: "RebootRequired", Status: true, Reason: "reboot-required-file"}},
 	}
-	defer e.run(d, e.dial(pki.Identity{NodeID: e.node.ID}, 0))()
+	defer e.run(d, e.dial(trust.Identity{NodeID: e.node.ID}, 0))()
 	var conds, inv string
 	testutil.WaitFor(t, 10*time.Second, "the node's status to be stored", func() bool {
 		err := e.pool.QueryRow(e.ctx, `SELECT coalesce(conditions::text, ''), coalesce(inventory::text, '') FROM nodes WHERE id = $1`, e.node.ID).Scan(&conds, &inv)
@@ -407,7 +408,7 @@ func TestGateway_SessionCannotSettleAnotherNodesCommand(t *testing.T) {
 	e := setup(t, 1)
 	d := fakedaemon.New(e.node.ID)
 	d.Script = func(*agentv1.Command) fakedaemon.Action { return fakedaemon.Action{Kind: fakedaemon.Hang} }
-	defer e.run(d, e.dial(pki.Identity{NodeID: e.node.ID}, 0))()
+	defer e.run(d, e.dial(trust.Identity{NodeID: e.node.ID}, 0))()
 	c := e.enqueue("test.ctl", "victim")
 	e.waitState(c.ID, queue.Running)
 
@@ -415,7 +416,7 @@ func TestGateway_SessionCannotSettleAnotherNodesCommand(t *testing.T) {
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(e.ctx)
 	defer cancel()
-	stream, err := agentv1.NewSessionClient(e.dial(pki.Identity{NodeID: other.ID}, 0)).Connect(ctx)
+	stream, err := agentv1.NewSessionClient(e.dial(trust.Identity{NodeID: other.ID}, 0)).Connect(ctx)
 	require.NoError(t, err)
 	require.NoError(t, stream.Send(&agentv1.NodeMessage{Msg: &agentv1.NodeMessage_Hello{Hello: &agentv1.Hello{
 		NodeId: other.ID, JournalId: "j", BootId: "b", Role: "node"}}}))
@@ -442,6 +443,6 @@ func TestGateway_HelloCannotClaimAnotherRole(t *testing.T) {
 	e := setup(t, 1)
 	d := fakedaemon.New(e.node.ID)
 	d.Role = "discovery"
-	err := d.Run(e.ctx, e.dial(pki.Identity{NodeID: e.node.ID, Role: "node"}, 0))
+	err := d.Run(e.ctx, e.dial(trust.Identity{NodeID: e.node.ID, Role: "node"}, 0))
 	require.ErrorContains(t, err, "certificate is for role")
 }

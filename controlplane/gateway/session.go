@@ -20,27 +20,27 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/better-compute/commands/controlplane/nodespecs"
-	"github.com/better-compute/commands/controlplane/pki"
 	"github.com/better-compute/commands/controlplane/queue"
+	"github.com/better-compute/commands/internal/trust"
 	agentv1 "github.com/better-compute/commands/proto/bc/agent/v1"
 	"github.com/better-compute/commands/sdk/kind"
 )
 
 // identityFromPeer reads the node identity from the verified mTLS client
 // certificate: no session without a valid node certificate.
-func identityFromPeer(ctx context.Context) (pki.Identity, error) {
+func identityFromPeer(ctx context.Context) (trust.Identity, error) {
 	p, ok := peer.FromContext(ctx)
 	if !ok {
-		return pki.Identity{}, status.Error(codes.Unauthenticated, "no peer: connect with mTLS and a node certificate")
+		return trust.Identity{}, status.Error(codes.Unauthenticated, "no peer: connect with mTLS and a node certificate")
 	}
 	ti, ok := p.AuthInfo.(credentials.TLSInfo)
 	if !ok || len(ti.State.VerifiedChains) == 0 || len(ti.State.VerifiedChains[0]) == 0 {
-		return pki.Identity{}, status.Error(codes.Unauthenticated, "no verified client certificate: join the node first (bcd join) and connect with its certificate")
+		return trust.Identity{}, status.Error(codes.Unauthenticated, "no verified client certificate: join the node first (bcd join) and connect with its certificate")
 	}
 	var leaf *x509.Certificate = ti.State.VerifiedChains[0][0]
-	id, err := pki.IdentityOf(leaf)
+	id, err := trust.IdentityOf(leaf)
 	if err != nil {
-		return pki.Identity{}, status.Errorf(codes.Unauthenticated, "client certificate: %v", err)
+		return trust.Identity{}, status.Errorf(codes.Unauthenticated, "client certificate: %v", err)
 	}
 	return id, nil
 }
@@ -48,7 +48,7 @@ func identityFromPeer(ctx context.Context) (pki.Identity, error) {
 // session is one node's stream.
 type session struct {
 	g      *Gateway
-	id     pki.Identity
+	id     trust.Identity
 	hello  *agentv1.Hello
 	epoch  int64
 	stream grpc.BidiStreamingServer[agentv1.NodeMessage, agentv1.GatewayMessage]

@@ -20,6 +20,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"github.com/better-compute/commands/internal/trust"
 	"strings"
 	"time"
 
@@ -151,7 +152,7 @@ func (s *Service) Join(ctx context.Context, req *agentv1.JoinRequest) (*agentv1.
 		return nil, status.Error(codes.InvalidArgument, "csr is required (a PEM CERTIFICATE REQUEST for the node key)")
 	}
 	var (
-		id   pki.Identity
+		id   trust.Identity
 		cert []byte
 	)
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {

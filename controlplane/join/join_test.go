@@ -2,6 +2,7 @@ package join_test
 
 import (
 	"context"
+	"github.com/better-compute/commands/internal/trust"
 	"testing"
 	"time"
 
@@ -42,7 +43,7 @@ func setup(t *testing.T) *bundle {
 	require.NoError(t, err)
 	ca, err := pki.NewCA("test")
 	require.NoError(t, err)
-	_, csr, err := pki.NewKeyAndCSR(node.ID)
+	_, csr, err := trust.NewKeyAndCSR(node.ID)
 	require.NoError(t, err)
 	return &bundle{ctx: ctx, db: pool, svc: join.New(pool, q, ca, nil, nil), q: q, node: node, csr: csr}
 }

@@ -16,50 +16,13 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"github.com/better-compute/commands/internal/trust"
 	"math/big"
 	"net"
-	"net/url"
 	"os"
 	"path/filepath"
-	"sort"
-	"strings"
 	"time"
 )
-
-// Identity is what a node certificate says about its node.
-type Identity struct {
-	NodeID string
-	Role   string
-	// AllowedKinds is empty for a full identity and lists the kinds a
-	// restricted identity (a discovery ramdisk, say) may run.
-	AllowedKinds []string
-}
-
-// Restricted reports whether the identity only accepts some kinds.
-func (id Identity) Restricted() bool { return len(id.AllowedKinds) > 0 }
-
-// Allows reports whether the identity accepts kind.
-func (id Identity) Allows(kind string) bool {
-	if !id.Restricted() {
-		return true
-	}
-	for _, k := range id.AllowedKinds {
-		if k == kind {
-			return true
-		}
-	}
-	return false
-}
-
-// The URI SANs that carry an identity.
-const (
-	uriNode    = "urn:bc:node:"
-	uriRole    = "urn:bc:role:"
-	uriAllowed = "urn:bc:allowed-kinds:"
-)
-
-// ErrNotNodeCert is returned for a certificate that names no node.
-var ErrNotNodeCert = errors.New("certificate names no node")
 
 // CA is the node CA.
 type CA struct {
@@ -127,7 +90,7 @@ func LoadOrCreateCA(dir string) (*CA, error) {
 	if err != nil {
 		return nil, fmt.Errorf("reading CA key: %w", err)
 	}
-	cert, err := ParseCertPEM(certPEM)
+	cert, err := trust.ParseCertPEM(certPEM)
 	if err != nil {
 		return nil, err
 	}
@@ -154,7 +117,7 @@ func (ca *CA) Pool() *x509.CertPool {
 }
 
 // IssueNode signs a node certificate for the CSR's key, carrying id.
-func (ca *CA) IssueNode(csrPEM []byte, id Identity) ([]byte, error) {
+func (ca *CA) IssueNode(csrPEM []byte, id trust.Identity) ([]byte, error) {
 	b, _ := pem.Decode(csrPEM)
 	if b == nil || b.Type != "CERTIFICATE REQUEST" {
 		return nil, errors.New("csr: not a PEM CERTIFICATE REQUEST")
@@ -166,7 +129,7 @@ func (ca *CA) IssueNode(csrPEM []byte, id Identity) ([]byte, error) {
 	if err := csr.CheckSignature(); err != nil {
 		return nil, fmt.Errorf("csr signature: %w", err)
 	}
-	uris, err := identityURIs(id)
+	uris, err := trust.IdentityURIs(id)
 	if err != nil {
 		return nil, err
 	}
@@ -216,82 +179,6 @@ func (ca *CA) IssueServer(hosts ...string) (certPEM, keyPEM []byte, err error) {
 		return nil, nil, err
 	}
 	return pemBlock("CERTIFICATE", der), pemBlock("PRIVATE KEY", keyDER), nil
-}
-
-// IdentityOf reads a node identity from a verified certificate.
-func IdentityOf(cert *x509.Certificate) (Identity, error) {
-	var id Identity
-	for _, u := range cert.URIs {
-		s := u.String()
-		switch {
-		case strings.HasPrefix(s, uriNode):
-			id.NodeID = strings.TrimPrefix(s, uriNode)
-		case strings.HasPrefix(s, uriRole):
-			id.Role = strings.TrimPrefix(s, uriRole)
-		case strings.HasPrefix(s, uriAllowed):
-			if v := strings.TrimPrefix(s, uriAllowed); v != "" {
-				id.AllowedKinds = strings.Split(v, ",")
-			}
-		}
-	}
-	if id.NodeID == "" {
-		return Identity{}, ErrNotNodeCert
-	}
-	if id.Role == "" {
-		id.Role = "node"
-	}
-	return id, nil
-}
-
-func identityURIs(id Identity) ([]*url.URL, error) {
-	if id.NodeID == "" {
-		return nil, errors.New("identity: node id is required")
-	}
-	role := id.Role
-	if role == "" {
-		role = "node"
-	}
-	raw := []string{uriNode + id.NodeID, uriRole + role}
-	if len(id.AllowedKinds) > 0 {
-		kinds := append([]string(nil), id.AllowedKinds...)
-		sort.Strings(kinds)
-		raw = append(raw, uriAllowed+strings.Join(kinds, ","))
-	}
-	out := make([]*url.URL, 0, len(raw))
-	for _, r := range raw {
-		u, err := url.Parse(r)
-		if err != nil {
-			return nil, fmt.Errorf("identity uri %q: %w", r, err)
-		}
-		out = append(out, u)
-	}
-	return out, nil
-}
-
-// ParseCertPEM parses the first certificate in b.
-func ParseCertPEM(b []byte) (*x509.Certificate, error) {
-	blk, _ := pem.Decode(b)
-	if blk == nil || blk.Type != "CERTIFICATE" {
-		return nil, errors.New("not a PEM CERTIFICATE")
-	}
-	return x509.ParseCertificate(blk.Bytes)
-}
-
-// NewKeyAndCSR makes a node key and a CSR for it (PEM), as bcd does at join.
-func NewKeyAndCSR(nodeName string) (keyPEM, csrPEM []byte, err error) {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return nil, nil, err
-	}
-	csrDER, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{Subject: pkix.Name{CommonName: nodeName}}, key)
-	if err != nil {
-		return nil, nil, fmt.Errorf("creating csr: %w", err)
-	}
-	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
-	if err != nil {
-		return nil, nil, err
-	}
-	return pemBlock("PRIVATE KEY", keyDER), pemBlock("CERTIFICATE REQUEST", csrDER), nil
 }
 
 func pemBlock(typ string, der []byte) []byte {

@@ -1,6 +1,7 @@
 package pki
 
 import (
+	"github.com/better-compute/commands/internal/trust"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -9,13 +10,13 @@ import (
 func TestCA_IssueNode_RecordsRestrictedIdentity(t *testing.T) {
 	ca, err := NewCA("test")
 	require.NoError(t, err)
-	_, csr, err := NewKeyAndCSR("host-1")
+	_, csr, err := trust.NewKeyAndCSR("host-1")
 	require.NoError(t, err)
-	certPEM, err := ca.IssueNode(csr, Identity{NodeID: "node_1", Role: "discovery", AllowedKinds: []string{"inventory.refresh", "diag.nvml"}})
+	certPEM, err := ca.IssueNode(csr, trust.Identity{NodeID: "node_1", Role: "discovery", AllowedKinds: []string{"inventory.refresh", "diag.nvml"}})
 	require.NoError(t, err)
-	cert, err := ParseCertPEM(certPEM)
+	cert, err := trust.ParseCertPEM(certPEM)
 	require.NoError(t, err)
-	id, err := IdentityOf(cert)
+	id, err := trust.IdentityOf(cert)
 	require.NoError(t, err)
 	require.Equal(t, "node_1", id.NodeID)
 	require.Equal(t, "discovery", id.Role)
@@ -23,10 +24,10 @@ func TestCA_IssueNode_RecordsRestrictedIdentity(t *testing.T) {
 	require.True(t, id.Allows("diag.nvml"))
 	require.False(t, id.Allows("node.reboot"), "a restricted identity only accepts its allowed kinds")
 
-	full, err := ca.IssueNode(csr, Identity{NodeID: "node_2"})
+	full, err := ca.IssueNode(csr, trust.Identity{NodeID: "node_2"})
 	require.NoError(t, err)
-	c2, _ := ParseCertPEM(full)
-	id2, err := IdentityOf(c2)
+	c2, _ := trust.ParseCertPEM(full)
+	id2, err := trust.IdentityOf(c2)
 	require.NoError(t, err)
 	require.Equal(t, "node", id2.Role)
 	require.True(t, id2.Allows("node.reboot"))
@@ -44,6 +45,6 @@ func TestCA_LoadOrCreate_RoundTrips(t *testing.T) {
 func TestCA_IssueNode_RefusesBadCSR(t *testing.T) {
 	ca, err := NewCA("test")
 	require.NoError(t, err)
-	_, err = ca.IssueNode([]byte("garbage"), Identity{NodeID: "node_1"})
+	_, err = ca.IssueNode([]byte("garbage"), trust.Identity{NodeID: "node_1"})
 	require.ErrorContains(t, err, "csr")
 }

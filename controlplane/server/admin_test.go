@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"context"
+	"github.com/better-compute/commands/internal/trust"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -9,7 +10,6 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/better-compute/commands/controlplane/api/apierr"
-	"github.com/better-compute/commands/controlplane/pki"
 	"github.com/better-compute/commands/controlplane/server/servertest"
 	agentv1 "github.com/better-compute/commands/proto/bc/agent/v1"
 	apiv1 "github.com/better-compute/commands/proto/bc/api/v1"
@@ -41,15 +41,15 @@ func TestCreateJoinTokenThroughTheAPI(t *testing.T) {
 	require.Equal(t, servertest.NodeA1, tok.GetNodeId())
 	require.True(t, tok.GetExpiresAt().IsValid())
 
-	_, csr, err := pki.NewKeyAndCSR(servertest.NodeA1)
+	_, csr, err := trust.NewKeyAndCSR(servertest.NodeA1)
 	require.NoError(t, err)
 	resp, err := agentv1.NewJoinClient(noCertConn(t, r)).Join(context.Background(), &agentv1.JoinRequest{Token: tok.GetToken(), Csr: csr})
 	require.NoError(t, err)
-	cert, err := pki.ParseCertPEM(resp.GetCertificate())
+	cert, err := trust.ParseCertPEM(resp.GetCertificate())
 	require.NoError(t, err)
-	id, err := pki.IdentityOf(cert)
+	id, err := trust.IdentityOf(cert)
 	require.NoError(t, err)
-	require.Equal(t, pki.Identity{NodeID: servertest.NodeA1, Role: "discovery", AllowedKinds: []string{"inventory.refresh"}}, id)
+	require.Equal(t, trust.Identity{NodeID: servertest.NodeA1, Role: "discovery", AllowedKinds: []string{"inventory.refresh"}}, id)
 	_, err = cert.Verify(x509VerifyOptions(r))
 	require.NoError(t, err)
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"github.com/better-compute/commands/internal/trust"
 	"sync"
 	"testing"
 	"time"
@@ -16,7 +17,6 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/better-compute/commands/controlplane/fakedaemon"
-	"github.com/better-compute/commands/controlplane/pki"
 	"github.com/better-compute/commands/controlplane/queue"
 	"github.com/better-compute/commands/controlplane/server/servertest"
 	"github.com/better-compute/commands/controlplane/sweeper"
@@ -85,7 +85,7 @@ func TestJoinTokenIsOneTime(t *testing.T) {
 	r := servertest.Start(t, nil)
 	tok := r.JoinToken(t, servertest.NodeA1)
 	client := agentv1.NewJoinClient(noCertConn(t, r))
-	_, csr, err := pki.NewKeyAndCSR(servertest.NodeA1)
+	_, csr, err := trust.NewKeyAndCSR(servertest.NodeA1)
 	require.NoError(t, err)
 
 	// Two concurrent joins with one token make one certificate.

@@ -12,6 +12,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"github.com/better-compute/commands/internal/trust"
 	"sync"
 	"time"
 
@@ -73,13 +74,13 @@ func Provision(ctx context.Context, db queue.DBTX, q *queue.Queue, n int) (tenan
 // the node's identity from the certificate, never from the key, so a shared
 // key changes nothing it checks.
 func IssueCerts(ca *pki.CA, nodeIDs []string) ([]tls.Certificate, error) {
-	keyPEM, csr, err := pki.NewKeyAndCSR("sim")
+	keyPEM, csr, err := trust.NewKeyAndCSR("sim")
 	if err != nil {
 		return nil, fmt.Errorf("simulator key: %w", err)
 	}
 	out := make([]tls.Certificate, 0, len(nodeIDs))
 	for _, id := range nodeIDs {
-		certPEM, err := ca.IssueNode(csr, pki.Identity{NodeID: id, Role: "node"})
+		certPEM, err := ca.IssueNode(csr, trust.Identity{NodeID: id, Role: "node"})
 		if err != nil {
 			return nil, fmt.Errorf("certificate for %s: %w", id, err)
 		}

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/better-compute/commands/internal/trust"
 	"io"
 	"os"
 	"path/filepath"
@@ -15,7 +16,6 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 
-	"github.com/better-compute/commands/controlplane/pki"
 	agentv1 "github.com/better-compute/commands/proto/bc/agent/v1"
 )
 
@@ -71,7 +71,7 @@ func cmdJoin(args []string, stdout, stderr io.Writer) error {
 	if name == "" {
 		name = "bcd"
 	}
-	keyPEM, csr, err := pki.NewKeyAndCSR(name)
+	keyPEM, csr, err := trust.NewKeyAndCSR(name)
 	if err != nil {
 		return fmt.Errorf("making the node key: %w", err)
 	}
@@ -86,11 +86,11 @@ func cmdJoin(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("join: %w", err)
 	}
-	cert, err := pki.ParseCertPEM(resp.GetCertificate())
+	cert, err := trust.ParseCertPEM(resp.GetCertificate())
 	if err != nil {
 		return fmt.Errorf("join: the certificate returned: %w", err)
 	}
-	id, err := pki.IdentityOf(cert)
+	id, err := trust.IdentityOf(cert)
 	if err != nil {
 		return fmt.Errorf("join: the certificate returned: %w", err)
 	}
@@ -139,7 +139,7 @@ func writeFileAtomic(path string, b []byte) error {
 // its sessions and what its certificate says.
 type joined struct {
 	info joinInfo
-	id   pki.Identity
+	id   trust.Identity
 	tls  *tls.Config
 }
 
@@ -164,7 +164,7 @@ func loadJoined(stateDir string) (j joined, found bool, err error) {
 	if err != nil {
 		return j, false, fmt.Errorf("node certificate in %s: %w", dir, err)
 	}
-	if j.id, err = pki.IdentityOf(leaf); err != nil {
+	if j.id, err = trust.IdentityOf(leaf); err != nil {
 		return j, false, fmt.Errorf("node certificate in %s: %w", dir, err)
 	}
 	caPEM, err := os.ReadFile(filepath.Join(dir, caFileName))

@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
+	"github.com/better-compute/commands/internal/trust"
 	"net/http"
 	"os"
 	"os/exec"
@@ -21,7 +22,6 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 
-	"github.com/better-compute/commands/controlplane/pki"
 	"github.com/better-compute/commands/internal/pgtest"
 	"github.com/better-compute/commands/internal/testutil"
 	agentv1 "github.com/better-compute/commands/proto/bc/agent/v1"
@@ -135,7 +135,7 @@ func TestServerAndCLIBinaries(t *testing.T) {
 	conn, err := grpc.NewClient(gatewayAddr, grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12})))
 	require.NoError(t, err)
 	defer conn.Close()
-	_, csr, err := pki.NewKeyAndCSR("node_demo")
+	_, csr, err := trust.NewKeyAndCSR("node_demo")
 	require.NoError(t, err)
 	joined, err := agentv1.NewJoinClient(conn).Join(ctx, &agentv1.JoinRequest{Token: tok["token"].(string), Csr: csr})
 	require.NoError(t, err)

@@ -8,6 +8,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
+	"github.com/better-compute/commands/internal/trust"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -212,7 +213,7 @@ func (r *Running) JoinToken(t testing.TB, nodeID string, allowedKinds ...string)
 // credentials that open sessions on the gateway with the new certificate.
 func (r *Running) JoinNode(t testing.TB, nodeID string, allowedKinds ...string) credentials.TransportCredentials {
 	t.Helper()
-	keyPEM, csr, err := pki.NewKeyAndCSR(nodeID)
+	keyPEM, csr, err := trust.NewKeyAndCSR(nodeID)
 	require.NoError(t, err)
 	conn, err := grpc.NewClient(r.Gateway, grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{
 		RootCAs: r.CA.Pool(), MinVersion: tls.VersionTLS12})))
