@@ -12,7 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/better-compute/commands/controlplane/bundles"
-	"github.com/better-compute/commands/controlplane/server"
+	"github.com/better-compute/commands/controlplane/serverconfig"
 	apiv1 "github.com/better-compute/commands/proto/bc/api/v1"
 )
 
@@ -65,7 +65,7 @@ command's result through the API and checks the copy against it.
 					wantSHA = r.GetFields()["sha256"].GetStringValue()
 				}
 			}
-			cfg, err := server.LoadConfig(serverConfig)
+			cfg, err := serverconfig.LoadConfig(serverConfig)
 			if err != nil {
 				return err
 			}

@@ -1,157 +1,33 @@
-// Package server assembles the control plane's API server: the database
-// (migrated at start), the kind registry and queue, authentication, the gRPC
-// API with server reflection and gRPC health, and an HTTP listener for
-// /healthz, /readyz and Prometheus /metrics; it stops gracefully.
 package server
 
-import (
-	"errors"
-	"fmt"
-	"os"
-	"strings"
-	"time"
+import "github.com/better-compute/commands/controlplane/serverconfig"
 
-	"go.yaml.in/yaml/v3"
-
-	"github.com/better-compute/commands/controlplane/auth"
-	"github.com/better-compute/commands/controlplane/bundles"
+// The server's configuration is serverconfig's, a leaf package that operator
+// tools read without linking the server; these names keep server.Config the
+// one type that New takes.
+type (
+	// Config is the server's config file (YAML); flags override its fields.
+	Config = serverconfig.Config
+	// GatewayConfig is the node-facing listener's settings.
+	GatewayConfig = serverconfig.GatewayConfig
+	// SweeperConfig is the command sweeper's settings.
+	SweeperConfig = serverconfig.SweeperConfig
+	// TLSConfig is the API's transport security.
+	TLSConfig = serverconfig.TLSConfig
+	// Duration is a time.Duration read from a Go duration string.
+	Duration = serverconfig.Duration
 )
-
-// Config is the server's config file (YAML); flags override its fields.
-type Config struct {
-	// GRPCListen is the API's address (":7443").
-	GRPCListen string `yaml:"grpcListen"`
-	// HTTPListen serves /healthz, /readyz and /metrics (":9464"); "" turns it off.
-	HTTPListen string `yaml:"httpListen"`
-	// DatabaseURL is a PostgreSQL URL or DSN; "" reads the PG* variables.
-	DatabaseURL string `yaml:"databaseUrl"`
-	// MaxConns sizes the database pool; 0 picks 4 per CPU, at least 8.
-	MaxConns int32 `yaml:"maxConns"`
-	// TLS is the API's transport security; without a certificate the API
-	// is plaintext, for loopback and tests.
-	TLS TLSConfig `yaml:"tls"`
-	// Auth lists the identities; AuthFile reads them from another file.
-	Auth     auth.Config `yaml:"auth"`
-	AuthFile string      `yaml:"authFile"`
-	// KindsDir holds third-party kind manifests (*.json, *.yaml).
-	KindsDir string `yaml:"kindsDir"`
-	// Allowlist overrides the kinds commands.run accepts.
-	Allowlist []string `yaml:"allowlist"`
-	// BatchQuorum says approver keys are configured: destructive kinds need
-	// an approved batch, and batched commands wait for approval.
-	BatchQuorum bool `yaml:"batchQuorum"`
-	// SupportBundles is where logs.collect uploads; without it commands.run
-	// refuses logs.collect. A dir store is served on the HTTP listener under
-	// its baseURL's path.
-	SupportBundles *bundles.Config `yaml:"supportBundles"`
-	// ShutdownTimeout bounds the graceful stop ("15s").
-	ShutdownTimeout Duration `yaml:"shutdownTimeout"`
-	// LogLevel is trace, debug, info, warn or error.
-	LogLevel string `yaml:"logLevel"`
-	// LogJSON writes logs as JSON.
-	LogJSON bool `yaml:"logJson"`
-	// Gateway is where nodes join and hold their sessions; off when its
-	// listen address is empty.
-	Gateway GatewayConfig `yaml:"gateway"`
-	// Sweeper enforces the commands' deadlines (once in the fleet).
-	Sweeper SweeperConfig `yaml:"sweeper"`
-}
-
-// GatewayConfig is the node-facing listener: bc.agent.v1.Session (mTLS with
-// a node certificate) and bc.agent.v1.Join (server-auth TLS: a joining node
-// has no certificate yet), both on one port.
-type GatewayConfig struct {
-	// Listen is the gateway's address (":7444"); "" turns the gateway off.
-	Listen string `yaml:"listen"`
-	// CADir holds the node CA (ca.pem, ca-key.pem), created if missing.
-	CADir string `yaml:"caDir"`
-	// ServerHosts are the DNS names and IPs in the gateway's serving
-	// certificate, issued by the node CA at start (localhost and 127.0.0.1
-	// when empty).
-	ServerHosts []string `yaml:"serverHosts"`
-	// Poll is the dispatch fallback when no NOTIFY arrives (2s).
-	Poll Duration `yaml:"poll"`
-	// CancelResend is how often Cancel is resent until a terminal report (2s).
-	CancelResend Duration `yaml:"cancelResend"`
-	// BusyBackoffMin and BusyBackoffMax bound BUSY's backoff (1s, 30s).
-	BusyBackoffMin Duration `yaml:"busyBackoffMin"`
-	BusyBackoffMax Duration `yaml:"busyBackoffMax"`
-}
-
-// SweeperConfig tunes the CommandSweeper.
-type SweeperConfig struct {
-	// Interval is how often the leader sweeps (5s).
-	Interval Duration `yaml:"interval"`
-	// Disabled keeps this replica out of the election.
-	Disabled bool `yaml:"disabled"`
-}
-
-// TLSConfig names PEM files.
-type TLSConfig struct {
-	// Cert and Key are the server's certificate and key.
-	Cert string `yaml:"cert"`
-	Key  string `yaml:"key"`
-	// ClientCA verifies client certificates (mTLS); clients without one
-	// may still use a bearer token.
-	ClientCA string `yaml:"clientCa"`
-}
-
-// Duration reads "15s" from YAML.
-type Duration time.Duration
-
-// UnmarshalYAML reads a Go duration string.
-func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
-	v, err := time.ParseDuration(n.Value)
-	if err != nil {
-		return fmt.Errorf("duration %q: %w", n.Value, err)
-	}
-	*d = Duration(v)
-	return nil
-}
 
 // Defaults.
 const (
-	DefaultGRPCListen      = ":7443"
-	DefaultHTTPListen      = ":9464"
-	DefaultShutdownTimeout = 15 * time.Second
-	DefaultGatewayListen   = ":7444"
+	DefaultGRPCListen      = serverconfig.DefaultGRPCListen
+	DefaultHTTPListen      = serverconfig.DefaultHTTPListen
+	DefaultShutdownTimeout = serverconfig.DefaultShutdownTimeout
+	DefaultGatewayListen   = serverconfig.DefaultGatewayListen
 )
 
 // DefaultConfig is the configuration without a file.
-func DefaultConfig() Config {
-	return Config{
-		GRPCListen: DefaultGRPCListen, HTTPListen: DefaultHTTPListen,
-		ShutdownTimeout: Duration(DefaultShutdownTimeout), LogLevel: "info",
-	}
-}
+func DefaultConfig() Config { return serverconfig.DefaultConfig() }
 
-// LoadConfig reads path over DefaultConfig. Unknown keys are errors, so a
-// misspelt setting never silently keeps its default.
-func LoadConfig(path string) (Config, error) {
-	cfg := DefaultConfig()
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return cfg, fmt.Errorf("reading config: %w", err)
-	}
-	dec := yaml.NewDecoder(strings.NewReader(string(b)))
-	dec.KnownFields(true)
-	if err := dec.Decode(&cfg); err != nil {
-		return cfg, fmt.Errorf("config %s: %w", path, err)
-	}
-	return cfg, nil
-}
-
-// authConfig returns the identities: AuthFile when set, else Auth.
-func (c Config) authConfig() (*auth.Config, error) {
-	if c.AuthFile != "" {
-		if len(c.Auth.Identities) > 0 {
-			return nil, errors.New("config sets both auth and authFile")
-		}
-		return auth.LoadConfig(c.AuthFile)
-	}
-	a := c.Auth
-	if err := a.Validate(); err != nil {
-		return nil, fmt.Errorf("auth: %w", err)
-	}
-	return &a, nil
-}
+// LoadConfig reads path over DefaultConfig; unknown keys are errors.
+func LoadConfig(path string) (Config, error) { return serverconfig.LoadConfig(path) }

@@ -76,7 +76,7 @@ func New(ctx context.Context, cfg Config, reg *kinds.Registry, logger hclog.Logg
 	if logger == nil {
 		logger = hclog.NewNullLogger()
 	}
-	authCfg, err := cfg.authConfig()
+	authCfg, err := cfg.AuthConfig()
 	if err != nil {
 		return nil, err
 	}
@@ -94,7 +94,7 @@ func New(ctx context.Context, cfg Config, reg *kinds.Registry, logger hclog.Logg
 			return nil, fmt.Errorf("loading kinds from %s: %w", cfg.KindsDir, err)
 		}
 	}
-	creds, err := cfg.TLS.credentials()
+	creds, err := tlsCredentials(cfg.TLS)
 	if err != nil {
 		return nil, err
 	}
@@ -201,7 +201,7 @@ func New(ctx context.Context, cfg Config, reg *kinds.Registry, logger hclog.Logg
 // section or authFile): bc-server calls it on SIGHUP. A bad config changes
 // nothing and is returned.
 func (s *Server) ReloadAuth(cfg Config) error {
-	ac, err := cfg.authConfig()
+	ac, err := cfg.AuthConfig()
 	if err != nil {
 		return err
 	}
@@ -401,8 +401,8 @@ func (s *Server) Run(ctx context.Context) error {
 	return runErr
 }
 
-// credentials builds the API's TLS; nil without a certificate.
-func (t TLSConfig) credentials() (credentials.TransportCredentials, error) {
+// tlsCredentials builds the API's TLS; nil without a certificate.
+func tlsCredentials(t TLSConfig) (credentials.TransportCredentials, error) {
 	if t.Cert == "" && t.Key == "" {
 		if t.ClientCA != "" {
 			return nil, errors.New("tls.clientCa needs tls.cert and tls.key")

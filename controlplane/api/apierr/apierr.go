@@ -13,26 +13,26 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/better-compute/commands/controlplane/queue"
+	"github.com/better-compute/commands/controlplane/errcode"
 )
 
 // Domain is the ErrorInfo domain of every API error.
 const Domain = "api.better-compute"
 
-// Code is one of the spec's error codes. The queue defines them, since its
-// refusals are what the API reports; one set, so the two never drift.
-type Code = queue.Code
+// Code is one of the spec's error codes. They live in errcode, which the
+// queue uses for its refusals too; one set, so the two never drift.
+type Code = errcode.Code
 
 // The spec's error codes, and INTERNAL for what no code covers.
 const (
-	InvalidInput          = queue.InvalidInput
-	InvalidState          = queue.InvalidState
-	NotFound              = queue.NotFound
-	Conflict              = queue.Conflict
-	Unsupported           = queue.Unsupported
-	PermissionDenied      = queue.PermissionDenied
-	Unauthenticated       = queue.Unauthenticated
-	Unavailable           = queue.Unavailable
+	InvalidInput          = errcode.InvalidInput
+	InvalidState          = errcode.InvalidState
+	NotFound              = errcode.NotFound
+	Conflict              = errcode.Conflict
+	Unsupported           = errcode.Unsupported
+	PermissionDenied      = errcode.PermissionDenied
+	Unauthenticated       = errcode.Unauthenticated
+	Unavailable           = errcode.Unavailable
 	Internal         Code = "INTERNAL"
 )
 
