@@ -34,12 +34,16 @@ proto:
 	$(GO) tool buf lint
 	$(GO) tool buf generate
 
-## proto-check: fail when the committed generated code is stale
+## proto-check: fail when the committed generated code is stale (both buf modules)
+PROTO_DIRS := proto sdk/proto
 proto-check:
+	@rm -rf .cache/proto-check
 	@$(GO) tool buf generate --template buf.gen.yaml -o .cache/proto-check >/dev/null 2>&1 || \
 	  { echo "buf generate failed: run 'make proto' to see why"; exit 1; }
-	@diff -r -q --exclude='*.proto' .cache/proto-check/proto proto >/dev/null 2>&1 || \
-	  { diff -r --exclude='*.proto' .cache/proto-check/proto proto | head -20; echo "generated protobuf code is stale: run 'make proto' and commit"; rm -rf .cache/proto-check; exit 1; }
+	@for d in $(PROTO_DIRS); do \
+	  diff -r -q --exclude='*.proto' .cache/proto-check/$$d $$d >/dev/null 2>&1 || \
+	  { diff -r --exclude='*.proto' .cache/proto-check/$$d $$d | head -20; echo "generated protobuf code is stale: run 'make proto' and commit"; rm -rf .cache/proto-check; exit 1; }; \
+	done
 	@rm -rf .cache/proto-check
 
 ## docs: regenerate the kind reference (docs/reference/kinds.md) from the manifests

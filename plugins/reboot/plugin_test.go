@@ -15,7 +15,7 @@ import (
 
 	"github.com/better-compute/commands/internal/testutil"
 	"github.com/better-compute/commands/plugins/reboot"
-	pluginv1 "github.com/better-compute/commands/proto/bc/plugin/v1"
+	pluginv1 "github.com/better-compute/commands/sdk/proto/bc/plugin/v1"
 	"github.com/better-compute/commands/sdk/kind"
 	"github.com/better-compute/commands/sdk/kindtest"
 	"github.com/better-compute/commands/sdk/wire"

@@ -3,7 +3,7 @@ package kind
 import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
-	pluginv1 "github.com/better-compute/commands/proto/bc/plugin/v1"
+	pluginv1 "github.com/better-compute/commands/sdk/proto/bc/plugin/v1"
 )
 
 var laneToProto = map[Lane]pluginv1.Lane{

@@ -8,7 +8,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	pluginv1 "github.com/better-compute/commands/proto/bc/plugin/v1"
+	pluginv1 "github.com/better-compute/commands/sdk/proto/bc/plugin/v1"
 )
 
 // NewHostServer serves a Host as the bc.plugin.v1 Host service: bcd serves

@@ -12,7 +12,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	pluginv1 "github.com/better-compute/commands/proto/bc/plugin/v1"
+	pluginv1 "github.com/better-compute/commands/sdk/proto/bc/plugin/v1"
 )
 
 func timestampIn(d time.Duration) *timestamppb.Timestamp { return timestamppb.New(time.Now().Add(d)) }

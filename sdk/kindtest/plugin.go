@@ -16,7 +16,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	pluginv1 "github.com/better-compute/commands/proto/bc/plugin/v1"
+	pluginv1 "github.com/better-compute/commands/sdk/proto/bc/plugin/v1"
 	"github.com/better-compute/commands/sdk/kind"
 	"github.com/better-compute/commands/sdk/wire"
 )

@@ -10,7 +10,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	pluginv1 "github.com/better-compute/commands/proto/bc/plugin/v1"
+	pluginv1 "github.com/better-compute/commands/sdk/proto/bc/plugin/v1"
 )
 
 // DefaultCancelGrace is how long a cancelled command has to report its real

@@ -1446,7 +1446,7 @@ const file_bc_plugin_v1_plugin_proto_rawDesc = "" +
 	"\vGetNodeSpec\x12 .bc.plugin.v1.GetNodeSpecRequest\x1a!.bc.plugin.v1.GetNodeSpecResponse\x12X\n" +
 	"\rGetConditions\x12\".bc.plugin.v1.GetConditionsRequest\x1a#.bc.plugin.v1.GetConditionsResponse\x12O\n" +
 	"\n" +
-	"GetJournal\x12\x1f.bc.plugin.v1.GetJournalRequest\x1a .bc.plugin.v1.GetJournalResponseB@Z>github.com/better-compute/commands/proto/bc/plugin/v1;pluginv1b\x06proto3"
+	"GetJournal\x12\x1f.bc.plugin.v1.GetJournalRequest\x1a .bc.plugin.v1.GetJournalResponseBDZBgithub.com/better-compute/commands/sdk/proto/bc/plugin/v1;pluginv1b\x06proto3"
 
 var (
 	file_bc_plugin_v1_plugin_proto_rawDescOnce sync.Once
