@@ -1,10 +1,17 @@
 // Package journal is bcd's durable record of the commands it received: a
 // bbolt file in the state directory with a journal id created with the file.
-// Every write is committed and synced to disk before the call returns, so a
-// command is journaled before it runs, and a duplicate delivery is answered
-// from here after any crash. A missing or corrupt file means a new journal
-// with a new id (the control plane then fails in-flight commands that are
-// not retry-safe with journal-lost), never a crash loop.
+// A command's acceptance (Insert, Update) is committed and synced to disk before
+// the call returns, so a command is journaled before it runs, and a duplicate
+// delivery is answered from here after any crash. A command's outcome may be
+// written with UpdateDeferred instead: it is visible at once, and it joins
+// the next synced commit or is committed on its own within DeferWait (2 ms by
+// default), so the warm path pays one sync per command, not two. Power lost
+// inside that window leaves the command unfinished at the next start, which
+// the crash rules cover (retry-safe kinds run again, the others fail
+// interrupted); the control plane keeps its first terminal state. A missing
+// or corrupt file means a new journal with a new id (the control plane then
+// fails in-flight commands that are not retry-safe with journal-lost), never
+// a crash loop.
 package journal
 
 import (

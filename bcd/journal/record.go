@@ -37,7 +37,7 @@ func (s State) Terminal() bool {
 // Failure reasons the daemon writes into records.
 const (
 	// ReasonInterrupted: bcd stopped while a command that is not retry-safe ran.
-	ReasonInterrupted = "interrupted"
+	ReasonInterrupted = kind.ReasonInterrupted
 	// ReasonNotRebooted: a self-terminating kind was interrupted but the boot
 	// id did not change, so the reboot did not happen.
 	ReasonNotRebooted = "reboot-did-not-happen"

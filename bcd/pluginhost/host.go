@@ -43,13 +43,14 @@ var (
 	ErrClosed = errors.New("plugin host closed")
 )
 
-// Failure reasons the host itself reports, beside the plugin's own.
+// Failure reasons the host itself reports, beside the plugin's own; the
+// spellings are sdk/kind's, defined once.
 const (
-	ReasonPluginCrashed     = "plugin-crashed"
-	ReasonPluginUnavailable = "plugin-unavailable"
-	ReasonPluginError       = "plugin-error"
-	ReasonInterrupted       = "interrupted"
-	ReasonTimeout           = "timeout"
+	ReasonPluginCrashed     = kind.ReasonPluginCrashed
+	ReasonPluginUnavailable = kind.ReasonPluginUnavailable
+	ReasonPluginError       = kind.ReasonPluginError
+	ReasonInterrupted       = kind.ReasonInterrupted
+	ReasonTimeout           = kind.ReasonTimeout
 )
 
 // Config configures the host.

@@ -13,6 +13,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/better-compute/commands/sdk/kind"
 	"io"
 	"sync"
 	"time"
@@ -333,7 +334,7 @@ func (d *Daemon) handle(ctx context.Context, cmd *agentv1.Command, epoch int64, 
 			d.mu.Unlock()
 			return
 		}
-		finish(&agentv1.CommandUpdate{State: agentv1.CommandState_COMMAND_STATE_CANCELLED, Reason: "cancelled"})
+		finish(&agentv1.CommandUpdate{State: agentv1.CommandState_COMMAND_STATE_CANCELLED, Reason: kind.ReasonCancelled})
 		return
 	}
 	if act.Delay > 0 {
@@ -348,7 +349,7 @@ func (d *Daemon) handle(ctx context.Context, cmd *agentv1.Command, epoch int64, 
 				d.mu.Unlock()
 				return
 			}
-			finish(&agentv1.CommandUpdate{State: agentv1.CommandState_COMMAND_STATE_CANCELLED, Reason: "cancelled"})
+			finish(&agentv1.CommandUpdate{State: agentv1.CommandState_COMMAND_STATE_CANCELLED, Reason: kind.ReasonCancelled})
 			return
 		}
 	}

@@ -155,9 +155,9 @@ func (g *Gateway) beginSession(ctx context.Context, hello *agentv1.Hello, role s
 			var t *queue.Transition
 			switch {
 			case (newBoot || newRole) && c.Flags.SelfTerminating:
-				t = &queue.Transition{CommandID: c.ID, To: queue.Succeeded, Reason: "rebooted", Rebooted: true}
+				t = &queue.Transition{CommandID: c.ID, To: queue.Succeeded, Reason: kind.ReasonRebooted, Rebooted: true}
 			case newJournal && !c.Flags.RetrySafe:
-				t = &queue.Transition{CommandID: c.ID, To: queue.Failed, Reason: "journal-lost"}
+				t = &queue.Transition{CommandID: c.ID, To: queue.Failed, Reason: kind.ReasonJournalLost}
 			}
 			if t == nil {
 				continue

@@ -53,8 +53,8 @@ func (s State) Valid() bool {
 
 // Reasons the queue itself writes.
 const (
-	ReasonCancelled   = "cancelled"
-	ReasonNodeDeleted = "node-deleted"
+	ReasonCancelled   = kind.ReasonCancelled
+	ReasonNodeDeleted = kind.ReasonNodeDeleted
 )
 
 // Command is one row of the command queue.

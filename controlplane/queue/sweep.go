@@ -3,13 +3,14 @@ package queue
 import (
 	"context"
 	"fmt"
+	"github.com/better-compute/commands/sdk/kind"
 	"time"
 )
 
 // Sweep reasons, in the spec's words.
 const (
-	ReasonNotAfter = "not_after"
-	ReasonTimeout  = "timeout"
+	ReasonNotAfter = kind.ReasonNotAfter
+	ReasonTimeout  = kind.ReasonTimeout
 )
 
 // UnregisteredKindTimeout is the timeout of a kind that is no longer

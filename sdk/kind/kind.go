@@ -140,15 +140,6 @@ type Result struct {
 	Data    json.RawMessage `json:"result,omitempty"`
 }
 
-// Reasons the SDK itself reports.
-const (
-	ReasonInvalidPayload = "invalid-payload"
-	ReasonPanic          = "panic"
-	ReasonCancelled      = "cancelled"
-	ReasonUnknownKind    = "unknown-kind"
-	ReasonHandlerError   = "error"
-	ReasonBadResult      = "bad-result"
-)
 
 // ResultOf turns a handler's return values into a Result. A handler that
 // returns an error after ctx was cancelled (a *Failure included) is reported
@@ -191,7 +182,7 @@ func ResultOf(ctx context.Context, v any, err error) Result {
 	_ = marshal(v)
 	if ctx.Err() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, ctx.Err())) {
 		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-			return Result{Status: StatusFailed, Reason: "timeout", Message: err.Error(), Data: data}
+			return Result{Status: StatusFailed, Reason: ReasonTimeout, Message: err.Error(), Data: data}
 		}
 		return Result{Status: StatusCancelled, Reason: ReasonCancelled, Message: err.Error(), Data: data}
 	}
