@@ -83,3 +83,8 @@ func NewWorkerKey(root ed25519.PrivateKey, notBefore time.Time, lifetime time.Du
 
 // Sign signs body for purpose p.
 func (w *WorkerKey) Sign(p Purpose, body []byte) []byte { return SignEd25519(w.Key, p, body) }
+
+// KeyIDShort is the worker key's id, shortened for logs.
+func (w *WorkerKey) KeyIDShort() string {
+	return short(Ed25519KeyID(w.Key.Public().(ed25519.PublicKey)))
+}
