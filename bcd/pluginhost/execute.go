@@ -10,8 +10,8 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	pluginv1 "github.com/better-compute/commands/sdk/proto/bc/plugin/v1"
 	"github.com/better-compute/commands/sdk/kind"
+	pluginv1 "github.com/better-compute/commands/sdk/proto/bc/plugin/v1"
 	"github.com/better-compute/commands/sdk/wire"
 )
 

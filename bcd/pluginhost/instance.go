@@ -9,8 +9,8 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
-	pluginv1 "github.com/better-compute/commands/sdk/proto/bc/plugin/v1"
 	"github.com/better-compute/commands/sdk/kind"
+	pluginv1 "github.com/better-compute/commands/sdk/proto/bc/plugin/v1"
 	"github.com/better-compute/commands/sdk/wire"
 )
 

@@ -15,9 +15,9 @@ import (
 
 	"github.com/better-compute/commands/internal/testutil"
 	"github.com/better-compute/commands/plugins/reboot"
-	pluginv1 "github.com/better-compute/commands/sdk/proto/bc/plugin/v1"
 	"github.com/better-compute/commands/sdk/kind"
 	"github.com/better-compute/commands/sdk/kindtest"
+	pluginv1 "github.com/better-compute/commands/sdk/proto/bc/plugin/v1"
 	"github.com/better-compute/commands/sdk/wire"
 )
 

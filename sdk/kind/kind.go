@@ -140,7 +140,6 @@ type Result struct {
 	Data    json.RawMessage `json:"result,omitempty"`
 }
 
-
 // ResultOf turns a handler's return values into a Result. A handler that
 // returns an error after ctx was cancelled (a *Failure included) is reported
 // cancelled; one that finished its work anyway is reported succeeded, its

@@ -16,8 +16,8 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	pluginv1 "github.com/better-compute/commands/sdk/proto/bc/plugin/v1"
 	"github.com/better-compute/commands/sdk/kind"
+	pluginv1 "github.com/better-compute/commands/sdk/proto/bc/plugin/v1"
 	"github.com/better-compute/commands/sdk/wire"
 )
 
