@@ -453,7 +453,9 @@ type Hello struct {
 	Kinds             []*KindDigest          `protobuf:"bytes,6,rep,name=kinds,proto3" json:"kinds,omitempty"`
 	AppliedGeneration int64                  `protobuf:"varint,7,opt,name=applied_generation,json=appliedGeneration,proto3" json:"applied_generation,omitempty"`
 	// in_flight lists the commands the journal holds as accepted and not finished.
-	InFlight      []string `protobuf:"bytes,8,rep,name=in_flight,json=inFlight,proto3" json:"in_flight,omitempty"`
+	InFlight []string `protobuf:"bytes,8,rep,name=in_flight,json=inFlight,proto3" json:"in_flight,omitempty"`
+	// trust_version is the trust bundle version the node holds (0: none).
+	TrustVersion  int64 `protobuf:"varint,9,opt,name=trust_version,json=trustVersion,proto3" json:"trust_version,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -544,14 +546,26 @@ func (x *Hello) GetInFlight() []string {
 	return nil
 }
 
-// TrustBundle holds the roots a node verifies commands and specs against.
+func (x *Hello) GetTrustVersion() int64 {
+	if x != nil {
+		return x.TrustVersion
+	}
+	return 0
+}
+
+// TrustBundle holds the roots a node verifies commands and specs against,
+// the approver keys and the break-glass allowance: signed by the
+// command-signing root(s) and relayed as signed.
 type TrustBundle struct {
-	state               protoimpl.MessageState `protogen:"open.v1"`
-	Version             int64                  `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
-	CommandSigningRoots [][]byte               `protobuf:"bytes,2,rep,name=command_signing_roots,json=commandSigningRoots,proto3" json:"command_signing_roots,omitempty"`
-	ApproverKeys        [][]byte               `protobuf:"bytes,3,rep,name=approver_keys,json=approverKeys,proto3" json:"approver_keys,omitempty"`
-	unknownFields       protoimpl.UnknownFields
-	sizeCache           protoimpl.SizeCache
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// version is the bundle's version, as its signed body says (for logs and
+	// the API; the node reads the signed body).
+	Version int64 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
+	// signed is the bundle's wire form (a JSON document holding the body and
+	// the roots' signatures over it), exactly as the control plane signed it.
+	Signed        []byte `protobuf:"bytes,4,opt,name=signed,proto3" json:"signed,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *TrustBundle) Reset() {
@@ -591,16 +605,9 @@ func (x *TrustBundle) GetVersion() int64 {
 	return 0
 }
 
-func (x *TrustBundle) GetCommandSigningRoots() [][]byte {
+func (x *TrustBundle) GetSigned() []byte {
 	if x != nil {
-		return x.CommandSigningRoots
-	}
-	return nil
-}
-
-func (x *TrustBundle) GetApproverKeys() [][]byte {
-	if x != nil {
-		return x.ApproverKeys
+		return x.Signed
 	}
 	return nil
 }
@@ -683,7 +690,10 @@ type CommandUpdate struct {
 	ProgressMessage string `protobuf:"bytes,10,opt,name=progress_message,json=progressMessage,proto3" json:"progress_message,omitempty"`
 	SessionEpoch    int64  `protobuf:"varint,11,opt,name=session_epoch,json=sessionEpoch,proto3" json:"session_epoch,omitempty"`
 	// update_seq orders a node's updates for one command; acks name it.
-	UpdateSeq     int64 `protobuf:"varint,12,opt,name=update_seq,json=updateSeq,proto3" json:"update_seq,omitempty"`
+	UpdateSeq int64 `protobuf:"varint,12,opt,name=update_seq,json=updateSeq,proto3" json:"update_seq,omitempty"`
+	// message says in words what reason codes: a refusal's or failure's
+	// explanation for people.
+	Message       string `protobuf:"bytes,13,opt,name=message,proto3" json:"message,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -800,6 +810,13 @@ func (x *CommandUpdate) GetUpdateSeq() int64 {
 		return x.UpdateSeq
 	}
 	return 0
+}
+
+func (x *CommandUpdate) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
 }
 
 // UpdateAck tells the node an update is stored and need not be resent.
@@ -950,8 +967,14 @@ type Spec struct {
 	state      protoimpl.MessageState `protogen:"open.v1"`
 	Generation int64                  `protobuf:"varint,1,opt,name=generation,proto3" json:"generation,omitempty"`
 	// spec is the JSON node spec (holds, instances).
-	Spec          []byte `protobuf:"bytes,2,opt,name=spec,proto3" json:"spec,omitempty"`
-	Signature     []byte `protobuf:"bytes,3,opt,name=signature,proto3" json:"signature,omitempty"`
+	Spec []byte `protobuf:"bytes,2,opt,name=spec,proto3" json:"spec,omitempty"`
+	// signature is the worker key's over signed (purpose desired-state).
+	Signature []byte `protobuf:"bytes,3,opt,name=signature,proto3" json:"signature,omitempty"`
+	// worker_cert is the signing worker key's certificate.
+	WorkerCert []byte `protobuf:"bytes,4,opt,name=worker_cert,json=workerCert,proto3" json:"worker_cert,omitempty"`
+	// signed is the signed statement (node id, generation and spec, JSON);
+	// once the node's trust bundle holds roots it applies only what it says.
+	Signed        []byte `protobuf:"bytes,5,opt,name=signed,proto3" json:"signed,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1007,6 +1030,76 @@ func (x *Spec) GetSignature() []byte {
 	return nil
 }
 
+func (x *Spec) GetWorkerCert() []byte {
+	if x != nil {
+		return x.WorkerCert
+	}
+	return nil
+}
+
+func (x *Spec) GetSigned() []byte {
+	if x != nil {
+		return x.Signed
+	}
+	return nil
+}
+
+// AllocationBound is the node's attestation that it applied a spec whose
+// holds bind GPUs to an allocation: statement is the signed JSON (allocation,
+// node, GPU UUIDs, spec generation), node_sig the node key's signature over it
+// (purpose allocation-bound).
+type AllocationBound struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Statement     []byte                 `protobuf:"bytes,1,opt,name=statement,proto3" json:"statement,omitempty"`
+	NodeSig       []byte                 `protobuf:"bytes,2,opt,name=node_sig,json=nodeSig,proto3" json:"node_sig,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AllocationBound) Reset() {
+	*x = AllocationBound{}
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AllocationBound) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AllocationBound) ProtoMessage() {}
+
+func (x *AllocationBound) ProtoReflect() protoreflect.Message {
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AllocationBound.ProtoReflect.Descriptor instead.
+func (*AllocationBound) Descriptor() ([]byte, []int) {
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *AllocationBound) GetStatement() []byte {
+	if x != nil {
+		return x.Statement
+	}
+	return nil
+}
+
+func (x *AllocationBound) GetNodeSig() []byte {
+	if x != nil {
+		return x.NodeSig
+	}
+	return nil
+}
+
 // NodeCondition is a node condition such as RebootRequired.
 type NodeCondition struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1021,7 +1114,7 @@ type NodeCondition struct {
 
 func (x *NodeCondition) Reset() {
 	*x = NodeCondition{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[11]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1033,7 +1126,7 @@ func (x *NodeCondition) String() string {
 func (*NodeCondition) ProtoMessage() {}
 
 func (x *NodeCondition) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[11]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1046,7 +1139,7 @@ func (x *NodeCondition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeCondition.ProtoReflect.Descriptor instead.
 func (*NodeCondition) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{11}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *NodeCondition) GetType() string {
@@ -1096,7 +1189,7 @@ type NodeStatus struct {
 
 func (x *NodeStatus) Reset() {
 	*x = NodeStatus{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[12]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1108,7 +1201,7 @@ func (x *NodeStatus) String() string {
 func (*NodeStatus) ProtoMessage() {}
 
 func (x *NodeStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[12]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1121,7 +1214,7 @@ func (x *NodeStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeStatus.ProtoReflect.Descriptor instead.
 func (*NodeStatus) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{12}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *NodeStatus) GetInventory() []byte {
@@ -1147,6 +1240,7 @@ type NodeMessage struct {
 	//	*NodeMessage_Update
 	//	*NodeMessage_SpecRequest
 	//	*NodeMessage_Status
+	//	*NodeMessage_AllocationBound
 	Msg           isNodeMessage_Msg `protobuf_oneof:"msg"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1154,7 +1248,7 @@ type NodeMessage struct {
 
 func (x *NodeMessage) Reset() {
 	*x = NodeMessage{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[13]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1166,7 +1260,7 @@ func (x *NodeMessage) String() string {
 func (*NodeMessage) ProtoMessage() {}
 
 func (x *NodeMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[13]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1179,7 +1273,7 @@ func (x *NodeMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeMessage.ProtoReflect.Descriptor instead.
 func (*NodeMessage) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{13}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *NodeMessage) GetMsg() isNodeMessage_Msg {
@@ -1225,6 +1319,15 @@ func (x *NodeMessage) GetStatus() *NodeStatus {
 	return nil
 }
 
+func (x *NodeMessage) GetAllocationBound() *AllocationBound {
+	if x != nil {
+		if x, ok := x.Msg.(*NodeMessage_AllocationBound); ok {
+			return x.AllocationBound
+		}
+	}
+	return nil
+}
+
 type isNodeMessage_Msg interface {
 	isNodeMessage_Msg()
 }
@@ -1245,6 +1348,10 @@ type NodeMessage_Status struct {
 	Status *NodeStatus `protobuf:"bytes,4,opt,name=status,proto3,oneof"`
 }
 
+type NodeMessage_AllocationBound struct {
+	AllocationBound *AllocationBound `protobuf:"bytes,5,opt,name=allocation_bound,json=allocationBound,proto3,oneof"`
+}
+
 func (*NodeMessage_Hello) isNodeMessage_Msg() {}
 
 func (*NodeMessage_Update) isNodeMessage_Msg() {}
@@ -1252,6 +1359,8 @@ func (*NodeMessage_Update) isNodeMessage_Msg() {}
 func (*NodeMessage_SpecRequest) isNodeMessage_Msg() {}
 
 func (*NodeMessage_Status) isNodeMessage_Msg() {}
+
+func (*NodeMessage_AllocationBound) isNodeMessage_Msg() {}
 
 // GatewayMessage is what the gateway sends on the session.
 type GatewayMessage struct {
@@ -1270,7 +1379,7 @@ type GatewayMessage struct {
 
 func (x *GatewayMessage) Reset() {
 	*x = GatewayMessage{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[14]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1282,7 +1391,7 @@ func (x *GatewayMessage) String() string {
 func (*GatewayMessage) ProtoMessage() {}
 
 func (x *GatewayMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[14]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1295,7 +1404,7 @@ func (x *GatewayMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GatewayMessage.ProtoReflect.Descriptor instead.
 func (*GatewayMessage) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{14}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *GatewayMessage) GetMsg() isGatewayMessage_Msg {
@@ -1395,7 +1504,7 @@ type JoinRequest struct {
 
 func (x *JoinRequest) Reset() {
 	*x = JoinRequest{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[15]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1407,7 +1516,7 @@ func (x *JoinRequest) String() string {
 func (*JoinRequest) ProtoMessage() {}
 
 func (x *JoinRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[15]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1420,7 +1529,7 @@ func (x *JoinRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinRequest.ProtoReflect.Descriptor instead.
 func (*JoinRequest) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{15}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *JoinRequest) GetToken() string {
@@ -1451,7 +1560,7 @@ type JoinResponse struct {
 
 func (x *JoinResponse) Reset() {
 	*x = JoinResponse{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[16]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1463,7 +1572,7 @@ func (x *JoinResponse) String() string {
 func (*JoinResponse) ProtoMessage() {}
 
 func (x *JoinResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[16]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1476,7 +1585,7 @@ func (x *JoinResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinResponse.ProtoReflect.Descriptor instead.
 func (*JoinResponse) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{16}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *JoinResponse) GetNodeId() string {
@@ -1540,7 +1649,7 @@ const file_bc_agent_v1_agent_proto_rawDesc = "" +
 	"\n" +
 	"KindDigest\x12\x12\n" +
 	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x16\n" +
-	"\x06digest\x18\x02 \x01(\tR\x06digest\"\x8e\x02\n" +
+	"\x06digest\x18\x02 \x01(\tR\x06digest\"\xb3\x02\n" +
 	"\x05Hello\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x1d\n" +
 	"\n" +
@@ -1550,16 +1659,16 @@ const file_bc_agent_v1_agent_proto_rawDesc = "" +
 	"\x0edaemon_version\x18\x05 \x01(\tR\rdaemonVersion\x12-\n" +
 	"\x05kinds\x18\x06 \x03(\v2\x17.bc.agent.v1.KindDigestR\x05kinds\x12-\n" +
 	"\x12applied_generation\x18\a \x01(\x03R\x11appliedGeneration\x12\x1b\n" +
-	"\tin_flight\x18\b \x03(\tR\binFlight\"\x80\x01\n" +
+	"\tin_flight\x18\b \x03(\tR\binFlight\x12#\n" +
+	"\rtrust_version\x18\t \x01(\x03R\ftrustVersion\"q\n" +
 	"\vTrustBundle\x12\x18\n" +
-	"\aversion\x18\x01 \x01(\x03R\aversion\x122\n" +
-	"\x15command_signing_roots\x18\x02 \x03(\fR\x13commandSigningRoots\x12#\n" +
-	"\rapprover_keys\x18\x03 \x03(\fR\fapproverKeys\"\xa8\x01\n" +
+	"\aversion\x18\x01 \x01(\x03R\aversion\x12\x16\n" +
+	"\x06signed\x18\x04 \x01(\fR\x06signedJ\x04\b\x02\x10\x03J\x04\b\x03\x10\x04R\x15command_signing_rootsR\rapprover_keys\"\xa8\x01\n" +
 	"\aWelcome\x12;\n" +
 	"\vserver_time\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"serverTime\x12#\n" +
 	"\rsession_epoch\x18\x02 \x01(\x03R\fsessionEpoch\x12;\n" +
-	"\ftrust_bundle\x18\x03 \x01(\v2\x18.bc.agent.v1.TrustBundleR\vtrustBundle\"\xbf\x03\n" +
+	"\ftrust_bundle\x18\x03 \x01(\v2\x18.bc.agent.v1.TrustBundleR\vtrustBundle\"\xd9\x03\n" +
 	"\rCommandUpdate\x12\x1d\n" +
 	"\n" +
 	"command_id\x18\x01 \x01(\tR\tcommandId\x12/\n" +
@@ -1576,7 +1685,8 @@ const file_bc_agent_v1_agent_proto_rawDesc = "" +
 	" \x01(\tR\x0fprogressMessage\x12#\n" +
 	"\rsession_epoch\x18\v \x01(\x03R\fsessionEpoch\x12\x1d\n" +
 	"\n" +
-	"update_seq\x18\f \x01(\x03R\tupdateSeq\"I\n" +
+	"update_seq\x18\f \x01(\x03R\tupdateSeq\x12\x18\n" +
+	"\amessage\x18\r \x01(\tR\amessage\"I\n" +
 	"\tUpdateAck\x12\x1d\n" +
 	"\n" +
 	"command_id\x18\x01 \x01(\tR\tcommandId\x12\x1d\n" +
@@ -1586,13 +1696,19 @@ const file_bc_agent_v1_agent_proto_rawDesc = "" +
 	"\n" +
 	"command_id\x18\x01 \x01(\tR\tcommandId\"6\n" +
 	"\vSpecRequest\x12'\n" +
-	"\x0fhave_generation\x18\x01 \x01(\x03R\x0ehaveGeneration\"X\n" +
+	"\x0fhave_generation\x18\x01 \x01(\x03R\x0ehaveGeneration\"\x91\x01\n" +
 	"\x04Spec\x12\x1e\n" +
 	"\n" +
 	"generation\x18\x01 \x01(\x03R\n" +
 	"generation\x12\x12\n" +
 	"\x04spec\x18\x02 \x01(\fR\x04spec\x12\x1c\n" +
-	"\tsignature\x18\x03 \x01(\fR\tsignature\"\x9f\x01\n" +
+	"\tsignature\x18\x03 \x01(\fR\tsignature\x12\x1f\n" +
+	"\vworker_cert\x18\x04 \x01(\fR\n" +
+	"workerCert\x12\x16\n" +
+	"\x06signed\x18\x05 \x01(\fR\x06signed\"J\n" +
+	"\x0fAllocationBound\x12\x1c\n" +
+	"\tstatement\x18\x01 \x01(\fR\tstatement\x12\x19\n" +
+	"\bnode_sig\x18\x02 \x01(\fR\anodeSig\"\x9f\x01\n" +
 	"\rNodeCondition\x12\x12\n" +
 	"\x04type\x18\x01 \x01(\tR\x04type\x12\x16\n" +
 	"\x06status\x18\x02 \x01(\bR\x06status\x12\x16\n" +
@@ -1604,12 +1720,13 @@ const file_bc_agent_v1_agent_proto_rawDesc = "" +
 	"\tinventory\x18\x01 \x01(\fR\tinventory\x12:\n" +
 	"\n" +
 	"conditions\x18\x02 \x03(\v2\x1a.bc.agent.v1.NodeConditionR\n" +
-	"conditions\"\xe8\x01\n" +
+	"conditions\"\xb3\x02\n" +
 	"\vNodeMessage\x12*\n" +
 	"\x05hello\x18\x01 \x01(\v2\x12.bc.agent.v1.HelloH\x00R\x05hello\x124\n" +
 	"\x06update\x18\x02 \x01(\v2\x1a.bc.agent.v1.CommandUpdateH\x00R\x06update\x12=\n" +
 	"\fspec_request\x18\x03 \x01(\v2\x18.bc.agent.v1.SpecRequestH\x00R\vspecRequest\x121\n" +
-	"\x06status\x18\x04 \x01(\v2\x17.bc.agent.v1.NodeStatusH\x00R\x06statusB\x05\n" +
+	"\x06status\x18\x04 \x01(\v2\x17.bc.agent.v1.NodeStatusH\x00R\x06status\x12I\n" +
+	"\x10allocation_bound\x18\x05 \x01(\v2\x1c.bc.agent.v1.AllocationBoundH\x00R\x0fallocationBoundB\x05\n" +
 	"\x03msg\"\x87\x02\n" +
 	"\x0eGatewayMessage\x120\n" +
 	"\awelcome\x18\x01 \x01(\v2\x14.bc.agent.v1.WelcomeH\x00R\awelcome\x128\n" +
@@ -1665,7 +1782,7 @@ func file_bc_agent_v1_agent_proto_rawDescGZIP() []byte {
 }
 
 var file_bc_agent_v1_agent_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_bc_agent_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
+var file_bc_agent_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
 var file_bc_agent_v1_agent_proto_goTypes = []any{
 	(CommandState)(0),             // 0: bc.agent.v1.CommandState
 	(RejectCode)(0),               // 1: bc.agent.v1.RejectCode
@@ -1680,44 +1797,46 @@ var file_bc_agent_v1_agent_proto_goTypes = []any{
 	(*Cancel)(nil),                // 10: bc.agent.v1.Cancel
 	(*SpecRequest)(nil),           // 11: bc.agent.v1.SpecRequest
 	(*Spec)(nil),                  // 12: bc.agent.v1.Spec
-	(*NodeCondition)(nil),         // 13: bc.agent.v1.NodeCondition
-	(*NodeStatus)(nil),            // 14: bc.agent.v1.NodeStatus
-	(*NodeMessage)(nil),           // 15: bc.agent.v1.NodeMessage
-	(*GatewayMessage)(nil),        // 16: bc.agent.v1.GatewayMessage
-	(*JoinRequest)(nil),           // 17: bc.agent.v1.JoinRequest
-	(*JoinResponse)(nil),          // 18: bc.agent.v1.JoinResponse
-	(*timestamppb.Timestamp)(nil), // 19: google.protobuf.Timestamp
+	(*AllocationBound)(nil),       // 13: bc.agent.v1.AllocationBound
+	(*NodeCondition)(nil),         // 14: bc.agent.v1.NodeCondition
+	(*NodeStatus)(nil),            // 15: bc.agent.v1.NodeStatus
+	(*NodeMessage)(nil),           // 16: bc.agent.v1.NodeMessage
+	(*GatewayMessage)(nil),        // 17: bc.agent.v1.GatewayMessage
+	(*JoinRequest)(nil),           // 18: bc.agent.v1.JoinRequest
+	(*JoinResponse)(nil),          // 19: bc.agent.v1.JoinResponse
+	(*timestamppb.Timestamp)(nil), // 20: google.protobuf.Timestamp
 }
 var file_bc_agent_v1_agent_proto_depIdxs = []int32{
-	19, // 0: bc.agent.v1.Command.not_after:type_name -> google.protobuf.Timestamp
-	19, // 1: bc.agent.v1.Command.not_before:type_name -> google.protobuf.Timestamp
-	19, // 2: bc.agent.v1.Command.created_at:type_name -> google.protobuf.Timestamp
+	20, // 0: bc.agent.v1.Command.not_after:type_name -> google.protobuf.Timestamp
+	20, // 1: bc.agent.v1.Command.not_before:type_name -> google.protobuf.Timestamp
+	20, // 2: bc.agent.v1.Command.created_at:type_name -> google.protobuf.Timestamp
 	4,  // 3: bc.agent.v1.Hello.kinds:type_name -> bc.agent.v1.KindDigest
-	19, // 4: bc.agent.v1.Welcome.server_time:type_name -> google.protobuf.Timestamp
+	20, // 4: bc.agent.v1.Welcome.server_time:type_name -> google.protobuf.Timestamp
 	6,  // 5: bc.agent.v1.Welcome.trust_bundle:type_name -> bc.agent.v1.TrustBundle
 	0,  // 6: bc.agent.v1.CommandUpdate.state:type_name -> bc.agent.v1.CommandState
 	1,  // 7: bc.agent.v1.CommandUpdate.reject_code:type_name -> bc.agent.v1.RejectCode
-	19, // 8: bc.agent.v1.NodeCondition.since:type_name -> google.protobuf.Timestamp
-	13, // 9: bc.agent.v1.NodeStatus.conditions:type_name -> bc.agent.v1.NodeCondition
+	20, // 8: bc.agent.v1.NodeCondition.since:type_name -> google.protobuf.Timestamp
+	14, // 9: bc.agent.v1.NodeStatus.conditions:type_name -> bc.agent.v1.NodeCondition
 	5,  // 10: bc.agent.v1.NodeMessage.hello:type_name -> bc.agent.v1.Hello
 	8,  // 11: bc.agent.v1.NodeMessage.update:type_name -> bc.agent.v1.CommandUpdate
 	11, // 12: bc.agent.v1.NodeMessage.spec_request:type_name -> bc.agent.v1.SpecRequest
-	14, // 13: bc.agent.v1.NodeMessage.status:type_name -> bc.agent.v1.NodeStatus
-	7,  // 14: bc.agent.v1.GatewayMessage.welcome:type_name -> bc.agent.v1.Welcome
-	3,  // 15: bc.agent.v1.GatewayMessage.command:type_name -> bc.agent.v1.CommandEnvelope
-	10, // 16: bc.agent.v1.GatewayMessage.cancel:type_name -> bc.agent.v1.Cancel
-	12, // 17: bc.agent.v1.GatewayMessage.spec:type_name -> bc.agent.v1.Spec
-	9,  // 18: bc.agent.v1.GatewayMessage.ack:type_name -> bc.agent.v1.UpdateAck
-	6,  // 19: bc.agent.v1.JoinResponse.trust_bundle:type_name -> bc.agent.v1.TrustBundle
-	15, // 20: bc.agent.v1.Session.Connect:input_type -> bc.agent.v1.NodeMessage
-	17, // 21: bc.agent.v1.Join.Join:input_type -> bc.agent.v1.JoinRequest
-	16, // 22: bc.agent.v1.Session.Connect:output_type -> bc.agent.v1.GatewayMessage
-	18, // 23: bc.agent.v1.Join.Join:output_type -> bc.agent.v1.JoinResponse
-	22, // [22:24] is the sub-list for method output_type
-	20, // [20:22] is the sub-list for method input_type
-	20, // [20:20] is the sub-list for extension type_name
-	20, // [20:20] is the sub-list for extension extendee
-	0,  // [0:20] is the sub-list for field type_name
+	15, // 13: bc.agent.v1.NodeMessage.status:type_name -> bc.agent.v1.NodeStatus
+	13, // 14: bc.agent.v1.NodeMessage.allocation_bound:type_name -> bc.agent.v1.AllocationBound
+	7,  // 15: bc.agent.v1.GatewayMessage.welcome:type_name -> bc.agent.v1.Welcome
+	3,  // 16: bc.agent.v1.GatewayMessage.command:type_name -> bc.agent.v1.CommandEnvelope
+	10, // 17: bc.agent.v1.GatewayMessage.cancel:type_name -> bc.agent.v1.Cancel
+	12, // 18: bc.agent.v1.GatewayMessage.spec:type_name -> bc.agent.v1.Spec
+	9,  // 19: bc.agent.v1.GatewayMessage.ack:type_name -> bc.agent.v1.UpdateAck
+	6,  // 20: bc.agent.v1.JoinResponse.trust_bundle:type_name -> bc.agent.v1.TrustBundle
+	16, // 21: bc.agent.v1.Session.Connect:input_type -> bc.agent.v1.NodeMessage
+	18, // 22: bc.agent.v1.Join.Join:input_type -> bc.agent.v1.JoinRequest
+	17, // 23: bc.agent.v1.Session.Connect:output_type -> bc.agent.v1.GatewayMessage
+	19, // 24: bc.agent.v1.Join.Join:output_type -> bc.agent.v1.JoinResponse
+	23, // [23:25] is the sub-list for method output_type
+	21, // [21:23] is the sub-list for method input_type
+	21, // [21:21] is the sub-list for extension type_name
+	21, // [21:21] is the sub-list for extension extendee
+	0,  // [0:21] is the sub-list for field type_name
 }
 
 func init() { file_bc_agent_v1_agent_proto_init() }
@@ -1725,13 +1844,14 @@ func file_bc_agent_v1_agent_proto_init() {
 	if File_bc_agent_v1_agent_proto != nil {
 		return
 	}
-	file_bc_agent_v1_agent_proto_msgTypes[13].OneofWrappers = []any{
+	file_bc_agent_v1_agent_proto_msgTypes[14].OneofWrappers = []any{
 		(*NodeMessage_Hello)(nil),
 		(*NodeMessage_Update)(nil),
 		(*NodeMessage_SpecRequest)(nil),
 		(*NodeMessage_Status)(nil),
+		(*NodeMessage_AllocationBound)(nil),
 	}
-	file_bc_agent_v1_agent_proto_msgTypes[14].OneofWrappers = []any{
+	file_bc_agent_v1_agent_proto_msgTypes[15].OneofWrappers = []any{
 		(*GatewayMessage_Welcome)(nil),
 		(*GatewayMessage_Command)(nil),
 		(*GatewayMessage_Cancel)(nil),
@@ -1744,7 +1864,7 @@ func file_bc_agent_v1_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_bc_agent_v1_agent_proto_rawDesc), len(file_bc_agent_v1_agent_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   17,
+			NumMessages:   18,
 			NumExtensions: 0,
 			NumServices:   2,
 		},
