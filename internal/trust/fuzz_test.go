@@ -101,3 +101,29 @@ func FuzzVerifyCommand(f *testing.F) {
 		}
 	})
 }
+
+func FuzzDecodeSpecStatement(f *testing.F) {
+	good, _ := SpecStatement{NodeID: "n", Generation: 3, Spec: []byte(`{"holds":[{"gpu":"GPU-1","state":"live"}]}`)}.Encode()
+	f.Add(good)
+	f.Add([]byte(`{"nodeId":"n","generation":0,"spec":{}}`))
+	f.Fuzz(func(t *testing.T, in []byte) {
+		s, err := DecodeSpecStatement(in)
+		if err != nil {
+			return
+		}
+		if s.NodeID == "" || s.Generation < 1 {
+			t.Fatalf("decoded an invalid statement: %+v", s)
+		}
+	})
+}
+
+func FuzzDecodeAllocationBound(f *testing.F) {
+	good, _ := AllocationBound{Allocation: "alloc_1", NodeID: "n", GPUs: []string{"GPU-1"}, Generation: 2}.Encode()
+	f.Add(good)
+	f.Fuzz(func(t *testing.T, in []byte) {
+		a, err := DecodeAllocationBound(in)
+		if err == nil && (a.Allocation == "" || len(a.GPUs) == 0) {
+			t.Fatalf("decoded an invalid statement: %+v", a)
+		}
+	})
+}

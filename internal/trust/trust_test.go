@@ -301,3 +301,27 @@ func TestDecoders_RefuseMalformedInput(t *testing.T) {
 	_, _, err = DecodeWorkerCert(Signed{Body: []byte(`{"publicKey":"eA==","rootKeyId":"","purposes":[],"notBefore":"2026-01-01T00:00:00Z","notAfter":"2026-01-02T00:00:00Z"}`), Signatures: []Signature{{}}}.Encode())
 	require.ErrorIs(t, err, ErrMalformed)
 }
+
+// "Each NodeSpec generation is signed (purpose desired-state) ... bcd
+// verifies before applying and refuses a forged spec"
+func TestVerifySpec_OnlyTheSignedStatementForThisNode(t *testing.T) {
+	root := key(t)
+	w, err := NewWorkerKey(root, t0.Add(-time.Hour), 24*time.Hour)
+	require.NoError(t, err)
+	b := bundleOf(1, root)
+	st, err := SpecStatement{NodeID: "node_a", Generation: 3, Spec: []byte(`{"holds":[]}`)}.Encode()
+	require.NoError(t, err)
+	sig := w.Sign(PurposeDesiredState, st)
+	got, err := VerifySpec(b, w.Cert, st, sig, "node_a", t0)
+	require.NoError(t, err)
+	require.Equal(t, int64(3), got.Generation)
+
+	_, err = VerifySpec(b, w.Cert, st, sig, "node_b", t0)
+	require.ErrorIs(t, err, ErrBadSignature)
+	forged, _ := SpecStatement{NodeID: "node_a", Generation: 4, Spec: []byte(`{}`)}.Encode()
+	_, err = VerifySpec(b, w.Cert, forged, sig, "node_a", t0)
+	require.ErrorIs(t, err, ErrBadSignature)
+	// A command signature is not a spec signature.
+	_, err = VerifySpec(b, w.Cert, st, w.Sign(PurposeCommand, st), "node_a", t0)
+	require.ErrorIs(t, err, ErrBadSignature)
+}
