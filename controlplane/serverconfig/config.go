@@ -55,6 +55,78 @@ type Config struct {
 	Gateway GatewayConfig `yaml:"gateway"`
 	// Sweeper enforces the commands' deadlines (once in the fleet).
 	Sweeper SweeperConfig `yaml:"sweeper"`
+	// PKI is command signing and the destructive-batch quorum's keys.
+	PKI PKIConfig `yaml:"pki"`
+	// Components are the parts this process runs: api, gateway, sweeper
+	// (all three when empty). A gateway-only process reads no signing key:
+	// it relays the signed bytes the API stored.
+	Components []string `yaml:"components"`
+}
+
+// The components a process can run.
+const (
+	ComponentAPI     = "api"
+	ComponentGateway = "gateway"
+	ComponentSweeper = "sweeper"
+)
+
+// Runs reports whether the process runs component c.
+func (c Config) Runs(component string) bool {
+	if len(c.Components) == 0 {
+		return true
+	}
+	for _, x := range c.Components {
+		if x == component {
+			return true
+		}
+	}
+	return false
+}
+
+// ValidateComponents checks that every component named is known.
+func (c Config) ValidateComponents() error {
+	for _, x := range c.Components {
+		switch x {
+		case ComponentAPI, ComponentGateway, ComponentSweeper:
+		default:
+			return fmt.Errorf("components: unknown component %q (api, gateway, sweeper)", x)
+		}
+	}
+	return nil
+}
+
+// PKIConfig is the command-signing authority and the quorum's keys.
+type PKIConfig struct {
+	// CommandSigning is the command-signing root's private key (PEM, from
+	// better-compute pki create-root). With it every command and node spec
+	// is signed, and nodes get a trust bundle; without it commands go
+	// unsigned, as in v0.1. Only processes running the api component read it.
+	CommandSigning string `yaml:"commandSigning"`
+	// CommandSigningRoots are more roots' public keys (PEM files) that the
+	// trust bundle carries during a rotation.
+	CommandSigningRoots []string `yaml:"commandSigningRoots"`
+	// TrustVersion is the lowest trust bundle version to publish: the
+	// version follows the bundle's content and never goes below it.
+	TrustVersion int64 `yaml:"trustVersion"`
+	// WorkerKeyLifetime is how long a worker key's certificate lasts (24h,
+	// at most); it is renewed at half its life.
+	WorkerKeyLifetime Duration `yaml:"workerKeyLifetime"`
+	// Approvers are the destructive-batch approver keys.
+	Approvers []ApproverConfig `yaml:"approvers"`
+	// ApprovalThreshold is how many distinct approvers a batch needs (all
+	// of them when 0).
+	ApprovalThreshold int `yaml:"approvalThreshold"`
+	// UnbatchedDestructivePerHour is the break-glass allowance: how many
+	// destructive commands outside a batch a node runs per hour.
+	UnbatchedDestructivePerHour int `yaml:"unbatchedDestructivePerHour"`
+}
+
+// ApproverConfig is one approver key.
+type ApproverConfig struct {
+	// Name says whose key it is (shown to approvers and in audits).
+	Name string `yaml:"name"`
+	// PublicKey is the approver's public key file (PEM).
+	PublicKey string `yaml:"publicKey"`
 }
 
 // GatewayConfig is the node-facing listener: bc.agent.v1.Session (mTLS with
