@@ -64,6 +64,15 @@ type Config struct {
 	ReplayHorizon kind.Duration `json:"replayHorizon,omitempty"`
 	// BootIDFile is read for the boot id.
 	BootIDFile string `json:"bootIdFile,omitempty"`
+	// TrustAnchors are command-signing root public keys (PEM files) the
+	// operator placed: a trust bundle they sign is accepted even as the
+	// node's first (a node joined before signing was turned on). Without
+	// them the first bundle comes at join.
+	TrustAnchors []string `json:"trustAnchors,omitempty"`
+	// MaxClockSkew bounds the offset a Welcome's server time may apply to
+	// the node's clock (5m); a larger one is refused and reported in the
+	// ClockSkew condition.
+	MaxClockSkew kind.Duration `json:"maxClockSkew,omitempty"`
 }
 
 // Default returns the configuration with every default filled in.
@@ -128,6 +137,14 @@ func (c Config) Validate() error {
 	if c.ReplayHorizon.D() < 0 {
 		errs = append(errs, errors.New("replayHorizon: must not be negative"))
 	}
+	if c.MaxClockSkew.D() < 0 {
+		errs = append(errs, errors.New("maxClockSkew: must not be negative"))
+	}
+	for i, a := range c.TrustAnchors {
+		if a == "" {
+			errs = append(errs, fmt.Errorf("trustAnchors[%d]: empty path", i))
+		}
+	}
 	for name, sum := range c.PluginSHA256 {
 		if len(sum) != 64 || strings.Trim(strings.ToLower(sum), "0123456789abcdef") != "" {
 			errs = append(errs, fmt.Errorf("pluginSha256[%s]: must be 64 hex digits", name))
@@ -187,6 +204,7 @@ type Flags struct {
 	pluginEnv     []string
 	startTimeout  time.Duration
 	bootIDFile    string
+	trustAnchors  []string
 	pathSpecified bool
 }
 
@@ -210,6 +228,7 @@ func RegisterFlags(fs *pflag.FlagSet) *Flags {
 	fs.StringArrayVar(&f.pluginEnv, "plugin-env", nil, "environment for plugins: KEY=VALUE (pluginEnv), repeatable")
 	fs.DurationVar(&f.startTimeout, "plugin-start-timeout", 0, "bound one plugin start (pluginStartTimeout)")
 	fs.StringVar(&f.bootIDFile, "boot-id-file", "", "file holding the boot id (bootIdFile)")
+	fs.StringArrayVar(&f.trustAnchors, "trust-anchor", nil, "a command-signing root public key file (trustAnchors), repeatable")
 	return f
 }
 
@@ -247,6 +266,7 @@ func (f *Flags) Apply(c *Config) error {
 	set("lane-bulk", func() { c.Lanes.Bulk = f.bulk })
 	set("plugin-start-timeout", func() { c.PluginStartTimeout = kind.Duration(f.startTimeout) })
 	set("boot-id-file", func() { c.BootIDFile = f.bootIDFile })
+	set("trust-anchor", func() { c.TrustAnchors = append([]string(nil), f.trustAnchors...) })
 	var errs []error
 	pairs := func(flag string, vals []string, into *map[string]string) {
 		for _, v := range vals {

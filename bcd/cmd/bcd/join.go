@@ -2,11 +2,13 @@ package main
 
 import (
 	"context"
+	"crypto/ed25519"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/better-compute/commands/bcd/truststore"
 	"github.com/better-compute/commands/internal/trust"
 	"io"
 	"os"
@@ -114,7 +116,25 @@ func cmdJoin(args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 	}
-	fmt.Fprintf(stdout, "joined as %s (role %s); certificate in %s\n", id.NodeID, id.Role, dir)
+	// The join answer's trust bundle: from here on the node takes only
+	// versions its roots signed. Without one (no pki.commandSigning)
+	// commands go unsigned.
+	if tb := resp.GetTrustBundle(); len(tb.GetSigned()) > 0 {
+		anchors, err := loadAnchors(cfg.TrustAnchors)
+		if err != nil {
+			return err
+		}
+		ts, err := truststore.Open(cfg.StateDir, anchors, nil)
+		if err != nil {
+			return err
+		}
+		if err := ts.AcceptJoin(tb.GetSigned(), time.Now()); err != nil {
+			return fmt.Errorf("join: %w", err)
+		}
+		fmt.Fprintf(stdout, "joined as %s (role %s); certificate in %s; trust bundle version %d (commands must be signed)\n", id.NodeID, id.Role, dir, ts.Version())
+		return nil
+	}
+	fmt.Fprintf(stdout, "joined as %s (role %s); certificate in %s; no trust bundle (commands go unsigned)\n", id.NodeID, id.Role, dir)
 	return nil
 }
 
@@ -177,4 +197,17 @@ func loadJoined(stateDir string) (j joined, found bool, err error) {
 	}
 	j.tls = &tls.Config{Certificates: []tls.Certificate{pair}, RootCAs: roots, MinVersion: tls.VersionTLS12}
 	return j, true, nil
+}
+
+// loadAnchors reads the trustAnchors public keys.
+func loadAnchors(paths []string) ([]ed25519.PublicKey, error) {
+	var out []ed25519.PublicKey
+	for _, p := range paths {
+		k, err := trust.LoadEd25519PublicKey(p)
+		if err != nil {
+			return nil, fmt.Errorf("trustAnchors: %w", err)
+		}
+		out = append(out, k)
+	}
+	return out, nil
 }
