@@ -457,7 +457,7 @@ func (s *session) update(ctx context.Context, u *agentv1.CommandUpdate) error {
 			return ack()
 		}
 		backoff := BusyBackoff(cur.Attempts, s.g.opts.BusyBackoffMin, s.g.opts.BusyBackoffMax)
-		if _, _, err := s.g.queue.Requeue(ctx, s.g.pool, u.GetCommandId(), s.epoch, backoff); err != nil {
+		if _, _, err := s.g.queue.Requeue(ctx, s.g.pool, s.id.NodeID, u.GetCommandId(), s.epoch, backoff); err != nil {
 			return s.dbErr(ctx, err)
 		}
 		s.release(u.GetCommandId())
