@@ -1,6 +1,7 @@
 package gateway_test
 
 import (
+	"context"
 	"encoding/json"
 	"strings"
 	"sync"
@@ -189,4 +190,35 @@ func TestGateway_RefusedReportHoldsUpNothing(t *testing.T) {
 	e.waitState(next.ID, queue.Succeeded)
 	require.Equal(t, queue.Running, e.get(bad.ID).State)
 	require.Zero(t, e.settledEvents(bad.ID))
+}
+
+// The node sends its status only when it changed, so a NodeStatus that
+// finds the database away is kept and stored once it is back.
+func TestGateway_NodeStatusDuringDatabaseOutageIsStoredWhenItReturns(t *testing.T) {
+	e := setupWith(t, setupOptions{proxy: true, logs: true})
+	ctx, cancel := context.WithCancel(e.ctx)
+	defer cancel()
+	stream, err := agentv1.NewSessionClient(e.dial(pki.Identity{NodeID: e.node.ID}, 0)).Connect(ctx)
+	require.NoError(t, err)
+	require.NoError(t, stream.Send(&agentv1.NodeMessage{Msg: &agentv1.NodeMessage_Hello{Hello: &agentv1.Hello{
+		NodeId: e.node.ID, JournalId: "j", BootId: "b", Role: "node"}}}))
+	_, err = stream.Recv()
+	require.NoError(t, err)
+
+	e.proxy.Cut()
+	require.NoError(t, stream.Send(&agentv1.NodeMessage{Msg: &agentv1.NodeMessage_Status{Status: &agentv1.NodeStatus{
+		Inventory:  []byte(`{"gpus":[{"index":0}]}`),
+		Conditions: []*agentv1.NodeCondition{{Type: "RebootRequired", Status: true}},
+	}}}))
+	testutil.WaitFor(t, 15*time.Second, "the status to be held", func() bool {
+		return strings.Contains(e.logs.String(), "node status held")
+	})
+	e.proxy.Restore()
+	var conds, inv string
+	testutil.WaitFor(t, 15*time.Second, "the held status to be stored", func() bool {
+		err := e.pool.QueryRow(e.ctx, `SELECT coalesce(conditions::text, ''), coalesce(inventory::text, '') FROM nodes WHERE id = $1`, e.node.ID).Scan(&conds, &inv)
+		return err == nil && conds != ""
+	})
+	require.JSONEq(t, `[{"type":"RebootRequired","status":"True","reason":"","message":""}]`, conds)
+	require.JSONEq(t, `{"gpus":[{"index":0}]}`, inv)
 }

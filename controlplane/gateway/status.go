@@ -49,6 +49,7 @@ func (s *session) holdStatus(st *agentv1.NodeStatus) {
 		st = &agentv1.NodeStatus{Inventory: prev.GetInventory(), Conditions: st.GetConditions()}
 	}
 	s.held.status = st
+	s.logger.Debug("node status held until the database returns", "conditions", len(st.GetConditions()))
 	if s.held.timer == nil {
 		s.held.arm()
 	}
