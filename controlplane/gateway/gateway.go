@@ -1,13 +1,11 @@
 // Package gateway holds each node's session: one gRPC bidirectional stream
-// (bc.agent.v1.Session) over mTLS. It settles what a reconnect proves
-// (hello.go), replays every open command in seq order and dispatches pending
-// ones within the lane credits, relaying each command's bytes exactly as
-// stored at enqueue (dispatch.go), relays cancels until the node reports a
-// terminal state (cancel.go), pushes the node spec (spec.go), stores the
-// node's status (status.go), and lands the node's reports as guarded
-// transitions fenced by session epoch, acknowledging each only once it is
-// stored (report.go, busy.go); reports that find the database away are
-// held and retried (held.go), and the outage is logged once (outage.go).
+// (bc.agent.v1.Session) over mTLS. It settles what a reconnect proves,
+// replays every open command in seq order, dispatches pending commands
+// within the lane credits as the exact bytes stored at enqueue, relays
+// cancels until the node reports a terminal state, pushes the node spec,
+// and lands the node's reports as guarded transitions fenced by session
+// epoch, acknowledging each only once it is stored: a report that finds
+// the database away is held and retried, and the outage is logged once.
 // The gateway runs no SQL of its own (the queue holds it) and keeps no
 // state beyond its sessions: replicas scale out against one PostgreSQL.
 package gateway

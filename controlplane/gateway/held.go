@@ -66,7 +66,7 @@ func (h *held) stop() {
 
 // holdReport keeps r for a retry. A report the node sent again while the
 // first copy waits is kept once: the first copy's ack answers both.
-func (s *session) holdReport(ctx context.Context, r report) {
+func (s *session) holdReport(r report) {
 	u := r.update
 	for _, o := range s.held.reports {
 		if same(o.update, u) {

@@ -48,7 +48,7 @@ var stateOf = map[agentv1.CommandState]queue.State{
 // a new one waits behind them.
 func (s *session) report(ctx context.Context, r report) error {
 	if s.held.waiting() {
-		s.holdReport(ctx, r)
+		s.holdReport(r)
 		return nil
 	}
 	out, err := s.land(ctx, r.update)
@@ -57,7 +57,7 @@ func (s *session) report(ctx context.Context, r report) error {
 	}
 	switch out {
 	case retry:
-		s.holdReport(ctx, r)
+		s.holdReport(r)
 		return nil
 	case refused:
 		return s.landCovers(ctx, r)
