@@ -29,10 +29,13 @@ import (
 	"github.com/better-compute/commands/sdk/kind"
 )
 
-// Defaults for the reconnect backoff and the status check.
+// Defaults for the reconnect backoff, the resend of unacknowledged updates
+// and the status check.
 const (
 	DefaultBackoffMin  = time.Second
 	DefaultBackoffMax  = 30 * time.Second
+	DefaultResendMin   = time.Second
+	DefaultResendMax   = 30 * time.Second
 	DefaultStatusEvery = 30 * time.Second
 )
 
@@ -57,6 +60,9 @@ type Config struct {
 	Conditions *conditions.Detector
 	// BackoffMin and BackoffMax bound the reconnect backoff (1 s, 30 s).
 	BackoffMin, BackoffMax time.Duration
+	// ResendMin and ResendMax bound the backoff of resending, within a
+	// session, updates the gateway has not acknowledged (1 s, 30 s).
+	ResendMin, ResendMax time.Duration
 	// StatusEvery is how often the inventory and conditions are checked
 	// for a change beside the checks after each outcome (30 s).
 	StatusEvery time.Duration
@@ -81,13 +87,15 @@ type Client struct {
 	stream   agentv1.Session_ConnectClient
 	epoch    int64
 	seq      int64
-	unacked  []*agentv1.CommandUpdate
+	unacked  []*outgoing
 	sessions int
 	lastInv  time.Time
 	lastCond string
 	sentOnce bool
 
 	statusKick chan struct{}
+	// acked is signalled when an ack took updates off unacked.
+	acked chan struct{}
 }
 
 // New builds a client for daemon d and subscribes to its updates at once,
@@ -107,6 +115,12 @@ func New(cfg Config, d *daemon.Daemon) *Client {
 	if cfg.BackoffMax < cfg.BackoffMin {
 		cfg.BackoffMax = cfg.BackoffMin
 	}
+	if cfg.ResendMin <= 0 {
+		cfg.ResendMin = DefaultResendMin
+	}
+	if cfg.ResendMax < cfg.ResendMin {
+		cfg.ResendMax = max(DefaultResendMax, cfg.ResendMin)
+	}
 	if cfg.StatusEvery <= 0 {
 		cfg.StatusEvery = DefaultStatusEvery
 	}
@@ -121,6 +135,7 @@ func New(cfg Config, d *daemon.Daemon) *Client {
 		cfg: cfg, d: d, logger: cfg.Logger.Named("session"),
 		subCtx: ctx, subEnd: cancel, subs: d.Subscribe(ctx),
 		statusKick: make(chan struct{}, 1),
+		acked:      make(chan struct{}, 1),
 	}
 	return c
 }
@@ -241,10 +256,14 @@ func (c *Client) session(ctx context.Context, conn *grpc.ClientConn) (welcomed b
 			}
 			welcomed = true
 			c.welcome(stream, m.Welcome)
-			wg.Add(1)
+			wg.Add(2)
 			go func() {
 				defer wg.Done()
 				c.statusLoop(sctx)
+			}()
+			go func() {
+				defer wg.Done()
+				c.resendLoop(sctx, stream)
 			}()
 		case *agentv1.GatewayMessage_Command:
 			c.command(ctx, m.Command)
@@ -293,15 +312,10 @@ func (c *Client) welcome(stream agentv1.Session_ConnectClient, w *agentv1.Welcom
 	c.stream, c.epoch = stream, w.GetSessionEpoch()
 	c.sessions++
 	c.sentOnce = false
-	resend := append([]*agentv1.CommandUpdate(nil), c.unacked...)
+	resend := c.toResend(0)
 	c.lock.Unlock()
 	c.logger.Info("session open", "epoch", w.GetSessionEpoch(), "resending", len(resend))
-	for _, u := range resend {
-		u.SessionEpoch = w.GetSessionEpoch()
-		if err := stream.Send(&agentv1.NodeMessage{Msg: &agentv1.NodeMessage_Update{Update: u}}); err != nil {
-			return // the receive loop sees the broken stream
-		}
-	}
+	c.resend(stream, resend)
 }
 
 // send sends m on the current stream; without one it reports false.
@@ -319,22 +333,6 @@ func (c *Client) send(m *agentv1.NodeMessage) bool {
 		return false
 	}
 	return true
-}
-
-func (c *Client) ack(a *agentv1.UpdateAck) {
-	c.lock.Lock()
-	defer c.lock.Unlock()
-	kept := c.unacked[:0]
-	for _, u := range c.unacked {
-		if u.GetCommandId() == a.GetCommandId() && u.GetUpdateSeq() <= a.GetUpdateSeq() {
-			continue
-		}
-		kept = append(kept, u)
-	}
-	for i := len(kept); i < len(c.unacked); i++ {
-		c.unacked[i] = nil
-	}
-	c.unacked = kept
 }
 
 func (c *Client) kickStatus() {

@@ -133,11 +133,17 @@ func plugins(t testing.TB) string {
 	return pluginDir
 }
 
-func newRig(t *testing.T, offset time.Duration) *rig { return newRigTB(t, offset) }
+func newRig(t *testing.T, offset time.Duration, adjust ...func(*session.Config)) *rig {
+	return newRigTB(t, offset, adjust...)
+}
 
 func newRigB(b *testing.B) *rig { return newRigTB(b, 0) }
 
-func newRigTB(t testing.TB, offset time.Duration) *rig {
+// newRigTB builds a rig; adjust changes the session client's config. The
+// rig resends unacknowledged updates within a session only after a minute,
+// so that a test that withholds acks sees each update once per session
+// unless it asks for resends.
+func newRigTB(t testing.TB, offset time.Duration, adjust ...func(*session.Config)) *rig {
 	t.Helper()
 	gw := &testGateway{offset: offset, sessions: make(chan *gatewaySession, 8)}
 	srv := grpc.NewServer()
@@ -168,13 +174,18 @@ func newRigTB(t testing.TB, offset time.Duration) *rig {
 		c.RequestSpec(have)
 	}}, j, st, host)
 	require.NoError(t, err)
-	clientLock.Lock()
-	client = session.New(session.Config{
+	cfg := session.Config{
 		Address: lis.Addr().String(), DialOptions: []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())},
 		NodeID: nodeID, Role: "node", Version: "test", Kinds: host.Manifests,
 		Conditions: conditions.New(conditions.Config{RebootRequiredFile: filepath.Join(dir, "no-reboot-required")}),
 		BackoffMin: 10 * time.Millisecond, BackoffMax: 50 * time.Millisecond, Logger: lg,
-	}, d)
+		ResendMin: time.Minute, ResendMax: time.Minute,
+	}
+	for _, a := range adjust {
+		a(&cfg)
+	}
+	clientLock.Lock()
+	client = session.New(cfg, d)
 	clientLock.Unlock()
 	r.d, r.client = d, client
 	_, err = d.Recover(context.Background())

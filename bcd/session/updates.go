@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"time"
 
 	"google.golang.org/protobuf/proto"
 
@@ -84,14 +85,20 @@ func (c *Client) report(u daemon.Update) {
 	c.seq++
 	cu.UpdateSeq = c.seq
 	cu.SessionEpoch = c.epoch
+	var kept *outgoing
 	if u.Progress == nil {
-		c.unacked = append(c.unacked, cu)
+		kept = &outgoing{update: cu}
+		c.unacked = append(c.unacked, kept)
 	}
 	s := c.stream
 	c.lock.Unlock()
 	if s != nil {
 		if err := s.Send(&agentv1.NodeMessage{Msg: &agentv1.NodeMessage_Update{Update: proto.Clone(cu).(*agentv1.CommandUpdate)}}); err != nil {
 			c.logger.Debug("update not sent; it is resent on the next session", "command_id", u.CommandID, "error", err)
+		} else if kept != nil {
+			c.lock.Lock()
+			kept.sent = time.Now()
+			c.lock.Unlock()
 		}
 	}
 	c.sendLock.Unlock()

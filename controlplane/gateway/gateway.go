@@ -1,10 +1,13 @@
 // Package gateway holds each node's session: one gRPC bidirectional stream
-// (bc.agent.v1.Session) over mTLS. It settles what a reconnect proves, replays
-// every open command in seq order, dispatches pending commands within the
-// lane credits, relays cancels until the node reports a terminal state, and
-// lands the node's reports as guarded transitions fenced by session epoch.
-// The gateway keeps no state beyond its sessions: replicas scale out against
-// one PostgreSQL.
+// (bc.agent.v1.Session) over mTLS. It settles what a reconnect proves,
+// replays every open command in seq order, dispatches pending commands
+// within the lane credits as the exact bytes stored at enqueue, relays
+// cancels until the node reports a terminal state, pushes the node spec,
+// and lands the node's reports as guarded transitions fenced by session
+// epoch, acknowledging each only once it is stored: a report that finds
+// the database away is held and retried, and the outage is logged once.
+// The gateway runs no SQL of its own (the queue holds it) and keeps no
+// state beyond its sessions: replicas scale out against one PostgreSQL.
 package gateway
 
 import (
@@ -83,6 +86,7 @@ type Gateway struct {
 	logger hclog.Logger
 	opts   Options
 	hub    *hub
+	outage *outage
 
 	// statsLock guards maxOutstanding and dispatched.
 	statsLock      sync.Mutex
@@ -93,19 +97,21 @@ type Gateway struct {
 // New builds a gateway. Call Run to start its wake-up listener.
 func New(pool *pgxpool.Pool, q *queue.Queue, logger hclog.Logger, opts Options) *Gateway {
 	opts.defaults()
+	logger = logger.Named("gateway")
 	return &Gateway{
 		pool:           pool,
 		queue:          q,
-		logger:         logger.Named("gateway"),
+		logger:         logger,
 		opts:           opts,
 		hub:            newHub(),
+		outage:         &outage{logger: logger},
 		maxOutstanding: map[string]map[kind.Lane]int{},
 	}
 }
 
 // Run listens for dispatch wake-ups until ctx ends.
 func (g *Gateway) Run(ctx context.Context) {
-	g.hub.listen(ctx, g.pool, g.logger)
+	g.hub.listen(ctx, g.pool, g.logger, g.outage)
 }
 
 // MaxOutstanding reports the most commands the gateway ever had outstanding

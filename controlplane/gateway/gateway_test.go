@@ -1,6 +1,7 @@
 package gateway_test
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"encoding/json"
@@ -50,12 +51,38 @@ type env struct {
 	node  queue.Node
 	addrs []string
 	gws   []*gateway.Gateway
+	// proxy, with setupOptions.proxy, stands between the gateways' pool and
+	// PostgreSQL (the test's own pool goes direct); logs holds the gateways'
+	// log lines with setupOptions.logs.
+	proxy *pgtest.Proxy
+	logs  *syncBuffer
 }
 
-func setup(t *testing.T, gateways int) *env {
+// setupOptions change what setupWith builds.
+type setupOptions struct {
+	gateways int
+	// proxy puts a pgtest.Proxy between the gateways and the database, so
+	// the test can make it unreachable.
+	proxy bool
+	// logs keeps the gateways' log lines (at debug) in env.logs.
+	logs bool
+}
+
+func setup(t *testing.T, gateways int) *env { return setupWith(t, setupOptions{gateways: gateways}) }
+
+func setupWith(t *testing.T, o setupOptions) *env {
 	t.Helper()
 	t.Parallel()
 	pool := pgtest.DB(t)
+	gwPool := pool
+	var proxy *pgtest.Proxy
+	if o.proxy {
+		proxy = pgtest.NewProxy(t)
+		var err error
+		gwPool, err = pgxpool.NewWithConfig(context.Background(), proxy.Config(t, pool.Config().ConnConfig.Database))
+		require.NoError(t, err)
+		t.Cleanup(gwPool.Close)
+	}
 	// Registered after the pool, so it runs before the pool closes: the
 	// gateways' listeners hold a connection until their context ends.
 	ctx, cancel := context.WithCancel(context.Background())
@@ -69,13 +96,17 @@ func setup(t *testing.T, gateways int) *env {
 	require.NoError(t, err)
 	ca, err := pki.NewCA("test")
 	require.NoError(t, err)
-	e := &env{t: t, ctx: ctx, pool: pool, q: q, ca: ca, node: node}
+	e := &env{t: t, ctx: ctx, pool: pool, q: q, ca: ca, node: node, proxy: proxy, logs: &syncBuffer{}}
+	logger := hclog.NewNullLogger()
+	if o.logs {
+		logger = hclog.New(&hclog.LoggerOptions{Output: e.logs, Level: hclog.Debug})
+	}
 	certPEM, keyPEM, err := ca.IssueServer("127.0.0.1")
 	require.NoError(t, err)
 	cert, err := tls.X509KeyPair(certPEM, keyPEM)
 	require.NoError(t, err)
-	for i := 0; i < gateways; i++ {
-		gw := gateway.New(pool, q, hclog.NewNullLogger(), gateway.Options{Poll: 200 * time.Millisecond, CancelResend: 100 * time.Millisecond,
+	for i := 0; i < max(o.gateways, 1); i++ {
+		gw := gateway.New(gwPool, q, logger, gateway.Options{Poll: 200 * time.Millisecond, CancelResend: 100 * time.Millisecond,
 			BusyBackoffMin: 50 * time.Millisecond, BusyBackoffMax: 100 * time.Millisecond})
 		go gw.Run(ctx)
 		srv := grpc.NewServer(grpc.Creds(credentials.NewTLS(&tls.Config{
@@ -90,6 +121,24 @@ func setup(t *testing.T, gateways int) *env {
 		e.gws = append(e.gws, gw)
 	}
 	return e
+}
+
+// syncBuffer is a log sink that tests read while the gateway writes.
+type syncBuffer struct {
+	lock sync.Mutex
+	b    bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.lock.Lock()
+	defer b.lock.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.lock.Lock()
+	defer b.lock.Unlock()
+	return b.b.String()
 }
 
 // dial connects as a node with a certificate for id.

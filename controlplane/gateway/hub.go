@@ -2,20 +2,16 @@ package gateway
 
 import (
 	"context"
-	"strings"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/better-compute/commands/controlplane/queue"
 )
-
-// dispatchChannel carries a node id per notification (migration 0002).
-const dispatchChannel = "bc_dispatch"
-
-// specPrefix marks a notification about a new spec generation.
-const specPrefix = "spec:"
 
 // hub fans one LISTEN connection out to the sessions it holds, by node id.
 type hub struct {
@@ -95,14 +91,24 @@ func (h *hub) wakeAll() {
 
 // listen holds a LISTEN connection, reconnecting with a backoff. After a
 // reconnect every session is woken, since notifications may have been lost.
-func (h *hub) listen(ctx context.Context, pool *pgxpool.Pool, logger hclog.Logger) {
-	backoff := 100 * time.Millisecond
+// A listener lost with the database counts towards the outage, logged once.
+func (h *hub) listen(ctx context.Context, pool *pgxpool.Pool, logger hclog.Logger, o *outage) {
+	const minBackoff = 100 * time.Millisecond
+	backoff := minBackoff
 	for ctx.Err() == nil {
-		err := h.listenOnce(ctx, pool)
+		listened, err := h.listenOnce(ctx, pool, o)
 		if ctx.Err() != nil {
 			return
 		}
-		logger.Warn("dispatch listener lost; reconnecting", "error", err, "backoff", backoff)
+		if listened {
+			backoff = minBackoff
+		}
+		if unreachable(err) {
+			o.failed("listening for dispatch wake-ups", err)
+			logger.Debug("dispatch listener lost; reconnecting", "error", err, "backoff", backoff)
+		} else {
+			logger.Warn("dispatch listener lost; reconnecting", "error", err, "backoff", backoff)
+		}
 		t := time.NewTimer(backoff)
 		select {
 		case <-ctx.Done():
@@ -116,27 +122,26 @@ func (h *hub) listen(ctx context.Context, pool *pgxpool.Pool, logger hclog.Logge
 	}
 }
 
-func (h *hub) listenOnce(ctx context.Context, pool *pgxpool.Pool) error {
+// listenOnce holds one LISTEN connection until it fails; listened says
+// whether it got as far as listening.
+func (h *hub) listenOnce(ctx context.Context, pool *pgxpool.Pool, o *outage) (listened bool, err error) {
 	conn, err := pool.Acquire(ctx)
 	if err != nil {
-		return err
+		return false, fmt.Errorf("acquiring the listener's connection: %w", err)
 	}
 	defer conn.Release()
-	if _, err := conn.Exec(ctx, "LISTEN "+dispatchChannel); err != nil {
-		return err
+	if err := queue.ListenDispatch(ctx, conn.Conn()); err != nil {
+		return false, err
 	}
+	o.ok()
 	h.wakeAll()
 	for {
-		n, err := conn.Conn().WaitForNotification(ctx)
+		w, err := queue.WaitDispatch(ctx, conn.Conn())
 		if err != nil {
 			// The connection is in an unknown state; drop it from the pool.
 			_ = conn.Conn().Close(context.Background())
-			return err
+			return true, err
 		}
-		if node, ok := strings.CutPrefix(n.Payload, specPrefix); ok {
-			h.wake(node, true)
-		} else {
-			h.wake(n.Payload, false)
-		}
+		h.wake(w.NodeID, w.Spec)
 	}
 }

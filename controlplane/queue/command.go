@@ -41,6 +41,23 @@ func (s State) Terminal() bool {
 	return false
 }
 
+// Rank orders states as the database's bc_state_rank does: pending 0,
+// dispatched 1, acked 2, running 3, every terminal state 4. A report lands
+// only when it raises the rank; 0 also answers an unknown state.
+func (s State) Rank() int {
+	switch s {
+	case Dispatched:
+		return 1
+	case Acked:
+		return 2
+	case Running:
+		return 3
+	case Succeeded, Failed, Rejected, Expired, Cancelled:
+		return 4
+	}
+	return 0
+}
+
 // Valid reports whether s is one of the nine states.
 func (s State) Valid() bool {
 	for _, v := range States {
@@ -114,6 +131,13 @@ type Command struct {
 	// set exactly when State is terminal.
 	CreatedAt, UpdatedAt time.Time
 	SettledAt            *time.Time
+	// CommandBytes is the serialized bc.agent.v1.Command made once at
+	// enqueue (MarshalCommand), which the gateway relays unchanged; nil for
+	// a row queued before migration 0003 (see WireBytes).
+	CommandBytes []byte
+	// Signature and WorkerCert are the signature over CommandBytes and the
+	// signing worker key's certificate; nil until commands are signed.
+	Signature, WorkerCert []byte
 }
 
 // EnqueueParams describe a command to queue.

@@ -2,6 +2,7 @@ package queue
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -124,6 +125,71 @@ func (q *Queue) BeginSession(ctx context.Context, db DBTX, nodeID string) (int64
 		return 0, fmt.Errorf("beginning a session for %s: %w", nodeID, err)
 	}
 	return epoch, nil
+}
+
+// SessionHello is what a node's Hello says about itself that the node row
+// keeps.
+type SessionHello struct {
+	// NodeID is the node (its certificate's).
+	NodeID string
+	// JournalID and BootID are the daemon's journal and boot ids.
+	JournalID, BootID string
+	// Role is the certificate's role.
+	Role string
+}
+
+// SessionStart is a new session's epoch and what the node row said before
+// it: the ids of the last session, from which the gateway tells a new boot,
+// role or journal ("" when the node never had a session).
+type SessionStart struct {
+	Epoch                               int64
+	PrevJournalID, PrevBootID, PrevRole string
+}
+
+// startSessionSQL locks the node row, remembers its last ids, and bumps the
+// epoch and records the new ids, in one statement.
+const startSessionSQL = `
+WITH prev AS (
+  SELECT id, journal_id, boot_id, role FROM nodes WHERE id = $1 AND deleted_at IS NULL FOR UPDATE
+)
+UPDATE nodes n SET session_epoch = n.session_epoch + 1, journal_id = $2, boot_id = $3, role = $4
+FROM prev WHERE n.id = prev.id
+RETURNING n.session_epoch, prev.journal_id, prev.boot_id, prev.role`
+
+// StartSession begins a node's session in tx: it bumps the session epoch
+// (reports fenced with an older one no longer land) and records the
+// Hello's journal id, boot id and role, returning what they were before so
+// that the caller settles what the reconnect proves in the same
+// transaction. A deleted or unknown node is NOT_FOUND.
+func (q *Queue) StartSession(ctx context.Context, tx pgx.Tx, h SessionHello) (SessionStart, error) {
+	var s SessionStart
+	err := tx.QueryRow(ctx, startSessionSQL, h.NodeID, h.JournalID, h.BootID, h.Role).
+		Scan(&s.Epoch, &s.PrevJournalID, &s.PrevBootID, &s.PrevRole)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return SessionStart{}, nodeNotFound(h.NodeID)
+	}
+	if err != nil {
+		return SessionStart{}, fmt.Errorf("starting a session for %s: %w", h.NodeID, err)
+	}
+	return s, nil
+}
+
+// RecordNodeStatus stores what a node reported about itself: its inventory
+// (nil keeps the stored one, as a NodeStatus without inventory means
+// unchanged) and its conditions, both JSON.
+func (q *Queue) RecordNodeStatus(ctx context.Context, db DBTX, nodeID string, inventory, conditions json.RawMessage) error {
+	var inv, conds any
+	if inventory != nil {
+		inv = string(inventory)
+	}
+	if conditions != nil {
+		conds = string(conditions)
+	}
+	if _, err := db.Exec(ctx, `UPDATE nodes SET inventory = coalesce($2::jsonb, inventory), conditions = coalesce($3::jsonb, conditions)
+		WHERE id = $1 AND deleted_at IS NULL`, nodeID, inv, conds); err != nil {
+		return fmt.Errorf("recording the status of %s: %w", nodeID, err)
+	}
+	return nil
 }
 
 func isUniqueViolation(err error) bool {

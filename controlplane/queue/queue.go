@@ -94,7 +94,9 @@ const settledEventSQL = `
 // its schema refuses is INVALID_INPUT naming the field, a deleted or unknown
 // node (or one of another tenant) is NOT_FOUND, and a restricted identity
 // that does not accept the kind is INVALID_STATE. A new command publishes
-// node.command.queued. A new command costs one round trip.
+// node.command.queued. A new command costs two round trips: the insert, and
+// the command's wire bytes (MarshalCommand), which need the seq and
+// created_at the insert handed out.
 func (q *Queue) Enqueue(ctx context.Context, tx pgx.Tx, p EnqueueParams) (cmd Command, duplicate bool, err error) {
 	m, payload, err := q.check(p)
 	if err != nil {
@@ -117,6 +119,9 @@ func (q *Queue) Enqueue(ctx context.Context, tx pgx.Tx, p EnqueueParams) (cmd Co
 		return Command{}, false, fmt.Errorf("enqueueing %s on %s: %w", p.Kind, p.NodeID, err)
 	}
 	if !duplicate {
+		if err := q.storeCommandBytes(ctx, tx, &cmd); err != nil {
+			return Command{}, false, err
+		}
 		return cmd, false, nil
 	}
 	// The statement took a seq before the conflict showed. We still hold the

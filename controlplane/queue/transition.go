@@ -75,16 +75,18 @@ func (q *Queue) Transition(ctx context.Context, db DBTX, t Transition) (Command,
 
 // Requeue puts a dispatched or acked command back to pending until
 // now+backoff: the daemon answered BUSY (no credits). It is the one move
-// towards pending, guarded like a transition (and by epoch when non-zero),
-// and it never touches a running or terminal command.
-func (q *Queue) Requeue(ctx context.Context, db DBTX, commandID string, epoch int64, backoff time.Duration) (Command, bool, error) {
+// towards pending, guarded like a transition (by epoch when non-zero, and,
+// with nodeID set, to that node's commands: epochs count per node, so
+// another node's session must not requeue this one's), and it never
+// touches a running or terminal command.
+func (q *Queue) Requeue(ctx context.Context, db DBTX, nodeID, commandID string, epoch int64, backoff time.Duration) (Command, bool, error) {
 	cmd, err := scanCommand(db.QueryRow(ctx, `
 		UPDATE commands c SET state = 'pending', next_attempt_at = now() + $2 * interval '1 microsecond', updated_at = now()
-		WHERE c.id = $1 AND c.state IN ('dispatched', 'acked')
+		WHERE c.id = $1 AND c.state IN ('dispatched', 'acked') AND ($4 = '' OR c.node_id = $4)
 		  AND ($3 = 0 OR EXISTS (SELECT 1 FROM nodes n WHERE n.id = c.node_id AND n.session_epoch = $3))
-		RETURNING `+commandColumns("c"), commandID, backoff.Microseconds(), epoch))
+		RETURNING `+commandColumns("c"), commandID, backoff.Microseconds(), epoch, nodeID))
 	if errors.Is(err, pgx.ErrNoRows) {
-		cur, gerr := q.Get(ctx, db, "", commandID)
+		cur, gerr := q.Get(ctx, db, nodeID, commandID)
 		if gerr != nil {
 			return Command{}, false, gerr
 		}

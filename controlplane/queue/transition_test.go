@@ -138,7 +138,12 @@ func TestRequeue(t *testing.T) {
 	b := setup(t)
 	cmd, _ := b.enqueue(t, b.params("k"))
 	b.transition(t, queue.Transition{CommandID: cmd.ID, To: queue.Dispatched})
-	got, changed, err := b.q.Requeue(b.ctx, b.pool, cmd.ID, 0, 5*time.Second)
+	other, err := b.q.CreateNode(b.ctx, b.pool, queue.Node{TenantID: b.tenant.ID})
+	require.NoError(t, err)
+	_, _, err = b.q.Requeue(b.ctx, b.pool, other.ID, cmd.ID, 0, time.Second)
+	requireCode(t, err, queue.NotFound) // another node's session cannot requeue it
+
+	got, changed, err := b.q.Requeue(b.ctx, b.pool, b.node.ID, cmd.ID, 0, 5*time.Second)
 	require.NoError(t, err)
 	require.True(t, changed)
 	require.Equal(t, queue.Pending, got.State)
@@ -146,7 +151,7 @@ func TestRequeue(t *testing.T) {
 	require.WithinDuration(t, time.Now().Add(5*time.Second), *got.NextAttemptAt, 3*time.Second)
 
 	b.transition(t, queue.Transition{CommandID: cmd.ID, To: queue.Running})
-	got, changed, err = b.q.Requeue(b.ctx, b.pool, cmd.ID, 0, time.Second)
+	got, changed, err = b.q.Requeue(b.ctx, b.pool, b.node.ID, cmd.ID, 0, time.Second)
 	require.NoError(t, err)
 	require.False(t, changed)
 	require.Equal(t, queue.Running, got.State)

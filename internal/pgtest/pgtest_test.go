@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/better-compute/commands/internal/pgtest"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 )
 
@@ -23,4 +24,26 @@ func TestDBIsolated(t *testing.T) {
 	var n int
 	require.NoError(t, b.QueryRow(ctx, `SELECT count(*) FROM tenants`).Scan(&n))
 	require.Zero(t, n)
+}
+
+// A cut proxy is an outage: a query through it fails, and once restored the
+// pool reconnects and the same query works.
+func TestProxyCutAndRestore(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	direct := pgtest.DB(t)
+	p := pgtest.NewProxy(t)
+	pool, err := pgxpool.NewWithConfig(ctx, p.Config(t, direct.Config().ConnConfig.Database))
+	require.NoError(t, err)
+	defer pool.Close()
+	var one int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT 1`).Scan(&one))
+
+	p.Cut()
+	require.Error(t, pool.QueryRow(ctx, `SELECT 1`).Scan(&one), "a held connection is dropped")
+	require.Error(t, pool.QueryRow(ctx, `SELECT 1`).Scan(&one), "a new connection is refused")
+	require.NoError(t, direct.QueryRow(ctx, `SELECT 1`).Scan(&one), "the server itself keeps running")
+
+	p.Restore()
+	require.NoError(t, pool.QueryRow(ctx, `SELECT 1`).Scan(&one))
 }

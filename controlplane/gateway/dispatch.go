@@ -1,0 +1,137 @@
+package gateway
+
+import (
+	"context"
+	"time"
+
+	"github.com/better-compute/commands/controlplane/queue"
+	agentv1 "github.com/better-compute/commands/proto/bc/agent/v1"
+)
+
+// sync reads the node's open commands and does what they need: the replay
+// of every in-flight command in seq order (until one read of the session
+// has succeeded), dispatch of pending ones within credits, and Cancel for
+// in-flight commands whose cancel was requested.
+func (s *session) sync(ctx context.Context) error {
+	open, err := s.g.queue.ListOpen(ctx, s.g.pool, s.id.NodeID)
+	if err != nil {
+		return s.dbErr(ctx, "reading open commands", err)
+	}
+	s.g.outage.ok()
+	replay := !s.replayed
+	s.replayed = true
+	s.lastPoll, s.idle, s.starved = time.Now(), len(open) == 0, false
+	now := s.g.opts.Now()
+	openIDs := make(map[string]bool, len(open))
+	for _, c := range open {
+		openIDs[c.ID] = true
+	}
+	// Commands settled elsewhere (the sweeper, a reconnect) give their credit back.
+	for id := range s.outstanding {
+		if !openIDs[id] {
+			s.releaseCredit(id)
+		}
+	}
+	for _, c := range open {
+		switch c.State {
+		case queue.Dispatched, queue.Acked, queue.Running:
+			if replay {
+				if err := s.sendCommand(c); err != nil {
+					return err
+				}
+				s.takeCredit(c)
+			}
+			if err := s.resendCancel(c, now); err != nil {
+				return err
+			}
+		case queue.Pending:
+			if err := s.dispatch(ctx, c, now); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// dispatch sends a pending command that is due, within its lane's credits,
+// to a node that runs the registry's manifest of its kind and whose
+// certificate allows it.
+func (s *session) dispatch(ctx context.Context, c queue.Command, now time.Time) error {
+	if c.NextAttemptAt != nil && c.NextAttemptAt.After(now) {
+		return nil
+	}
+	if c.NotBefore != nil && c.NotBefore.After(now) {
+		return nil
+	}
+	if !c.NotAfter.After(now) {
+		return nil // the sweeper expires it
+	}
+	if s.perLane[c.Lane] >= s.g.opts.Credits[c.Lane] {
+		s.starved = true
+		return nil // no credit: it stays pending until one returns
+	}
+	if d, ok := s.kinds[c.Kind]; ok && d != "" {
+		if m, registered := s.g.queue.Registry().Get(c.Kind); registered && m.Digest() != d {
+			s.logger.Warn("node runs another manifest of this kind; not dispatching", "kind", c.Kind, "command_id", c.ID)
+			return nil
+		}
+	}
+	// "The gateway checks the session's certificate again at dispatch."
+	if !s.id.Allows(c.Kind) {
+		_, _, err := s.g.queue.Transition(ctx, s.g.pool, queue.Transition{
+			CommandID: c.ID, NodeID: s.id.NodeID, To: queue.Rejected, Reason: "UNSUPPORTED: runs a restricted identity that does not accept " + c.Kind,
+		})
+		return s.dbErr(ctx, "rejecting a kind the certificate does not allow", err)
+	}
+	cur, changed, err := s.g.queue.Transition(ctx, s.g.pool, queue.Transition{CommandID: c.ID, NodeID: s.id.NodeID, To: queue.Dispatched, Epoch: s.epoch})
+	if err != nil {
+		return s.dbErr(ctx, "dispatching", err)
+	}
+	if !changed {
+		return nil // cancelled, settled, or fenced by a newer session meanwhile
+	}
+	s.takeCredit(cur)
+	return s.sendCommand(cur)
+}
+
+// takeCredit takes a credit of c's lane for c.
+func (s *session) takeCredit(c queue.Command) {
+	if _, ok := s.outstanding[c.ID]; ok {
+		return
+	}
+	s.outstanding[c.ID] = credit{lane: c.Lane, attempts: c.Attempts}
+	s.perLane[c.Lane]++
+	s.g.noteOutstanding(s.id.NodeID, c.Lane, s.perLane[c.Lane])
+}
+
+// releaseCredit gives id's credit back.
+func (s *session) releaseCredit(id string) {
+	cr, ok := s.outstanding[id]
+	if !ok {
+		return
+	}
+	delete(s.outstanding, id)
+	delete(s.cancelSent, id)
+	s.perLane[cr.lane]--
+}
+
+// Envelope is c's envelope for a session of epoch: the command's bytes
+// exactly as stored at enqueue, and its signature and worker certificate
+// when it has them. Nothing is re-marshalled, so a signature over the
+// stored bytes verifies on the node; the epoch, which each dispatch sets,
+// travels outside them.
+func Envelope(c queue.Command, epoch int64) (*agentv1.CommandEnvelope, error) {
+	b, err := queue.WireBytes(c)
+	if err != nil {
+		return nil, err
+	}
+	return &agentv1.CommandEnvelope{Command: b, Signature: c.Signature, WorkerCert: c.WorkerCert, SessionEpoch: epoch}, nil
+}
+
+func (s *session) sendCommand(c queue.Command) error {
+	env, err := Envelope(c, s.epoch)
+	if err != nil {
+		return err
+	}
+	return s.send(&agentv1.GatewayMessage{Msg: &agentv1.GatewayMessage_Command{Command: env}})
+}

@@ -1,0 +1,66 @@
+package gateway
+
+import (
+	"context"
+	"github.com/better-compute/commands/sdk/kind"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/better-compute/commands/controlplane/queue"
+	agentv1 "github.com/better-compute/commands/proto/bc/agent/v1"
+)
+
+// beginSession bumps the epoch and settles what the reconnect proves, in
+// one transaction, before anything is replayed ("Hello first settles what
+// the reconnect proves"): a new boot id or role ("a new boot or role on
+// rejoin") completes in-flight self-terminating commands as succeeded with
+// rebooted: true; a new journal id fails in-flight commands that are not
+// retry-safe with journal-lost, since the daemon no longer knows whether
+// they ran.
+func (g *Gateway) beginSession(ctx context.Context, hello *agentv1.Hello, role string) (int64, error) {
+	var epoch int64
+	err := pgx.BeginFunc(ctx, g.pool, func(tx pgx.Tx) error {
+		start, err := g.queue.StartSession(ctx, tx, queue.SessionHello{
+			NodeID: hello.GetNodeId(), JournalID: hello.GetJournalId(), BootID: hello.GetBootId(), Role: role,
+		})
+		if err != nil {
+			return err
+		}
+		epoch = start.Epoch
+		open, err := g.queue.ListOpen(ctx, tx, hello.GetNodeId())
+		if err != nil {
+			return err
+		}
+		for _, c := range open {
+			t := settledByReconnect(c, start, hello, role)
+			if t == nil {
+				continue
+			}
+			if _, _, err := g.queue.Transition(ctx, tx, *t); err != nil {
+				return err
+			}
+			g.logger.Info("settled by reconnect", "node_id", c.NodeID, "command_id", c.ID, "state", t.To, "reason", t.Reason)
+		}
+		return nil
+	})
+	return epoch, err
+}
+
+// settledByReconnect is the transition that the new session's ids prove for
+// the in-flight command c, or nil when they prove nothing about it. A pending
+// command never reached the node, so nothing is proved about it.
+func settledByReconnect(c queue.Command, prev queue.SessionStart, hello *agentv1.Hello, role string) *queue.Transition {
+	if c.State == queue.Pending {
+		return nil
+	}
+	newBoot := prev.PrevBootID != "" && prev.PrevBootID != hello.GetBootId()
+	newRole := prev.PrevRole != role
+	newJournal := prev.PrevJournalID != "" && prev.PrevJournalID != hello.GetJournalId()
+	switch {
+	case (newBoot || newRole) && c.Flags.SelfTerminating:
+		return &queue.Transition{CommandID: c.ID, NodeID: c.NodeID, To: queue.Succeeded, Reason: kind.ReasonRebooted, Rebooted: true}
+	case newJournal && !c.Flags.RetrySafe:
+		return &queue.Transition{CommandID: c.ID, NodeID: c.NodeID, To: queue.Failed, Reason: kind.ReasonJournalLost}
+	}
+	return nil
+}

@@ -1,0 +1,173 @@
+package gateway
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	agentv1 "github.com/better-compute/commands/proto/bc/agent/v1"
+)
+
+// maxBatch bounds how many queued messages one turn of the loop takes.
+const maxBatch = 64
+
+type recvResult struct {
+	msg *agentv1.NodeMessage
+	err error
+}
+
+// run is the session loop: replay, then the node's messages, wake-ups,
+// the fallback poll and the retry of held reports, one at a time on this
+// goroutine until the stream ends.
+func (s *session) run(ctx context.Context) error {
+	// Buffered, so the reader runs ahead and a turn of the loop can take a
+	// command's queued reports together (see supersededBy).
+	recv := make(chan recvResult, maxBatch)
+	go func() {
+		defer close(recv)
+		for {
+			m, err := s.stream.Recv()
+			select {
+			case recv <- recvResult{m, err}:
+			case <-ctx.Done():
+				return
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	// Replay: every non-terminal command in seq order, then what is pending.
+	if err := s.sync(ctx); err != nil {
+		return err
+	}
+	if err := s.sendSpec(ctx, s.hello.GetAppliedGeneration()); err != nil {
+		return err
+	}
+	tick := time.NewTicker(s.tickEvery())
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case r, ok := <-recv:
+			if !ok {
+				return nil
+			}
+			if r.err != nil {
+				s.logger.Info("session closed", "error", r.err)
+				return nil
+			}
+			batch, closed := drain(recv, r.msg)
+			if err := s.messages(ctx, batch); err != nil {
+				return err
+			}
+			if closed {
+				return nil
+			}
+		case <-s.wake.ch:
+			if s.wake.spec.Swap(false) {
+				if err := s.sendSpec(ctx, s.specSent); err != nil {
+					return err
+				}
+			}
+			if err := s.sync(ctx); err != nil {
+				return err
+			}
+		case <-s.held.due():
+			if err := s.retryHeld(ctx); err != nil {
+				return err
+			}
+		case <-tick.C:
+			if s.specDue {
+				if err := s.sendSpec(ctx, s.specSent); err != nil {
+					return err
+				}
+			}
+			if s.replayed && s.idle && time.Since(s.lastPoll) < s.g.opts.IdlePoll {
+				continue
+			}
+			if err := s.sync(ctx); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// messages handles one batch of the node's messages in order. A report that
+// a later one of the same command supersedes is not written; it is
+// acknowledged together with the one that supersedes it, once that is
+// stored.
+func (s *session) messages(ctx context.Context, batch []*agentv1.NodeMessage) error {
+	covers := map[int][]*agentv1.CommandUpdate{}
+	for i, m := range batch {
+		u := m.GetUpdate()
+		if u == nil {
+			if err := s.handle(ctx, m); err != nil {
+				return err
+			}
+			continue
+		}
+		if j := supersededBy(batch, i); j >= 0 {
+			covers[j] = append(append(covers[j], covers[i]...), u)
+			delete(covers, i)
+			continue
+		}
+		if err := s.report(ctx, report{update: u, covers: covers[i]}); err != nil {
+			return err
+		}
+		delete(covers, i)
+	}
+	return nil
+}
+
+// handle handles a message that is not a report.
+func (s *session) handle(ctx context.Context, m *agentv1.NodeMessage) error {
+	switch msg := m.Msg.(type) {
+	case *agentv1.NodeMessage_SpecRequest:
+		return s.sendSpec(ctx, msg.SpecRequest.GetHaveGeneration())
+	case *agentv1.NodeMessage_Status:
+		return s.status(ctx, msg.Status)
+	case *agentv1.NodeMessage_Hello:
+		return status.Error(codes.InvalidArgument, "Hello may only open a session")
+	}
+	return nil
+}
+
+func (s *session) tickEvery() time.Duration {
+	d := s.g.opts.Poll
+	if s.g.opts.CancelResend < d {
+		d = s.g.opts.CancelResend
+	}
+	// Jitter spreads thousands of sessions' polls.
+	return d + time.Duration(rand.Int64N(int64(d/4)+1))
+}
+
+func (s *session) send(m *agentv1.GatewayMessage) error {
+	if err := s.stream.Send(m); err != nil {
+		return fmt.Errorf("sending to node %s: %w", s.id.NodeID, err)
+	}
+	return nil
+}
+
+// drain takes first and whatever else the node has already sent, without
+// waiting; closed reports that the stream ended among them.
+func drain(recv <-chan recvResult, first *agentv1.NodeMessage) (batch []*agentv1.NodeMessage, closed bool) {
+	batch = append(batch, first)
+	for len(batch) < maxBatch {
+		select {
+		case r, ok := <-recv:
+			if !ok || r.err != nil {
+				return batch, true
+			}
+			batch = append(batch, r.msg)
+		default:
+			return batch, false
+		}
+	}
+	return batch, false
+}

@@ -1,0 +1,47 @@
+package queue
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// dispatchChannel is the NOTIFY channel of migration 0002's triggers: a new
+// command, a cancel request or a requeue sends the node id, a new spec
+// generation "spec:" and the node id.
+const (
+	dispatchChannel = "bc_dispatch"
+	specPrefix      = "spec:"
+)
+
+// Wakeup is one dispatch notification: the node whose session should look at
+// its commands, and whether a new spec generation is the reason.
+type Wakeup struct {
+	NodeID string
+	Spec   bool
+}
+
+// ListenDispatch subscribes conn to dispatch wake-ups. Hold the connection
+// (outside any pool use) and call WaitDispatch on it.
+func ListenDispatch(ctx context.Context, conn *pgx.Conn) error {
+	if _, err := conn.Exec(ctx, "LISTEN "+dispatchChannel); err != nil {
+		return fmt.Errorf("listening on %s: %w", dispatchChannel, err)
+	}
+	return nil
+}
+
+// WaitDispatch waits for the next dispatch wake-up on a connection that
+// ListenDispatch subscribed. A notification is a hint: the session reads
+// the rows itself.
+func WaitDispatch(ctx context.Context, conn *pgx.Conn) (Wakeup, error) {
+	n, err := conn.WaitForNotification(ctx)
+	if err != nil {
+		return Wakeup{}, fmt.Errorf("waiting for a dispatch notification: %w", err)
+	}
+	if node, ok := strings.CutPrefix(n.Payload, specPrefix); ok {
+		return Wakeup{NodeID: node, Spec: true}, nil
+	}
+	return Wakeup{NodeID: n.Payload}, nil
+}
