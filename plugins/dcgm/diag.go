@@ -93,6 +93,14 @@ func envOr(name, def string) string {
 
 var defaultDiagTimeouts = map[int]time.Duration{2: 30 * time.Minute, 3: 2 * time.Hour, 4: 4 * time.Hour}
 
+// Payload is diag.dcgm's payload.
+type Payload struct {
+	// Level is 1 to 4.
+	Level int `json:"level"`
+	// GPUs are the UUIDs to diagnose; empty means every GPU.
+	GPUs []string `json:"gpus,omitempty"`
+}
+
 // Result is diag.dcgm's result document.
 type Result struct {
 	Level int `json:"level"`

@@ -14,6 +14,7 @@ import (
 
 	"github.com/better-compute/commands/internal/testutil"
 	"github.com/better-compute/commands/plugins/dcgm"
+	"github.com/better-compute/commands/plugins/dcgm/manifest"
 	"github.com/better-compute/commands/plugins/gpureset/plugintest"
 	"github.com/better-compute/commands/plugins/gpureset/smi"
 	"github.com/better-compute/commands/sdk/kind"
@@ -82,11 +83,11 @@ func newEnv(t *testing.T) *env {
 
 func (e *env) run(t *testing.T, payload string) (kind.Result, dcgm.Result) {
 	t.Helper()
-	v, err := kind.NewValidator(dcgm.Manifest)
+	v, err := kind.NewValidator(manifest.Manifest)
 	require.NoError(t, err)
 	require.NoError(t, v.Validate([]byte(payload)))
 	r := kind.Run(context.Background(), dcgm.Handler(e.cfg), kind.Request{
-		Command: kind.Command{ID: "cmd_1", Kind: dcgm.KindName, Payload: json.RawMessage(payload)},
+		Command: kind.Command{ID: "cmd_1", Kind: manifest.KindName, Payload: json.RawMessage(payload)},
 		Host:    e.host,
 		Logger:  hclog.NewNullLogger(),
 	})
@@ -108,7 +109,7 @@ func (e *env) diagCalls() []string {
 }
 
 func TestManifest(t *testing.T) {
-	m := dcgm.Manifest
+	m := manifest.Manifest
 	require.NoError(t, m.Validate())
 	// "modules add the rest (the metal module the BMC, ... and diag.dcgm kinds)"
 	require.False(t, m.APIRunnable)
@@ -270,14 +271,14 @@ func TestPluginBinary(t *testing.T) {
 	ms, err := p.Manifests(ctx)
 	require.NoError(t, err)
 	require.Len(t, ms, 1)
-	require.Equal(t, dcgm.Manifest.Digest(), ms[0].Digest())
+	require.Equal(t, manifest.Manifest.Digest(), ms[0].Digest())
 
-	r, err := p.Execute(ctx, dcgm.KindName, json.RawMessage(`{"level":1}`), nil)
+	r, err := p.Execute(ctx, manifest.KindName, json.RawMessage(`{"level":1}`), nil)
 	require.NoError(t, err)
 	require.Equal(t, kind.StatusSucceeded, r.Status, r.Message)
 
 	e.host.spec = nodespec.Spec{Holds: []nodespec.Hold{{GPU: gpu0, Slot: "slot-1", State: nodespec.HoldLive}}}
-	r, err = p.Execute(ctx, dcgm.KindName, json.RawMessage(`{"level":2}`), nil)
+	r, err = p.Execute(ctx, manifest.KindName, json.RawMessage(`{"level":2}`), nil)
 	require.NoError(t, err)
 	require.Equal(t, "gpu-busy", r.Reason)
 	require.Equal(t, gpu0+" has a live assignment", r.Message)
@@ -299,9 +300,9 @@ func TestConformance(t *testing.T) {
 	e := newEnv(t)
 	e.dcgmi.Hang("diag -r 2 -j")
 	kindtest.Run(t, bin, kindtest.Options{
-		Kinds:       []string{dcgm.KindName},
-		BadPayloads: map[string]json.RawMessage{dcgm.KindName: json.RawMessage(`{"level":7}`)},
-		LongRunning: &kindtest.Case{Kind: dcgm.KindName, Payload: json.RawMessage(`{"level":2}`)},
+		Kinds:       []string{manifest.KindName},
+		BadPayloads: map[string]json.RawMessage{manifest.KindName: json.RawMessage(`{"level":7}`)},
+		LongRunning: &kindtest.Case{Kind: manifest.KindName, Payload: json.RawMessage(`{"level":2}`)},
 		Host:        e.host,
 		Env:         e.pluginEnv(),
 	})

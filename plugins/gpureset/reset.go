@@ -119,6 +119,12 @@ func envDuration(name string) (time.Duration, error) {
 	return d, nil
 }
 
+// Payload is gpu.reset's payload.
+type Payload struct {
+	// GPUs are the UUIDs of the GPUs to reset.
+	GPUs []string `json:"gpus"`
+}
+
 // Result is gpu.reset's result document.
 type Result struct {
 	// SpecGeneration is the node spec generation the in-use check read.

@@ -16,6 +16,7 @@ import (
 
 	"github.com/better-compute/commands/internal/testutil"
 	"github.com/better-compute/commands/plugins/gpureset"
+	"github.com/better-compute/commands/plugins/gpureset/manifest"
 	"github.com/better-compute/commands/plugins/gpureset/plugintest"
 	"github.com/better-compute/commands/plugins/gpureset/smi"
 	"github.com/better-compute/commands/plugins/internal/gpu/xid"
@@ -110,11 +111,11 @@ func (e *env) run(t *testing.T, gpus ...string) (kind.Result, gpureset.Result) {
 	t.Helper()
 	payload, err := json.Marshal(gpureset.Payload{GPUs: gpus})
 	require.NoError(t, err)
-	v, err := kind.NewValidator(gpureset.Manifest)
+	v, err := kind.NewValidator(manifest.Manifest)
 	require.NoError(t, err)
 	require.NoError(t, v.Validate(payload))
 	r := kind.Run(context.Background(), gpureset.Handler(e.cfg), kind.Request{
-		Command:  kind.Command{ID: "cmd_1", Kind: gpureset.KindName, Payload: payload},
+		Command:  kind.Command{ID: "cmd_1", Kind: manifest.KindName, Payload: payload},
 		Progress: kind.ProgressFunc(func(int, string) {}),
 		Host:     e.host,
 		Logger:   hclog.NewNullLogger(),
@@ -137,7 +138,7 @@ func (e *env) resetCalls() []string {
 }
 
 func TestManifest(t *testing.T) {
-	m := gpureset.Manifest
+	m := manifest.Manifest
 	require.NoError(t, m.Validate())
 	// "bcd also runs gpu.reset, which commands.run does not accept"
 	require.False(t, m.APIRunnable)
@@ -393,17 +394,17 @@ func TestPluginBinary(t *testing.T) {
 	ms, err := p.Manifests(ctx)
 	require.NoError(t, err)
 	require.Len(t, ms, 1)
-	require.Equal(t, gpureset.Manifest.Digest(), ms[0].Digest())
+	require.Equal(t, manifest.Manifest.Digest(), ms[0].Digest())
 
 	e.host.spec = nodespec.Spec{Instances: []nodespec.Instance{{Name: "inst_vm1", PassthroughGPUs: []string{gpuB}}}}
-	r, err := p.Execute(ctx, gpureset.KindName, json.RawMessage(`{"gpus":["`+gpuB+`"]}`), nil)
+	r, err := p.Execute(ctx, manifest.KindName, json.RawMessage(`{"gpus":["`+gpuB+`"]}`), nil)
 	require.NoError(t, err)
 	require.Equal(t, "gpu-busy", r.Reason)
 	require.Equal(t, gpuB+" is passed through to inst_vm1", r.Message)
 
 	e.host.spec = nodespec.Spec{}
 	var progress []string
-	r, err = p.Execute(ctx, gpureset.KindName, json.RawMessage(`{"gpus":["`+gpuA+`"]}`), func(_ int, msg string) { progress = append(progress, msg) })
+	r, err = p.Execute(ctx, manifest.KindName, json.RawMessage(`{"gpus":["`+gpuA+`"]}`), func(_ int, msg string) { progress = append(progress, msg) })
 	require.NoError(t, err)
 	require.Equal(t, kind.StatusSucceeded, r.Status, r.Message)
 	require.Contains(t, progress, "resetting "+gpuA)
@@ -421,9 +422,9 @@ func TestConformance(t *testing.T) {
 	e := newEnv(t)
 	e.smi.Hang("--gpu-reset -i " + gpuA)
 	kindtest.Run(t, bin, kindtest.Options{
-		Kinds:       []string{gpureset.KindName},
-		BadPayloads: map[string]json.RawMessage{gpureset.KindName: json.RawMessage(`{"gpus":[]}`)},
-		LongRunning: &kindtest.Case{Kind: gpureset.KindName, Payload: json.RawMessage(`{"gpus":["` + gpuA + `"]}`)},
+		Kinds:       []string{manifest.KindName},
+		BadPayloads: map[string]json.RawMessage{manifest.KindName: json.RawMessage(`{"gpus":[]}`)},
+		LongRunning: &kindtest.Case{Kind: manifest.KindName, Payload: json.RawMessage(`{"gpus":["` + gpuA + `"]}`)},
 		Host:        e.host,
 		Env: []string{
 			gpureset.EnvNvidiaSmi + "=" + e.smi.Path,
@@ -458,7 +459,7 @@ func TestPluginBinaryClearsTheXIDStore(t *testing.T) {
 	}})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	r, err := p.Execute(ctx, gpureset.KindName, json.RawMessage(`{"gpus":["`+gpuA+`"]}`), nil)
+	r, err := p.Execute(ctx, manifest.KindName, json.RawMessage(`{"gpus":["`+gpuA+`"]}`), nil)
 	require.NoError(t, err)
 	require.Equal(t, kind.StatusSucceeded, r.Status, r.Message)
 	var doc gpureset.Result
@@ -483,7 +484,7 @@ func TestCancelStopsBetweenGPUsAndRestoresPersistence(t *testing.T) {
 	done := make(chan kind.Result, 1)
 	go func() {
 		done <- kind.Run(ctx, gpureset.Handler(e.cfg), kind.Request{
-			Command: kind.Command{ID: "cmd_1", Kind: gpureset.KindName, Payload: json.RawMessage(`{"gpus":["` + gpuA + `","` + gpuB + `"]}`)},
+			Command: kind.Command{ID: "cmd_1", Kind: manifest.KindName, Payload: json.RawMessage(`{"gpus":["` + gpuA + `","` + gpuB + `"]}`)},
 			Host:    e.host,
 			Logger:  hclog.NewNullLogger(),
 		})

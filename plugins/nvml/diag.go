@@ -21,6 +21,9 @@ const (
 	CheckXIDRecent        = "xid.recent"
 )
 
+// ReasonChecksFailed is diag.nvml's failure reason when a check failed.
+const ReasonChecksFailed = "checks-failed"
+
 // The statuses of a check and of a report.
 const (
 	StatusPass    = "pass"
