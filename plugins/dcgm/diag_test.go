@@ -15,8 +15,9 @@ import (
 	"github.com/better-compute/commands/internal/testutil"
 	"github.com/better-compute/commands/plugins/dcgm"
 	"github.com/better-compute/commands/plugins/dcgm/manifest"
-	"github.com/better-compute/commands/plugins/gpureset/plugintest"
-	"github.com/better-compute/commands/plugins/gpureset/smi"
+	"github.com/better-compute/commands/plugins/internal/gpu/gputest"
+	"github.com/better-compute/commands/plugins/internal/gpu/smi"
+	"github.com/better-compute/commands/plugins/internal/gpu/toolexec"
 	"github.com/better-compute/commands/sdk/kind"
 	"github.com/better-compute/commands/sdk/kindtest"
 	"github.com/better-compute/commands/sdk/nodespec"
@@ -58,7 +59,7 @@ func (h *fakeHost) Conditions(context.Context) ([]kind.Condition, error)    { re
 func (h *fakeHost) Journal(context.Context, int) ([]json.RawMessage, error) { return nil, nil }
 
 type env struct {
-	dcgmi, smi *plugintest.FakeTool
+	dcgmi, smi *gputest.FakeTool
 	host       *fakeHost
 	proc       string
 	cfg        dcgm.Config
@@ -68,14 +69,14 @@ type env struct {
 // engine answers, and nvidia-smi.
 func newEnv(t *testing.T) *env {
 	t.Helper()
-	e := &env{dcgmi: plugintest.NewFakeTool(t, "dcgmi"), smi: plugintest.NewFakeTool(t, "nvidia-smi"), host: &fakeHost{}, proc: t.TempDir()}
+	e := &env{dcgmi: gputest.NewFakeTool(t, "dcgmi"), smi: gputest.NewFakeTool(t, "nvidia-smi"), host: &fakeHost{}, proc: t.TempDir()}
 	e.dcgmi.On("--version", "\ndcgmi  version: 3.3.9\n\n", 0)
 	e.dcgmi.On("discovery -l", string(fixture(t, "discovery-l-tesla-t4-1gpu.txt")), 0)
 	e.smi.On(qGPUs, "0, "+gpu0+", 00000000:3B:00.0\n1, "+gpu1+", 00000000:86:00.0\n", 0)
 	e.smi.On(qApps, "", 0)
 	e.cfg = dcgm.Config{
-		DCGMI:    smi.Runner{Path: e.dcgmi.Path, Timeout: 10 * time.Second},
-		SMI:      smi.Runner{Path: e.smi.Path, Timeout: 10 * time.Second},
+		DCGMI:    toolexec.Tool{Path: e.dcgmi.Path, Timeout: 10 * time.Second},
+		SMI:      smi.Tool{Path: e.smi.Path, Timeout: 10 * time.Second},
 		ProcRoot: e.proc,
 	}
 	return e
@@ -306,5 +307,5 @@ func TestConformance(t *testing.T) {
 		Host:        e.host,
 		Env:         e.pluginEnv(),
 	})
-	testutil.WaitFor(t, 10*time.Second, "the cancelled diagnostic's child to be killed", func() bool { return plugintest.Gone(e.dcgmi.HangChild()) })
+	testutil.WaitFor(t, 10*time.Second, "the cancelled diagnostic's child to be killed", func() bool { return gputest.Gone(e.dcgmi.HangChild()) })
 }

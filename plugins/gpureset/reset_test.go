@@ -17,8 +17,8 @@ import (
 	"github.com/better-compute/commands/internal/testutil"
 	"github.com/better-compute/commands/plugins/gpureset"
 	"github.com/better-compute/commands/plugins/gpureset/manifest"
-	"github.com/better-compute/commands/plugins/gpureset/plugintest"
-	"github.com/better-compute/commands/plugins/gpureset/smi"
+	"github.com/better-compute/commands/plugins/internal/gpu/gputest"
+	"github.com/better-compute/commands/plugins/internal/gpu/smi"
 	"github.com/better-compute/commands/plugins/internal/gpu/xid"
 	"github.com/better-compute/commands/sdk/kind"
 	"github.com/better-compute/commands/sdk/kindtest"
@@ -76,7 +76,7 @@ func (x *xidRecorder) ClearGPU(_ context.Context, uuid, busID string) error {
 }
 
 type env struct {
-	smi  *plugintest.FakeTool
+	smi  *gputest.FakeTool
 	proc string
 	xids *xidRecorder
 	host *fakeHost
@@ -87,7 +87,7 @@ type env struct {
 // empty spec.
 func newEnv(t *testing.T) *env {
 	t.Helper()
-	e := &env{smi: plugintest.NewFakeTool(t, "nvidia-smi"), proc: t.TempDir(), xids: &xidRecorder{}, host: &fakeHost{}}
+	e := &env{smi: gputest.NewFakeTool(t, "nvidia-smi"), proc: t.TempDir(), xids: &xidRecorder{}, host: &fakeHost{}}
 	e.smi.On(qGPUs, "0, "+gpuA+", 00000000:3B:00.0\n1, "+gpuB+", 00000000:86:00.0\n", 0)
 	e.smi.On(qApps, "", 0)
 	for _, g := range []string{gpuA, gpuB} {
@@ -99,7 +99,7 @@ func newEnv(t *testing.T) *env {
 	e.smi.On(qHealth+gpuA, "0, "+gpuA+", 00000000:3B:00.0, 0, No, No\n", 0)
 	e.smi.On(qHealth+gpuB, "1, "+gpuB+", 00000000:86:00.0, 0, No, No\n", 0)
 	e.cfg = gpureset.Config{
-		SMI:          smi.Runner{Path: e.smi.Path, Timeout: 10 * time.Second},
+		SMI:          smi.Tool{Path: e.smi.Path, Timeout: 10 * time.Second},
 		ResetTimeout: 10 * time.Second,
 		ProcRoot:     e.proc,
 		XIDs:         e.xids,
@@ -324,7 +324,7 @@ func TestResetHangIsKilledByTheTimeout(t *testing.T) {
 
 	child := e.smi.HangChild()
 	require.NotZero(t, child, "the hang started its child")
-	testutil.WaitFor(t, 10*time.Second, "the hung reset's child to be killed", func() bool { return plugintest.Gone(child) })
+	testutil.WaitFor(t, 10*time.Second, "the hung reset's child to be killed", func() bool { return gputest.Gone(child) })
 }
 
 // "NVIDIA says the reset is not guaranteed": a reset that leaves the GPU
@@ -375,7 +375,7 @@ func TestNvidiaSmiDriverNotLoaded(t *testing.T) {
 	e.smi.OnErr(qGPUs, "", "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. Make sure that the latest NVIDIA driver is installed and running.\n", 9)
 	r, _ := e.run(t, gpuA)
 	require.Equal(t, "nvidia-smi-failed", r.Reason)
-	require.Contains(t, r.Message, "the NVIDIA kernel driver is not loaded")
+	require.Contains(t, r.Message, "exit 9 (the NVIDIA driver is not loaded)")
 }
 
 // The plugin binary, out of process as bcd starts it (sdk/kindtest), over

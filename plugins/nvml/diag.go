@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/better-compute/commands/plugins/internal/gpu"
+	"github.com/better-compute/commands/plugins/internal/gpu/smi"
 	"github.com/better-compute/commands/plugins/internal/gpu/xid"
 )
 
@@ -149,11 +150,11 @@ func initAction(st gpu.SourceStatus) string {
 		code = *st.ExitCode
 	}
 	switch {
-	case code == 9:
+	case code == smi.ExitDriverNotLoaded:
 		return "load the NVIDIA kernel module (modprobe nvidia) or reinstall the driver, then run diag.nvml again"
-	case code == 12:
+	case code == smi.ExitNVMLMissing:
 		return "install the NVIDIA user-space libraries (libnvidia-ml) that match the kernel module"
-	case code == 15 || strings.Contains(st.Reason, "fallen off the bus"):
+	case code == smi.ExitFallenOffBus || strings.Contains(st.Reason, "fallen off the bus"):
 		return "reboot the node (power-cycle it if the GPU does not come back): a GPU that fell off the bus cannot be reset"
 	case strings.Contains(st.Reason, "hung and was killed"):
 		return "reboot the node: the driver or the GPU's firmware hangs (look for XID 119 in the kernel log)"

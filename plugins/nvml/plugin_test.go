@@ -144,12 +144,12 @@ func TestDiagNVMLJudgesTheInventoryBcdHolds(t *testing.T) {
 	var rep Report
 	require.NoError(t, json.Unmarshal(res.Data, &rep), "the report is attached to the failure")
 	require.Equal(t, StatusFail, rep.Status)
-	require.NoFileExists(t, nd.smi.CallsFile(), "nvidia-smi was not run")
+	require.Empty(t, nd.smi.Calls(), "nvidia-smi was not run")
 
 	// refresh: true collects afresh (nvidia-smi says all is well).
 	res = nd.run(t, manifest.KindDiagNVML, `{"refresh":true}`)
 	require.Equal(t, kind.StatusSucceeded, res.Status, res.Message)
-	require.FileExists(t, nd.smi.CallsFile())
+	require.NotEmpty(t, nd.smi.Calls())
 }
 
 func TestDiagNVMLFailsWhenOnlyTheKernelNamesTheGPUs(t *testing.T) {

@@ -1,8 +1,11 @@
-// Package smi runs nvidia-smi and reads its answers: the --query-gpu and
-// --query-remapped-rows CSV (with [N/A] and [Not Supported] cells), and its
-// exit codes (9 driver not loaded, 12 NVML missing, 15 a GPU fell off the
-// bus, 255 with "In use by another client", ...). Its GPUs come back as
-// partial gpu.GPU values that the collector merges with NVML and the kernel's.
+// Package smi is the one place that runs nvidia-smi and reads its answers,
+// for every GPU kind: the inventory's --query-gpu and --query-remapped-rows
+// CSV (with [N/A] and [Not Supported] cells), gpu.reset's and diag.dcgm's
+// queries and actions (the GPU list, compute processes, persistence mode,
+// the reset and the health after it), and nvidia-smi's exit codes (9 driver
+// not loaded, 12 NVML missing, 15 a GPU fell off the bus, 255 with "In use
+// by another client", ...). The inventory's GPUs come back as partial
+// gpu.GPU values that the collector merges with NVML and the kernel's.
 package smi
 
 import (
@@ -108,9 +111,11 @@ func ReadCSV(out []byte, fields []string) (rows []Row, bad int, err error) {
 func Cell(s string) (value string, missing string) {
 	s = strings.TrimSpace(s)
 	inner := s
-	if strings.HasPrefix(s, "[") && strings.HasSuffix(s, "]") {
+	switch {
+	case strings.HasPrefix(s, "[") && strings.HasSuffix(s, "]"):
 		inner = strings.TrimSpace(s[1 : len(s)-1])
-	} else if s != "N/A" && s != "Not Supported" && s != "" {
+	case s == "N/A", s == "Not Supported", s == "", strings.HasPrefix(s, deprecated):
+	default:
 		return s, ""
 	}
 	switch strings.ToLower(inner) {
@@ -120,6 +125,43 @@ func Cell(s string) (value string, missing string) {
 		return "", "not supported by this GPU (nvidia-smi reports [Not Supported])"
 	default:
 		return "", "nvidia-smi reports [" + inner + "]"
+	}
+}
+
+// deprecated starts the cell of a field the driver no longer fills.
+const deprecated = "Requested functionality has been deprecated"
+
+// ReadRows reads --format=csv,noheader,nounits output strictly, for the
+// answers a command acts on: blank lines and nvidia-smi's notices ("No
+// running processes found", "No devices were found") are skipped, and any
+// other line without exactly one cell per field is an error, since a partial
+// answer must not pass for a healthy one.
+func ReadRows(out []byte, fields []string) ([]Row, error) {
+	r := csv.NewReader(bytes.NewReader(out))
+	r.TrimLeadingSpace = true
+	r.LazyQuotes = true
+	r.FieldsPerRecord = -1
+	var rows []Row
+	for {
+		rec, err := r.Read()
+		if errors.Is(err, io.EOF) {
+			return rows, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("reading nvidia-smi CSV: %w", err)
+		}
+		line, _ := r.FieldPos(0)
+		if len(rec) == 1 && (strings.HasPrefix(rec[0], "No running") || strings.HasPrefix(rec[0], "No devices")) {
+			continue
+		}
+		if len(rec) != len(fields) {
+			return nil, fmt.Errorf("line %d: %d fields, want %d: %q", line, len(rec), len(fields), strings.Join(rec, ","))
+		}
+		row := make(Row, len(fields))
+		for i, f := range fields {
+			row[f] = strings.TrimSpace(rec[i])
+		}
+		rows = append(rows, row)
 	}
 }
 

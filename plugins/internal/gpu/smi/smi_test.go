@@ -96,10 +96,10 @@ func TestQueryAnswersWithGPUsAndRemappedRows(t *testing.T) {
 	require.Equal(t, 0, *a.Status.ExitCode)
 	require.Equal(t, gputest.BusID(1), a.GPUs[1].BusID)
 	require.Equal(t, &gpu.RemappedRows{Uncorrectable: 2, Pending: true}, a.GPUs[1].RemappedRows)
-	calls, err := os.ReadFile(fake.CallsFile())
-	require.NoError(t, err)
-	require.Equal(t, "--query-gpu="+strings.Join(QueryGPUFields, ",")+" --format=csv,noheader,nounits\n"+
-		"--query-remapped-rows="+strings.Join(QueryRemappedRowsFields, ",")+" --format=csv,noheader,nounits\n", string(calls))
+	require.Equal(t, []string{
+		"--query-gpu=" + strings.Join(QueryGPUFields, ",") + " --format=csv,noheader,nounits",
+		"--query-remapped-rows=" + strings.Join(QueryRemappedRowsFields, ",") + " --format=csv,noheader,nounits",
+	}, fake.Calls())
 }
 
 func TestQueryRemappedRowsFailureSkipsThemWithTheReason(t *testing.T) {
@@ -153,13 +153,9 @@ func TestQueryKillsAHungNvidiaSmi(t *testing.T) {
 	require.False(t, a.Status.Answered)
 	require.True(t, strings.HasPrefix(a.Status.Reason, "nvidia-smi hung and was killed after "), a.Status.Reason)
 	require.True(t, strings.HasSuffix(a.Status.Reason, " (a GSP or driver hang; see XID 119)"), a.Status.Reason)
-	b, err := os.ReadFile(fake.ChildPIDFile())
-	require.NoError(t, err)
-	pid, _ := strconv.Atoi(strings.TrimSpace(string(b)))
-	testutil.WaitFor(t, 5*time.Second, "the hung nvidia-smi's child to die", func() bool {
-		st, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-		return err != nil || strings.Contains(string(st), ") Z ")
-	})
+	pid := fake.HangChild()
+	require.NotZero(t, pid, "the hang started its child")
+	testutil.WaitFor(t, 5*time.Second, "the hung nvidia-smi's child to die", func() bool { return gputest.Gone(pid) })
 }
 
 func TestCellAndIsInUse(t *testing.T) {
