@@ -55,6 +55,11 @@ type node struct {
 func newNode(t *testing.T, n int, smiAnswer gputest.SmiAnswer, kmsg []string) *node {
 	root := gputest.NewRoot(t, "boot-1")
 	root.AddHealthyGPUs(n)
+	return newNodeOn(t, root, smiAnswer, kmsg)
+}
+
+// newNodeOn is a node with the kernel's view in root.
+func newNodeOn(t *testing.T, root *gputest.Root, smiAnswer gputest.SmiAnswer, kmsg []string) *node {
 	fake := gputest.NewSmi(t, smiAnswer)
 	dir := t.TempDir()
 	nd := &node{root: root, smi: fake, kmsg: gputest.WriteKmsg(t, dir, gputest.KmsgRecords(kmsg, 1)), host: &memHost{}}

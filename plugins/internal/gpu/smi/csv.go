@@ -128,6 +128,18 @@ func Cell(s string) (value string, missing string) {
 	}
 }
 
+// bracketed writes a cell without a value as newer drivers print it: "[N/A]".
+func bracketed(cell string) string {
+	c := strings.TrimSpace(cell)
+	if c == "" {
+		c = "N/A"
+	}
+	if !strings.HasPrefix(c, "[") {
+		c = "[" + c + "]"
+	}
+	return c
+}
+
 // deprecated starts the cell of a field the driver no longer fills.
 const deprecated = "Requested functionality has been deprecated"
 
@@ -275,7 +287,7 @@ func gpuFromRow(row Row) (gpu.GPU, bool) {
 		}
 	}
 	if _, present := row["remapped_rows.pending"]; present {
-		if rr, why := remappedFromRow(row); why == "" {
+		if rr, why, _ := remappedFromRow(row); why == "" {
 			g.RemappedRows = &rr
 		} else {
 			g.Skip(gpu.FieldRemappedRows, why)
@@ -292,6 +304,8 @@ type RemappedRows struct {
 	Rows *gpu.RemappedRows
 	// Skipped says why they are not, when not.
 	Skipped string
+	// Cell is what nvidia-smi printed where a counter was missing ("[N/A]").
+	Cell string
 }
 
 // ParseRemappedRows reads the output of
@@ -308,12 +322,12 @@ func ParseRemappedRows(out []byte) ([]RemappedRows, int, error) {
 			bad++
 			continue
 		}
-		rr, why := remappedFromRow(row)
+		rr, why, cell := remappedFromRow(row)
 		r := RemappedRows{UUID: uuid}
 		if why == "" {
 			r.Rows = &rr
 		} else {
-			r.Skipped = why
+			r.Skipped, r.Cell = why, cell
 		}
 		res = append(res, r)
 	}
@@ -323,22 +337,26 @@ func ParseRemappedRows(out []byte) ([]RemappedRows, int, error) {
 	return res, bad, nil
 }
 
-func remappedFromRow(row Row) (gpu.RemappedRows, string) {
-	var rr gpu.RemappedRows
-	var why string
-	if rr.Correctable, why = intCell(row["remapped_rows.correctable"]); why != "" {
-		return rr, why
+// remappedFromRow reads the counters of a row, or why there are none and
+// the cell that says so.
+func remappedFromRow(row Row) (rr gpu.RemappedRows, why, cell string) {
+	cell = row["remapped_rows.correctable"]
+	if rr.Correctable, why = intCell(cell); why != "" {
+		return rr, why, cell
 	}
-	if rr.Uncorrectable, why = intCell(row["remapped_rows.uncorrectable"]); why != "" {
-		return rr, why
+	cell = row["remapped_rows.uncorrectable"]
+	if rr.Uncorrectable, why = intCell(cell); why != "" {
+		return rr, why, cell
 	}
-	if rr.Pending, why = boolCell(row["remapped_rows.pending"]); why != "" {
-		return rr, why
+	cell = row["remapped_rows.pending"]
+	if rr.Pending, why = boolCell(cell); why != "" {
+		return rr, why, cell
 	}
-	if rr.Failure, why = boolCell(row["remapped_rows.failure"]); why != "" {
-		return rr, why
+	cell = row["remapped_rows.failure"]
+	if rr.Failure, why = boolCell(cell); why != "" {
+		return rr, why, cell
 	}
-	return rr, ""
+	return rr, "", ""
 }
 
 func boolCell(s string) (bool, string) {

@@ -88,6 +88,10 @@ func addRemappedRows(gpus []gpu.GPU, rows []RemappedRows, why string) {
 		case found && r.Rows != nil:
 			g.RemappedRows = r.Rows
 			g.Unskip(gpu.FieldRemappedRows)
+		case found && g.MIGEnabled():
+			// [N/A] with MIG instances active: the GPU has row remapping,
+			// the driver does not say.
+			g.Skip(gpu.FieldRemappedRows, gpu.RemapUnknownInMIG("nvidia-smi reports "+bracketed(r.Cell)))
 		case found:
 			g.Skip(gpu.FieldRemappedRows, r.Skipped)
 		case why != "":
