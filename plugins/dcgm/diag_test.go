@@ -234,6 +234,19 @@ func TestLevel2FailureStillReadsTheJSON(t *testing.T) {
 	require.Equal(t, []string{"GPU 1 memory test ran with reduced allocation"}, warn.Warnings)
 }
 
+// A document of neither DCGM 3's nor DCGM 4's shape, exit 0 and every test
+// passing in it, fails the command and names the shape.
+func TestLevel2RefusesAnAllPassReportOfAnUnknownShape(t *testing.T) {
+	e := newEnv(t)
+	e.dcgmi.On("diag -r 2 -j", `{"DCGM GPU Diagnostic":[{"category":"Hardware","tests":[{"name":"Diagnostic","results":[{"gpu_ids":"0,1","status":"Pass"}]}]}]}`, 0)
+	r, doc := e.run(t, `{"level":2}`)
+	require.Equal(t, kind.StatusFailed, r.Status)
+	require.Equal(t, "diag-failed", r.Reason)
+	require.Contains(t, r.Message, `"DCGM GPU Diagnostic" is an array, not DCGM 3's object of test_categories`)
+	require.Equal(t, dcgm.StatusFail, doc.Overall)
+	require.Nil(t, doc.Diag)
+}
+
 func TestLevel2NonZeroExitWithoutJSON(t *testing.T) {
 	e := newEnv(t)
 	e.dcgmi.OnErr("diag -r 2 -j", "", unreachable, 255)
