@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -51,6 +52,28 @@ var QueryRemappedRowsFields = []string{
 	"remapped_rows.failure",
 }
 
+// ErrMissingColumn matches (errors.Is) a *MissingColumnError.
+var ErrMissingColumn = errors.New("nvidia-smi CSV without a column the parser needs")
+
+// MissingColumnError is a --query-gpu CSV without the columns that name a
+// GPU (index, uuid, pci.bus_id): no row of it can be well-formed, and the
+// error says which column is missing rather than that no row was.
+type MissingColumnError struct {
+	// Columns are the missing columns.
+	Columns []string
+}
+
+// Error reads "nvidia-smi --query-gpu CSV has no uuid column, which names a GPU".
+func (e *MissingColumnError) Error() string {
+	if len(e.Columns) == 1 {
+		return "nvidia-smi --query-gpu CSV has no " + e.Columns[0] + " column, which names a GPU"
+	}
+	return "nvidia-smi --query-gpu CSV has no " + strings.Join(e.Columns, ", ") + " columns, which name a GPU"
+}
+
+// Is makes errors.Is(err, ErrMissingColumn) hold.
+func (e *MissingColumnError) Is(target error) bool { return target == ErrMissingColumn }
+
 // ErrNoRows is returned when the output holds no well-formed row.
 var ErrNoRows = errors.New("no well-formed GPU row")
 
@@ -63,6 +86,13 @@ type Row map[string]string
 // their " [unit]" suffix. Rows with the wrong number of cells are counted in
 // bad and skipped: nvidia-smi prints errors on stdout too.
 func ReadCSV(out []byte, fields []string) (rows []Row, bad int, err error) {
+	_, rows, bad, err = readCSV(out, fields)
+	return rows, bad, err
+}
+
+// readCSV is ReadCSV that also returns the fields: those given, or the
+// header's (nil when the output had no header line).
+func readCSV(out []byte, fields []string) (_ []string, rows []Row, bad int, err error) {
 	r := csv.NewReader(bytes.NewReader(out))
 	r.TrimLeadingSpace = true
 	r.LazyQuotes = true
@@ -79,7 +109,7 @@ func ReadCSV(out []byte, fields []string) (rows []Row, bad int, err error) {
 				bad++
 				continue
 			}
-			return rows, bad, fmt.Errorf("reading nvidia-smi CSV: %w", rerr)
+			return fields, rows, bad, fmt.Errorf("reading nvidia-smi CSV: %w", rerr)
 		}
 		if fields == nil {
 			fields = make([]string, len(rec))
@@ -101,7 +131,7 @@ func ReadCSV(out []byte, fields []string) (rows []Row, bad int, err error) {
 		}
 		rows = append(rows, row)
 	}
-	return rows, bad, nil
+	return fields, rows, bad, nil
 }
 
 // Cell reads one cell: its value, or why there is none. nvidia-smi writes a
@@ -186,15 +216,31 @@ func ParseQueryGPU(out []byte) (gpus []gpu.GPU, bad int, err error) {
 }
 
 // ParseQueryGPUWithHeader reads --query-gpu output with its header line
-// (--format=csv), with any fields in any order, as captures often are.
+// (--format=csv), with any fields in any order, as captures often are. A
+// header without index, uuid or pci.bus_id is a *MissingColumnError.
 func ParseQueryGPUWithHeader(out []byte) (gpus []gpu.GPU, bad int, err error) {
 	return parseQueryGPU(out, nil)
 }
 
+// identityFields are the --query-gpu columns without which no row names a
+// GPU: a CSV without one is refused for it, not for its rows.
+var identityFields = []string{"index", "uuid", "pci.bus_id"}
+
 func parseQueryGPU(out []byte, fields []string) ([]gpu.GPU, int, error) {
-	rows, bad, err := ReadCSV(out, fields)
+	fields, rows, bad, err := readCSV(out, fields)
 	if err != nil {
 		return nil, bad, err
+	}
+	if fields != nil {
+		var missing []string
+		for _, f := range identityFields {
+			if !slices.Contains(fields, f) {
+				missing = append(missing, f)
+			}
+		}
+		if len(missing) > 0 {
+			return nil, bad, &MissingColumnError{Columns: missing}
+		}
 	}
 	var gpus []gpu.GPU
 	for _, row := range rows {

@@ -1,8 +1,11 @@
 package smi
 
 import (
+	"bytes"
 	"context"
+	"encoding/csv"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -39,6 +42,47 @@ func TestParseQueryGPUReadsTheRealH100Capture(t *testing.T) {
 	require.Equal(t, &gpu.RemappedRows{}, g.RemappedRows)
 	require.Nil(t, g.Skipped)
 	require.Equal(t, []string{gpu.SourceNvidiaSmi}, g.SeenBy)
+}
+
+// withoutColumn is a --query-gpu capture with its header without one column.
+func withoutColumn(t *testing.T, capture []byte, column string) []byte {
+	t.Helper()
+	r := csv.NewReader(bytes.NewReader(capture))
+	r.TrimLeadingSpace = true
+	recs, err := r.ReadAll()
+	require.NoError(t, err)
+	drop := slices.Index(recs[0], column)
+	require.GreaterOrEqual(t, drop, 0, "the capture has a %s column", column)
+	var b bytes.Buffer
+	w := csv.NewWriter(&b)
+	for _, rec := range recs {
+		require.NoError(t, w.Write(slices.Delete(rec, drop, drop+1)))
+	}
+	w.Flush()
+	return b.Bytes()
+}
+
+// A --query-gpu CSV without a column the parser needs says which, rather
+// than that no row was well-formed (the real H100 capture, a column cut).
+func TestParseQueryGPUNamesAMissingColumn(t *testing.T) {
+	b, err := os.ReadFile("testdata/query-gpu-all-fields-csv-590.48.01-h100-masked.csv")
+	require.NoError(t, err)
+	for _, column := range []string{"uuid", "index", "pci.bus_id"} {
+		t.Run(column, func(t *testing.T) {
+			gpus, _, err := ParseQueryGPUWithHeader(withoutColumn(t, b, column))
+			require.ErrorIs(t, err, ErrMissingColumn)
+			require.NotErrorIs(t, err, ErrNoRows)
+			require.EqualError(t, err, "nvidia-smi --query-gpu CSV has no "+column+" column, which names a GPU")
+			require.Empty(t, gpus)
+		})
+	}
+	// Without rows too: the header alone says it.
+	header, _, _ := bytes.Cut(withoutColumn(t, b, "uuid"), []byte("\n"))
+	_, _, err = ParseQueryGPUWithHeader(header)
+	require.ErrorIs(t, err, ErrMissingColumn)
+	// With the column, the same capture still reads.
+	_, _, err = ParseQueryGPUWithHeader(b)
+	require.NoError(t, err)
 }
 
 func TestParseQueryGPUSkipsNotAvailableAndNotSupportedCells(t *testing.T) {
