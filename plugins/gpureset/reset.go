@@ -335,6 +335,7 @@ func resetOne(ctx context.Context, cfg Config, logger hclog.Logger, uuid, busID 
 
 	h, err := cfg.SMI.QueryHealth(restoreCtx, uuid)
 	r.Healthy, r.Problems = h.Healthy && r.Reset == ResetOK, h.Problems
+	r.Notes = append(r.Notes, h.Notes...)
 	if err != nil && len(r.Problems) == 0 {
 		r.Problems = []string{err.Error()}
 	}

@@ -32,7 +32,12 @@ const (
 	qGPUs    = "--query-gpu=index,uuid,pci.bus_id --format=csv,noheader,nounits"
 	qApps    = "--query-compute-apps=gpu_uuid,pid,used_memory --format=csv,noheader,nounits"
 	qPersist = "--query-gpu=uuid,persistence_mode --format=csv,noheader,nounits -i "
-	qHealth  = "--query-gpu=index,uuid,pci.bus_id,ecc.errors.uncorrected.volatile.total,remapped_rows.pending,remapped_rows.failure --format=csv,noheader,nounits -i "
+	qHealth  = "--query-gpu=index,uuid,pci.bus_id,ecc.errors.uncorrected.volatile.total --format=csv,noheader,nounits -i "
+	qRemap   = "--query-remapped-rows=gpu_uuid,remapped_rows.correctable,remapped_rows.uncorrectable,remapped_rows.pending,remapped_rows.failure --format=csv,noheader,nounits"
+	// qHealthWithRemap names the remapped_rows.* fields in --query-gpu,
+	// which a driver that does not know them refuses as a whole.
+	qHealthWithRemap = "--query-gpu=index,uuid,pci.bus_id,ecc.errors.uncorrected.volatile.total,remapped_rows.pending,remapped_rows.failure --format=csv,noheader,nounits -i "
+	oldDriver        = "Field \"remapped_rows.pending\" is not a valid field to query.\n"
 )
 
 func TestMain(m *testing.M) {
@@ -96,8 +101,9 @@ func newEnv(t *testing.T) *env {
 		e.smi.On("-pm 1 -i "+g, "Enabled persistence mode for GPU "+g+".\nAll done.\n", 0)
 		e.smi.On("--gpu-reset -i "+g, "GPU "+g+" was successfully reset.\nAll done.\n", 0)
 	}
-	e.smi.On(qHealth+gpuA, "0, "+gpuA+", 00000000:3B:00.0, 0, No, No\n", 0)
-	e.smi.On(qHealth+gpuB, "1, "+gpuB+", 00000000:86:00.0, 0, No, No\n", 0)
+	e.smi.On(qHealth+gpuA, "0, "+gpuA+", 00000000:3B:00.0, 0\n", 0)
+	e.smi.On(qHealth+gpuB, "1, "+gpuB+", 00000000:86:00.0, 0\n", 0)
+	e.smi.On(qRemap, gpuA+", 0, 0, No, No\n"+gpuB+", 0, 0, No, No\n", 0)
 	e.cfg = gpureset.Config{
 		SMI:          smi.Tool{Path: e.smi.Path, Timeout: 10 * time.Second},
 		ResetTimeout: 10 * time.Second,
@@ -268,10 +274,12 @@ func TestResetsRecordingAndRestoringPersistence(t *testing.T) {
 		"--gpu-reset -i " + gpuA,
 		"-pm 1 -i " + gpuA,
 		qHealth + gpuA,
+		qRemap,
 		qPersist + gpuB,
 		// persistence was off: nothing to turn off or restore
 		"--gpu-reset -i " + gpuB,
 		qHealth + gpuB,
+		qRemap,
 	}, e.smi.Calls())
 
 	require.Len(t, doc.GPUs, 2)
@@ -331,7 +339,7 @@ func TestResetHangIsKilledByTheTimeout(t *testing.T) {
 // unhealthy is reported, and its XID conditions stay.
 func TestResetLeavesGPUUnhealthy(t *testing.T) {
 	e := newEnv(t)
-	e.smi.On(qHealth+gpuA, "0, "+gpuA+", 00000000:3B:00.0, 0, Yes, No\n", 0)
+	e.smi.On(qRemap, gpuA+", 0, 1, Yes, No\n"+gpuB+", 0, 0, No, No\n", 0)
 	r, doc := e.run(t, gpuA, gpuB)
 	require.Equal(t, kind.StatusFailed, r.Status)
 	require.Equal(t, "gpu-unhealthy", r.Reason)
@@ -343,6 +351,23 @@ func TestResetLeavesGPUUnhealthy(t *testing.T) {
 	require.False(t, a.XIDsCleared)
 	// The healthy one is still cleared.
 	require.Equal(t, []string{gpuB + "@00000000:86:00.0"}, e.xids.cleared)
+}
+
+// A driver that does not know the remapped_rows.* fields of --query-gpu
+// refuses a query that names one as a whole: the health after the reset
+// reads the remapped rows as the inventory does, and a driver that cannot
+// say leaves a note, not an unhealthy GPU.
+func TestResetHealthOnADriverWithoutRemappedRowsFields(t *testing.T) {
+	e := newEnv(t)
+	e.smi.On(qHealthWithRemap+gpuA, oldDriver, 2)
+	e.smi.On(qRemap, oldDriver, 2)
+	r, doc := e.run(t, gpuA)
+	require.Equal(t, kind.StatusSucceeded, r.Status, r.Message)
+	g := doc.GPUs[0]
+	require.True(t, g.Healthy, g.Problems)
+	require.True(t, g.XIDsCleared)
+	require.Contains(t, g.Notes, `row remapping not checked: nvidia-smi failed (exit 2): Field "remapped_rows.pending" is not a valid field to query.`)
+	require.NotContains(t, e.smi.Calls(), qHealthWithRemap+gpuA)
 }
 
 func TestResetGPUFallenOffTheBus(t *testing.T) {

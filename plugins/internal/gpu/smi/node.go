@@ -139,13 +139,20 @@ type Health struct {
 	Healthy bool `json:"healthy"`
 	// Problems say why it is not healthy.
 	Problems []string `json:"problems,omitempty"`
+	// Notes say what could not be read and is not held against the GPU.
+	Notes []string `json:"notes,omitempty"`
 }
 
 // healthFields are read after a reset; a field the GPU does not support
-// reads [N/A] and is not held against it.
-var healthFields = []string{"index", "uuid", "pci.bus_id", "ecc.errors.uncorrected.volatile.total", "remapped_rows.pending", "remapped_rows.failure"}
+// reads [N/A] and is not held against it. The remapped rows are not among
+// them: a driver that does not know the remapped_rows.* fields refuses a
+// --query-gpu that names one as a whole, so they are asked for as the
+// inventory asks (QueryRemappedRows).
+var healthFields = []string{"index", "uuid", "pci.bus_id", "ecc.errors.uncorrected.volatile.total"}
 
-// QueryHealth queries the GPU again and judges it.
+// QueryHealth queries the GPU again and judges it: uncorrectable volatile
+// ECC errors, then a row remap still pending or failed. Remapped rows that
+// nvidia-smi cannot report are a note, not a problem.
 func (t Tool) QueryHealth(ctx context.Context, uuid string) (Health, error) {
 	rows, _, err := t.query(ctx, healthFields, "--query-gpu="+strings.Join(healthFields, ","), "--format=csv,noheader,nounits", "-i", uuid)
 	if err != nil {
@@ -160,11 +167,22 @@ func (t Tool) QueryHealth(ctx context.Context, uuid string) (Health, error) {
 	if v, missing := Cell(row["ecc.errors.uncorrected.volatile.total"]); missing == "" && v != "0" {
 		h.Problems = append(h.Problems, "uncorrectable volatile ECC errors: "+v)
 	}
-	if v, missing := Cell(row["remapped_rows.pending"]); missing == "" && strings.EqualFold(v, "yes") {
-		h.Problems = append(h.Problems, "a row remap is still pending")
-	}
-	if v, missing := Cell(row["remapped_rows.failure"]); missing == "" && strings.EqualFold(v, "yes") {
-		h.Problems = append(h.Problems, "a row remap has failed: the GPU needs replacing")
+	remapped, why := t.QueryRemappedRows(ctx)
+	r, found := RemappedRowsOf(remapped, uuid)
+	switch {
+	case why != "":
+		h.Notes = append(h.Notes, "row remapping not checked: "+why)
+	case !found:
+		h.Notes = append(h.Notes, "row remapping not checked: nvidia-smi listed no remapped rows for it")
+	case r.Rows == nil:
+		h.Notes = append(h.Notes, "row remapping not checked: "+r.Skipped)
+	default:
+		if r.Rows.Pending {
+			h.Problems = append(h.Problems, "a row remap is still pending")
+		}
+		if r.Rows.Failure {
+			h.Problems = append(h.Problems, "a row remap has failed: the GPU needs replacing")
+		}
 	}
 	h.Healthy = len(h.Problems) == 0
 	return h, nil

@@ -53,28 +53,54 @@ func TestExitError(t *testing.T) {
 	require.Equal(t, "nvidia-smi --gpu-reset -i GPU-a: exit 15 (a GPU has fallen off the bus): Unable to determine the device handle for GPU0000:91:00.0: Unknown Error", e.Error())
 }
 
+const (
+	qHealth = "--query-gpu=index,uuid,pci.bus_id,ecc.errors.uncorrected.volatile.total --format=csv,noheader,nounits -i GPU-a"
+	qRemap  = "--query-remapped-rows=gpu_uuid,remapped_rows.correctable,remapped_rows.uncorrectable,remapped_rows.pending,remapped_rows.failure --format=csv,noheader,nounits"
+	// oldDriver is how a driver without the remapped_rows.* fields of
+	// --query-gpu refuses a query that names one: the whole query fails.
+	oldDriver = "Field \"remapped_rows.pending\" is not a valid field to query.\n"
+)
+
 func TestQueryHealth(t *testing.T) {
-	const q = "--query-gpu=index,uuid,pci.bus_id,ecc.errors.uncorrected.volatile.total,remapped_rows.pending,remapped_rows.failure --format=csv,noheader,nounits -i GPU-a"
 	cases := map[string]struct {
-		out      string
-		healthy  bool
-		problems []string
+		out, remap string
+		healthy    bool
+		problems   []string
+		notes      []string
 	}{
-		"healthy":              {"0, GPU-a, 00000000:3B:00.0, 0, No, No\n", true, nil},
-		"fields not supported": {"0, GPU-a, 00000000:3B:00.0, [N/A], [N/A], [Not Supported]\n", true, nil},
-		"everything wrong": {"0, GPU-a, 00000000:3B:00.0, 2, Yes, Yes\n", false, []string{
-			"uncorrectable volatile ECC errors: 2", "a row remap is still pending", "a row remap has failed: the GPU needs replacing"}},
-		"another GPU answers": {"1, GPU-b, 00000000:86:00.0, 0, No, No\n", false, []string{"nvidia-smi no longer lists it"}},
+		"healthy":              {"0, GPU-a, 00000000:3B:00.0, 0\n", "GPU-a, 0, 0, No, No\n", true, nil, nil},
+		"fields not supported": {"0, GPU-a, 00000000:3B:00.0, [N/A]\n", "GPU-a, [N/A], [N/A], [N/A], [Not Supported]\n", true, nil, []string{"row remapping not checked: not available on this GPU (nvidia-smi reports [N/A])"}},
+		"everything wrong": {"0, GPU-a, 00000000:3B:00.0, 2\n", "GPU-b, 0, 0, No, No\nGPU-a, 0, 3, Yes, Yes\n", false, []string{
+			"uncorrectable volatile ECC errors: 2", "a row remap is still pending", "a row remap has failed: the GPU needs replacing"}, nil},
+		"another GPU answers": {"1, GPU-b, 00000000:86:00.0, 0\n", "GPU-b, 0, 0, No, No\n", false, []string{"nvidia-smi no longer lists it"}, nil},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			tool := gputest.NewFakeTool(t, "nvidia-smi").On(q, tc.out, 0)
+			tool := gputest.NewFakeTool(t, "nvidia-smi").On(qHealth, tc.out, 0).On(qRemap, tc.remap, 0)
 			h, err := smi.Tool{Path: tool.Path}.QueryHealth(context.Background(), "GPU-a")
 			require.NoError(t, err)
 			require.Equal(t, tc.healthy, h.Healthy)
 			require.Equal(t, tc.problems, h.Problems)
+			require.Equal(t, tc.notes, h.Notes)
 		})
 	}
+}
+
+// The health after a reset asks for the remapped rows the way the
+// inventory does (--query-remapped-rows, on its own), so a driver that does
+// not know the remapped_rows.* fields of --query-gpu still answers for the
+// GPU; that it cannot say is a note, not a problem.
+func TestQueryHealthOnADriverWithoutRemappedRowsFields(t *testing.T) {
+	tool := gputest.NewFakeTool(t, "nvidia-smi").
+		On(qHealth, "0, GPU-a, 00000000:3B:00.0, 0\n", 0).
+		On(qRemap, oldDriver, 2).
+		On("--query-gpu=index,uuid,pci.bus_id,ecc.errors.uncorrected.volatile.total,remapped_rows.pending,remapped_rows.failure --format=csv,noheader,nounits -i GPU-a", oldDriver, 2)
+	h, err := smi.Tool{Path: tool.Path}.QueryHealth(context.Background(), "GPU-a")
+	require.NoError(t, err)
+	require.True(t, h.Healthy, h.Problems)
+	require.Equal(t, "00000000:3B:00.0", h.BusID)
+	require.Equal(t, []string{`row remapping not checked: nvidia-smi failed (exit 2): Field "remapped_rows.pending" is not a valid field to query.`}, h.Notes)
+	require.Equal(t, []string{qHealth, qRemap}, tool.Calls())
 }
 
 func TestQueryPersistence(t *testing.T) {
