@@ -1,29 +1,33 @@
 package kinds
 
 import (
-	"github.com/better-compute/commands/plugins/dcgm"
-	"github.com/better-compute/commands/plugins/gpureset"
-	"github.com/better-compute/commands/plugins/logs"
-	"github.com/better-compute/commands/plugins/nvml"
-	"github.com/better-compute/commands/plugins/reboot"
+	dcgm "github.com/better-compute/commands/plugins/dcgm/manifest"
+	gpureset "github.com/better-compute/commands/plugins/gpureset/manifest"
+	logs "github.com/better-compute/commands/plugins/logs/manifest"
+	nvml "github.com/better-compute/commands/plugins/nvml/manifest"
+	reboot "github.com/better-compute/commands/plugins/reboot/manifest"
 	"github.com/better-compute/commands/sdk/kind"
 )
 
 // FirstParty returns the first-party manifests: the same Go values that the
-// plugin binaries serve, imported from their packages, never copied. The
+// plugin binaries serve, imported from each plugin's manifest package
+// (plugins/<plugin>/manifest), never copied. Those packages import only
+// sdk/kind, so the registry links none of the plugins' code (D-Bus, NVML,
+// the GPU tools); TestFirstPartyLinksOnlyTheManifests keeps it so. The
 // built-ins are inventory.refresh, diag.nvml, logs.collect, node.reboot and
 // gpu.reset; diag.dcgm belongs to the metal module in the spec, and is
 // registered here because its plugin ships with bcd and no module registers
 // it yet.
 //
-// EXTEND HERE when a new first-party plugin lands: append its exported
-// manifest value.
+// EXTEND HERE when a new first-party plugin lands: import its manifest
+// package and append its manifest value.
 func FirstParty() []kind.Manifest {
-	out := append([]kind.Manifest(nil), nvml.Manifests...)
-	return append(out,
+	return []kind.Manifest{
+		nvml.InventoryRefreshManifest,
+		nvml.DiagNVMLManifest,
 		logs.Manifest,
 		reboot.Manifest,
 		gpureset.Manifest,
 		dcgm.Manifest,
-	)
+	}
 }

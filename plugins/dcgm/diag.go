@@ -14,9 +14,10 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
-	"github.com/better-compute/commands/plugins/gpureset"
-	"github.com/better-compute/commands/plugins/gpureset/inuse"
-	"github.com/better-compute/commands/plugins/gpureset/smi"
+	"github.com/better-compute/commands/plugins/internal/gpu/gpuenv"
+	"github.com/better-compute/commands/plugins/internal/gpu/inuse"
+	"github.com/better-compute/commands/plugins/internal/gpu/smi"
+	"github.com/better-compute/commands/plugins/internal/gpu/toolexec"
 	"github.com/better-compute/commands/sdk/kind"
 )
 
@@ -29,10 +30,10 @@ const (
 	ReasonDiagFailed = "diag-failed"
 	// ReasonUnknownGPU: a listed UUID names no GPU of the node.
 	ReasonUnknownGPU = "unknown-gpu"
-	// ReasonNodeSpec and ReasonSmiFailed are gpu.reset's: the in-use check
-	// could not be made.
-	ReasonNodeSpec  = gpureset.ReasonNodeSpec
-	ReasonSmiFailed = gpureset.ReasonSmiFailed
+	// ReasonNodeSpec and ReasonSmiFailed are the in-use check's (the same
+	// as gpu.reset's): the check could not be made.
+	ReasonNodeSpec  = inuse.ReasonNodeSpec
+	ReasonSmiFailed = inuse.ReasonSmiFailed
 )
 
 // ignoredHolders hold GPU device nodes by design and are no workload: the
@@ -43,9 +44,9 @@ var ignoredHolders = []string{"nv-hostengine", "dcgmi", "nvvs", "dcgm-exporter",
 // Config is what diag.dcgm runs with.
 type Config struct {
 	// DCGMI runs dcgmi; its Timeout bounds level 1's calls.
-	DCGMI smi.Runner
+	DCGMI toolexec.Tool
 	// SMI runs nvidia-smi for the GPU list and the compute processes.
-	SMI smi.Runner
+	SMI smi.Tool
 	// ProcRoot is where /proc is.
 	ProcRoot string
 	// DiagTimeouts bound `dcgmi diag -r N` per level (index 2..4); the
@@ -53,14 +54,15 @@ type Config struct {
 	DiagTimeouts map[int]time.Duration
 }
 
-// Environment variables read by ConfigFromEnv; those shared with gpu.reset
-// and the nvml plugin mean the same there.
+// Environment variables read by ConfigFromEnv; those from gpuenv mean the
+// same in every GPU plugin.
 const (
+	// EnvDcgmi is dcgmi's path ("dcgmi" on PATH by default).
 	EnvDcgmi       = "BCD_DCGMI"
-	EnvNvidiaSmi   = gpureset.EnvNvidiaSmi
-	EnvSysRoot     = gpureset.EnvSysRoot
-	EnvProcRoot    = gpureset.EnvProcRoot
-	EnvExecTimeout = gpureset.EnvExecTimeout
+	EnvNvidiaSmi   = gpuenv.NvidiaSmi
+	EnvSysRoot     = gpuenv.SysRoot
+	EnvProcRoot    = gpuenv.ProcRoot
+	EnvExecTimeout = gpuenv.ExecTimeout
 )
 
 // EnvVars lists every variable the plugin reads, for bcd's allowlist.
@@ -70,8 +72,8 @@ var EnvVars = []string{EnvDcgmi, EnvNvidiaSmi, EnvSysRoot, EnvProcRoot, EnvExecT
 // defaults (dcgmi and nvidia-smi on PATH, /proc or $BCD_SYSFS_ROOT/proc).
 func ConfigFromEnv() (Config, error) {
 	c := Config{
-		DCGMI:    smi.Runner{Path: envOr(EnvDcgmi, "dcgmi")},
-		SMI:      smi.Runner{Path: envOr(EnvNvidiaSmi, "nvidia-smi")},
+		DCGMI:    toolexec.Tool{Path: envOr(EnvDcgmi, "dcgmi")},
+		SMI:      smi.Tool{Path: envOr(EnvNvidiaSmi, smi.DefaultPath)},
 		ProcRoot: envOr(EnvProcRoot, filepath.Join(envOr(EnvSysRoot, "/"), "proc")),
 	}
 	if v := os.Getenv(EnvExecTimeout); v != "" {
@@ -92,6 +94,14 @@ func envOr(name, def string) string {
 }
 
 var defaultDiagTimeouts = map[int]time.Duration{2: 30 * time.Minute, 3: 2 * time.Hour, 4: 4 * time.Hour}
+
+// Payload is diag.dcgm's payload.
+type Payload struct {
+	// Level is 1 to 4.
+	Level int `json:"level"`
+	// GPUs are the UUIDs to diagnose; empty means every GPU.
+	GPUs []string `json:"gpus,omitempty"`
+}
 
 // Result is diag.dcgm's result document.
 type Result struct {
@@ -168,7 +178,7 @@ func run(ctx context.Context, cfg Config, req kind.Request) (any, error) {
 	}
 
 	// From level 2 DCGM loads the GPUs: the same refusal as gpu.reset's.
-	spec, gen, err := gpureset.AppliedSpec(ctx, req.Host)
+	spec, gen, err := inuse.AppliedSpec(ctx, req.Host)
 	if err != nil {
 		return nil, kind.Fail(ReasonNodeSpec, "cannot rule out a live assignment: %v", err)
 	}
@@ -217,14 +227,15 @@ func run(ctx context.Context, cfg Config, req kind.Request) (any, error) {
 	if runErr != nil && ctx.Err() != nil {
 		return res, runErr
 	}
-	if runErr != nil && !errors.Is(runErr, smi.ErrTimeout) {
+	timedOut := errors.Is(runErr, toolexec.ErrTimeout)
+	if runErr != nil && !timedOut {
 		return nil, &kind.Failure{Reason: ReasonUnavailable, Message: runErr.Error(), Result: res}
 	}
-	if !out.TimedOut {
+	if !timedOut {
 		res.ExitCode = &out.ExitCode
 	}
 	// A non-zero exit is a failure, but the JSON still says which test failed.
-	rep, perr := ParseDiag([]byte(out.Stdout))
+	rep, perr := ParseDiag(out.Stdout)
 	if perr == nil {
 		for i := range rep.Results {
 			if g := rep.Results[i].GPU; g != nil {
@@ -292,7 +303,7 @@ var (
 
 // CheckDeployment is level 1: `dcgmi --version` answers, and `dcgmi
 // discovery -l` reaches the host engine and names the GPUs it found.
-func CheckDeployment(ctx context.Context, dcgmi smi.Runner) Deployment {
+func CheckDeployment(ctx context.Context, dcgmi toolexec.Tool) Deployment {
 	var d Deployment
 	out, err := dcgmi.Run(ctx, "--version")
 	switch {
@@ -302,7 +313,7 @@ func CheckDeployment(ctx context.Context, dcgmi smi.Runner) Deployment {
 		d.Dcgmi.Error = fmt.Sprintf("dcgmi --version exited %d: %s", out.ExitCode, firstLine(out.Text()))
 	default:
 		d.Dcgmi.Answered = true
-		d.Dcgmi.Version = versionRe.FindString(out.Stdout)
+		d.Dcgmi.Version = string(versionRe.Find(out.Stdout))
 	}
 	out, err = dcgmi.Run(ctx, "discovery", "-l")
 	switch {
@@ -311,12 +322,12 @@ func CheckDeployment(ctx context.Context, dcgmi smi.Runner) Deployment {
 	case out.ExitCode != 0:
 		d.HostEngine.Error = fmt.Sprintf("dcgmi discovery -l exited %d: %s", out.ExitCode, strings.ReplaceAll(out.Text(), "\n", " / "))
 	default:
-		m := foundRe.FindStringSubmatch(out.Stdout)
+		m := foundRe.FindSubmatch(out.Stdout)
 		if m == nil {
 			d.HostEngine.Error = "dcgmi discovery -l answered without a GPU count: " + firstLine(out.Text())
 			break
 		}
-		n, _ := strconv.Atoi(m[1])
+		n, _ := strconv.Atoi(string(m[1]))
 		d.HostEngine.Answered, d.HostEngine.GPUs = true, &n
 	}
 	return d
@@ -335,7 +346,7 @@ func (d Deployment) problem() string {
 
 // nodeGPUs lists the node's GPUs from bcd's inventory, or from nvidia-smi
 // when bcd has none.
-func nodeGPUs(ctx context.Context, r smi.Runner, host kind.Host, logger hclog.Logger) ([]smi.GPU, error) {
+func nodeGPUs(ctx context.Context, r smi.Tool, host kind.Host, logger hclog.Logger) ([]smi.GPU, error) {
 	if host != nil {
 		raw, _, err := host.Inventory(ctx)
 		switch {

@@ -14,8 +14,10 @@ import (
 
 	"github.com/better-compute/commands/internal/testutil"
 	"github.com/better-compute/commands/plugins/dcgm"
-	"github.com/better-compute/commands/plugins/gpureset/plugintest"
-	"github.com/better-compute/commands/plugins/gpureset/smi"
+	"github.com/better-compute/commands/plugins/dcgm/manifest"
+	"github.com/better-compute/commands/plugins/internal/gpu/gputest"
+	"github.com/better-compute/commands/plugins/internal/gpu/smi"
+	"github.com/better-compute/commands/plugins/internal/gpu/toolexec"
 	"github.com/better-compute/commands/sdk/kind"
 	"github.com/better-compute/commands/sdk/kindtest"
 	"github.com/better-compute/commands/sdk/nodespec"
@@ -57,7 +59,7 @@ func (h *fakeHost) Conditions(context.Context) ([]kind.Condition, error)    { re
 func (h *fakeHost) Journal(context.Context, int) ([]json.RawMessage, error) { return nil, nil }
 
 type env struct {
-	dcgmi, smi *plugintest.FakeTool
+	dcgmi, smi *gputest.FakeTool
 	host       *fakeHost
 	proc       string
 	cfg        dcgm.Config
@@ -67,14 +69,14 @@ type env struct {
 // engine answers, and nvidia-smi.
 func newEnv(t *testing.T) *env {
 	t.Helper()
-	e := &env{dcgmi: plugintest.NewFakeTool(t, "dcgmi"), smi: plugintest.NewFakeTool(t, "nvidia-smi"), host: &fakeHost{}, proc: t.TempDir()}
+	e := &env{dcgmi: gputest.NewFakeTool(t, "dcgmi"), smi: gputest.NewFakeTool(t, "nvidia-smi"), host: &fakeHost{}, proc: t.TempDir()}
 	e.dcgmi.On("--version", "\ndcgmi  version: 3.3.9\n\n", 0)
 	e.dcgmi.On("discovery -l", string(fixture(t, "discovery-l-tesla-t4-1gpu.txt")), 0)
 	e.smi.On(qGPUs, "0, "+gpu0+", 00000000:3B:00.0\n1, "+gpu1+", 00000000:86:00.0\n", 0)
 	e.smi.On(qApps, "", 0)
 	e.cfg = dcgm.Config{
-		DCGMI:    smi.Runner{Path: e.dcgmi.Path, Timeout: 10 * time.Second},
-		SMI:      smi.Runner{Path: e.smi.Path, Timeout: 10 * time.Second},
+		DCGMI:    toolexec.Tool{Path: e.dcgmi.Path, Timeout: 10 * time.Second},
+		SMI:      smi.Tool{Path: e.smi.Path, Timeout: 10 * time.Second},
 		ProcRoot: e.proc,
 	}
 	return e
@@ -82,11 +84,11 @@ func newEnv(t *testing.T) *env {
 
 func (e *env) run(t *testing.T, payload string) (kind.Result, dcgm.Result) {
 	t.Helper()
-	v, err := kind.NewValidator(dcgm.Manifest)
+	v, err := kind.NewValidator(manifest.Manifest)
 	require.NoError(t, err)
 	require.NoError(t, v.Validate([]byte(payload)))
 	r := kind.Run(context.Background(), dcgm.Handler(e.cfg), kind.Request{
-		Command: kind.Command{ID: "cmd_1", Kind: dcgm.KindName, Payload: json.RawMessage(payload)},
+		Command: kind.Command{ID: "cmd_1", Kind: manifest.KindName, Payload: json.RawMessage(payload)},
 		Host:    e.host,
 		Logger:  hclog.NewNullLogger(),
 	})
@@ -108,7 +110,7 @@ func (e *env) diagCalls() []string {
 }
 
 func TestManifest(t *testing.T) {
-	m := dcgm.Manifest
+	m := manifest.Manifest
 	require.NoError(t, m.Validate())
 	// "modules add the rest (the metal module the BMC, ... and diag.dcgm kinds)"
 	require.False(t, m.APIRunnable)
@@ -232,6 +234,19 @@ func TestLevel2FailureStillReadsTheJSON(t *testing.T) {
 	require.Equal(t, []string{"GPU 1 memory test ran with reduced allocation"}, warn.Warnings)
 }
 
+// A document of neither DCGM 3's nor DCGM 4's shape, exit 0 and every test
+// passing in it, fails the command and names the shape.
+func TestLevel2RefusesAnAllPassReportOfAnUnknownShape(t *testing.T) {
+	e := newEnv(t)
+	e.dcgmi.On("diag -r 2 -j", `{"DCGM GPU Diagnostic":[{"category":"Hardware","tests":[{"name":"Diagnostic","results":[{"gpu_ids":"0,1","status":"Pass"}]}]}]}`, 0)
+	r, doc := e.run(t, `{"level":2}`)
+	require.Equal(t, kind.StatusFailed, r.Status)
+	require.Equal(t, "diag-failed", r.Reason)
+	require.Contains(t, r.Message, `"DCGM GPU Diagnostic" is an array, not DCGM 3's object of test_categories`)
+	require.Equal(t, dcgm.StatusFail, doc.Overall)
+	require.Nil(t, doc.Diag)
+}
+
 func TestLevel2NonZeroExitWithoutJSON(t *testing.T) {
 	e := newEnv(t)
 	e.dcgmi.OnErr("diag -r 2 -j", "", unreachable, 255)
@@ -270,14 +285,14 @@ func TestPluginBinary(t *testing.T) {
 	ms, err := p.Manifests(ctx)
 	require.NoError(t, err)
 	require.Len(t, ms, 1)
-	require.Equal(t, dcgm.Manifest.Digest(), ms[0].Digest())
+	require.Equal(t, manifest.Manifest.Digest(), ms[0].Digest())
 
-	r, err := p.Execute(ctx, dcgm.KindName, json.RawMessage(`{"level":1}`), nil)
+	r, err := p.Execute(ctx, manifest.KindName, json.RawMessage(`{"level":1}`), nil)
 	require.NoError(t, err)
 	require.Equal(t, kind.StatusSucceeded, r.Status, r.Message)
 
 	e.host.spec = nodespec.Spec{Holds: []nodespec.Hold{{GPU: gpu0, Slot: "slot-1", State: nodespec.HoldLive}}}
-	r, err = p.Execute(ctx, dcgm.KindName, json.RawMessage(`{"level":2}`), nil)
+	r, err = p.Execute(ctx, manifest.KindName, json.RawMessage(`{"level":2}`), nil)
 	require.NoError(t, err)
 	require.Equal(t, "gpu-busy", r.Reason)
 	require.Equal(t, gpu0+" has a live assignment", r.Message)
@@ -299,11 +314,11 @@ func TestConformance(t *testing.T) {
 	e := newEnv(t)
 	e.dcgmi.Hang("diag -r 2 -j")
 	kindtest.Run(t, bin, kindtest.Options{
-		Kinds:       []string{dcgm.KindName},
-		BadPayloads: map[string]json.RawMessage{dcgm.KindName: json.RawMessage(`{"level":7}`)},
-		LongRunning: &kindtest.Case{Kind: dcgm.KindName, Payload: json.RawMessage(`{"level":2}`)},
+		Kinds:       []string{manifest.KindName},
+		BadPayloads: map[string]json.RawMessage{manifest.KindName: json.RawMessage(`{"level":7}`)},
+		LongRunning: &kindtest.Case{Kind: manifest.KindName, Payload: json.RawMessage(`{"level":2}`)},
 		Host:        e.host,
 		Env:         e.pluginEnv(),
 	})
-	testutil.WaitFor(t, 10*time.Second, "the cancelled diagnostic's child to be killed", func() bool { return plugintest.Gone(e.dcgmi.HangChild()) })
+	testutil.WaitFor(t, 10*time.Second, "the cancelled diagnostic's child to be killed", func() bool { return gputest.Gone(e.dcgmi.HangChild()) })
 }

@@ -30,6 +30,10 @@ const (
 	ShapeDCGM4 = "dcgm4"
 )
 
+// ErrUnknownShape is wrapped by ParseDiag's error for JSON of neither DCGM
+// 3's nor DCGM 4's shape; the error names the shape it found.
+var ErrUnknownShape = errors.New("dcgmi diag JSON of neither DCGM 3's nor DCGM 4's shape")
+
 // ErrNoResults is returned by ParseDiag for JSON that holds no test.
 var ErrNoResults = errors.New("no test results in dcgmi's JSON")
 
@@ -79,9 +83,11 @@ func (r Report) Overall() string {
 	return overall
 }
 
-// ParseDiag reads `dcgmi diag -r N -j` output leniently: NVIDIA says the
-// schema is not stable, and it differs between DCGM 3 and 4. Text before the
-// first "{" (a warning dcgmi printed) and after the document is ignored. Any
+// ParseDiag reads `dcgmi diag -r N -j` output leniently within a known
+// shape: NVIDIA says the schema is not stable, and it differs between DCGM 3
+// and 4, but a document of neither shape is refused (ErrUnknownShape) rather
+// than searched for tests. Text before the first "{" (a warning dcgmi
+// printed) and after the document is ignored. Within the shape's part, any
 // object with a "tests" array is read as tests, with the category of the
 // nearest enclosing object that names one; a result names its GPUs by
 // gpu_ids ("0,1", 0 or [0,1]), gpu_id or entity_id; statuses are matched
@@ -97,16 +103,97 @@ func ParseDiag(b []byte) (Report, error) {
 	if err := dec.Decode(&root); err != nil {
 		return Report{}, fmt.Errorf("dcgmi diag JSON: %w", err)
 	}
-	rep := Report{Shape: ShapeDCGM4}
-	if _, ok := root["DCGM GPU Diagnostic"]; ok {
-		rep.Shape = ShapeDCGM3
+	shape, body, err := shapeOf(root)
+	if err != nil {
+		return Report{}, err
 	}
+	rep := Report{Shape: shape}
 	rep.Version = findVersion(root, 0)
-	walk(&rep, root, "", 0)
+	walk(&rep, body, "", 0)
 	if len(rep.Results) == 0 && len(rep.Errors) == 0 {
 		return rep, ErrNoResults
 	}
 	return rep, nil
+}
+
+// The keys that tell the shapes apart.
+const (
+	keyDCGM3       = "DCGM GPU Diagnostic"
+	keyDCGM4       = "DCGM Diagnostic"
+	keyTests       = "tests"
+	keyCategories  = "test_categories"
+	describeShapes = `neither DCGM 3's "DCGM GPU Diagnostic" nor DCGM 4's "tests" or "DCGM Diagnostic"`
+)
+
+// shapeOf recognises the document's shape and returns the part of it that
+// holds the tests: DCGM 3's "DCGM GPU Diagnostic" object (with its
+// test_categories list), DCGM 4's top-level "tests" list, or DCGM 4's
+// "DCGM Diagnostic" object. Anything else wraps ErrUnknownShape with what it
+// found, so that passing tests found elsewhere in a malformed document never
+// pass for a diagnostic.
+func shapeOf(root map[string]any) (string, any, error) {
+	v3, has3 := root[keyDCGM3]
+	tests, hasTests := root[keyTests]
+	v4, has4 := root[keyDCGM4]
+	switch {
+	case has3 && (hasTests || has4):
+		other := keyTests
+		if has4 {
+			other = keyDCGM4
+		}
+		return "", nil, fmt.Errorf("%w: both DCGM 3's %q and DCGM 4's %q", ErrUnknownShape, keyDCGM3, other)
+	case has3:
+		obj, ok := v3.(map[string]any)
+		if !ok {
+			return "", nil, fmt.Errorf("%w: %q is %s, not DCGM 3's object of %s", ErrUnknownShape, keyDCGM3, kindOf(v3), keyCategories)
+		}
+		if c, ok := obj[keyCategories]; ok {
+			if _, list := c.([]any); !list {
+				return "", nil, fmt.Errorf("%w: %q.%s is %s, not a list", ErrUnknownShape, keyDCGM3, keyCategories, kindOf(c))
+			}
+		}
+		return ShapeDCGM3, obj, nil
+	case hasTests && has4:
+		return "", nil, fmt.Errorf("%w: both DCGM 4's %q and %q", ErrUnknownShape, keyTests, keyDCGM4)
+	case hasTests:
+		if _, list := tests.([]any); !list {
+			return "", nil, fmt.Errorf("%w: %q is %s, not DCGM 4's list of tests", ErrUnknownShape, keyTests, kindOf(tests))
+		}
+		return ShapeDCGM4, root, nil
+	case has4:
+		obj, ok := v4.(map[string]any)
+		if !ok {
+			return "", nil, fmt.Errorf("%w: %q is %s, not DCGM 4's object", ErrUnknownShape, keyDCGM4, kindOf(v4))
+		}
+		return ShapeDCGM4, obj, nil
+	}
+	keys := sortedKeys(root)
+	for i, k := range keys {
+		keys[i] = strconv.Quote(k)
+	}
+	if len(keys) == 0 {
+		return "", nil, fmt.Errorf("%w: an empty object: %s", ErrUnknownShape, describeShapes)
+	}
+	return "", nil, fmt.Errorf("%w: top-level keys %s: %s", ErrUnknownShape, strings.Join(keys, ", "), describeShapes)
+}
+
+// kindOf names a JSON value's kind for an error: "an array", "a string".
+func kindOf(v any) string {
+	switch v.(type) {
+	case map[string]any:
+		return "an object"
+	case []any:
+		return "an array"
+	case string:
+		return "a string"
+	case json.Number:
+		return "a number"
+	case bool:
+		return "a boolean"
+	case nil:
+		return "null"
+	}
+	return fmt.Sprintf("%T", v)
 }
 
 // maxDepth bounds the walk: fuzzed input can nest deeply.

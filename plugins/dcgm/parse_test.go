@@ -165,6 +165,49 @@ func TestParseRefusals(t *testing.T) {
 	require.ErrorIs(t, err, dcgm.ErrNoResults)
 }
 
+// allPass is one passing test result, to bury in shapes that are neither
+// DCGM 3's nor DCGM 4's.
+const allPass = `{"category":"Hardware","tests":[{"name":"Diagnostic","results":[{"gpu_ids":"0","status":"Pass"}]}]}`
+
+// A document whose shape is neither DCGM 3's nor DCGM 4's is refused, with
+// an error naming its shape: a malformed all-pass document must never pass
+// because the lenient walk found passing tests somewhere in it.
+func TestParseRefusesAShapeOfNeitherDCGM3NorDCGM4(t *testing.T) {
+	for name, tc := range map[string]struct{ in, msg string }{
+		"DCGM 3's key holding an array": {
+			`{"DCGM GPU Diagnostic":[` + allPass + `]}`,
+			`"DCGM GPU Diagnostic" is an array, not DCGM 3's object of test_categories`,
+		},
+		"DCGM 3's test_categories not a list": {
+			`{"DCGM GPU Diagnostic":{"test_categories":` + allPass + `}}`,
+			`"DCGM GPU Diagnostic".test_categories is an object, not a list`,
+		},
+		"DCGM 4's key holding an array": {
+			`{"DCGM Diagnostic":[` + allPass + `]}`,
+			`"DCGM Diagnostic" is an array, not DCGM 4's object`,
+		},
+		"DCGM 4's tests not a list": {
+			`{"version":"4.2.3","tests":{"name":"pcie","results":[{"entity_id":0,"status":"PASS"}]}}`,
+			`"tests" is an object, not DCGM 4's list of tests`,
+		},
+		"tests buried under another key": {
+			`{"report":{"test_categories":[` + allPass + `]}}`,
+			`top-level keys "report": neither DCGM 3's "DCGM GPU Diagnostic" nor DCGM 4's "tests" or "DCGM Diagnostic"`,
+		},
+		"both shapes at once": {
+			`{"DCGM GPU Diagnostic":{"test_categories":[` + allPass + `]},"tests":[]}`,
+			`both DCGM 3's "DCGM GPU Diagnostic" and DCGM 4's "tests"`,
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			rep, err := dcgm.ParseDiag([]byte(tc.in))
+			require.ErrorIs(t, err, dcgm.ErrUnknownShape)
+			require.ErrorContains(t, err, tc.msg)
+			require.Empty(t, rep.Results)
+		})
+	}
+}
+
 func FuzzParseDiag(f *testing.F) {
 	for _, name := range []string{"diag-r1-j-dcgm3-tesla-t4-pass.json", "diag-r2-j-dcgm4-synthetic-fail.json"} {
 		f.Add(fixture(f, name))
@@ -183,6 +226,9 @@ func FuzzParseDiag(f *testing.F) {
 			if r.GPU != nil && *r.GPU < 0 {
 				t.Fatalf("negative GPU id %d", *r.GPU)
 			}
+		}
+		if rep.Shape != dcgm.ShapeDCGM3 && rep.Shape != dcgm.ShapeDCGM4 {
+			t.Fatalf("accepted a report of shape %q", rep.Shape)
 		}
 		if _, err := json.Marshal(rep); err != nil {
 			t.Fatalf("report does not marshal: %v", err)

@@ -10,26 +10,26 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
-	"github.com/better-compute/commands/plugins/gpureset/inuse"
-	"github.com/better-compute/commands/plugins/gpureset/smi"
+	"github.com/better-compute/commands/plugins/internal/gpu/gpuenv"
+	"github.com/better-compute/commands/plugins/internal/gpu/inuse"
+	"github.com/better-compute/commands/plugins/internal/gpu/smi"
 	"github.com/better-compute/commands/plugins/internal/gpu/xid"
 	"github.com/better-compute/commands/sdk/kind"
-	"github.com/better-compute/commands/sdk/nodespec"
 )
 
 // Failure reasons of gpu.reset besides inuse.ReasonGPUBusy.
 const (
+	// ReasonNodeSpec: the applied node spec could not be read, so holds
+	// cannot be ruled out.
+	ReasonNodeSpec = inuse.ReasonNodeSpec
+	// ReasonSmiFailed: nvidia-smi did not answer the in-use queries.
+	ReasonSmiFailed = inuse.ReasonSmiFailed
 	// ReasonResetFailed: nvidia-smi --gpu-reset failed or hung for a GPU.
 	ReasonResetFailed = "reset-failed"
 	// ReasonUnhealthy: every reset ran, but a fresh query shows a GPU unhealthy.
 	ReasonUnhealthy = "gpu-unhealthy"
 	// ReasonUnknownGPU: a listed UUID names no GPU nvidia-smi sees.
 	ReasonUnknownGPU = "unknown-gpu"
-	// ReasonNodeSpec: the applied node spec could not be read, so holds
-	// cannot be ruled out.
-	ReasonNodeSpec = "node-spec-unavailable"
-	// ReasonSmiFailed: nvidia-smi did not answer the in-use queries.
-	ReasonSmiFailed = "nvidia-smi-failed"
 )
 
 // The outcomes of one GPU's reset, as GPUResult.Reset reports them.
@@ -48,7 +48,7 @@ type XIDClearer interface {
 // Config is what gpu.reset runs with.
 type Config struct {
 	// SMI runs nvidia-smi for queries and persistence mode.
-	SMI smi.Runner
+	SMI smi.Tool
 	// ResetTimeout bounds one `nvidia-smi --gpu-reset`; 0 means 2 minutes.
 	ResetTimeout time.Duration
 	// ProcRoot is where /proc is ("/proc"); processes with a GPU's device
@@ -59,14 +59,15 @@ type Config struct {
 }
 
 // Environment variables read by ConfigFromEnv; bcd passes them to the
-// plugin. The names it shares with the nvml plugin mean the same there.
+// plugin. Those from gpuenv mean the same in every GPU plugin.
 const (
-	EnvNvidiaSmi    = "BCD_NVIDIA_SMI"
-	EnvSysRoot      = "BCD_SYSFS_ROOT"
-	EnvProcRoot     = "BCD_PROC_ROOT"
-	EnvStateDir     = "BCD_STATE_DIR"
-	EnvXIDStore     = "BCD_XID_STORE"
-	EnvExecTimeout  = "BCD_GPU_EXEC_TIMEOUT"
+	EnvNvidiaSmi   = gpuenv.NvidiaSmi
+	EnvSysRoot     = gpuenv.SysRoot
+	EnvProcRoot    = gpuenv.ProcRoot
+	EnvStateDir    = gpuenv.StateDir
+	EnvXIDStore    = gpuenv.XIDStore
+	EnvExecTimeout = gpuenv.ExecTimeout
+	// EnvResetTimeout bounds one `nvidia-smi --gpu-reset` ("2m").
 	EnvResetTimeout = "BCD_GPU_RESET_TIMEOUT"
 )
 
@@ -80,7 +81,7 @@ var EnvVars = []string{EnvNvidiaSmi, EnvSysRoot, EnvProcRoot, EnvStateDir, EnvXI
 func ConfigFromEnv() (Config, error) {
 	sysRoot := envOr(EnvSysRoot, "/")
 	c := Config{
-		SMI:      smi.Runner{Path: envOr(EnvNvidiaSmi, "nvidia-smi")},
+		SMI:      smi.Tool{Path: envOr(EnvNvidiaSmi, smi.DefaultPath)},
 		ProcRoot: envOr(EnvProcRoot, filepath.Join(sysRoot, "proc")),
 	}
 	store := os.Getenv(EnvXIDStore)
@@ -117,6 +118,12 @@ func envDuration(name string) (time.Duration, error) {
 		return 0, fmt.Errorf("%s=%q: %w", name, v, err)
 	}
 	return d, nil
+}
+
+// Payload is gpu.reset's payload.
+type Payload struct {
+	// GPUs are the UUIDs of the GPUs to reset.
+	GPUs []string `json:"gpus"`
 }
 
 // Result is gpu.reset's result document.
@@ -184,7 +191,7 @@ func run(ctx context.Context, cfg Config, req kind.Request) (any, error) {
 
 	// The spec first: a live hold or a passthrough refuses without touching
 	// the GPUs, not even with a query.
-	spec, gen, err := AppliedSpec(ctx, req.Host)
+	spec, gen, err := inuse.AppliedSpec(ctx, req.Host)
 	if err != nil {
 		return nil, kind.Fail(ReasonNodeSpec, "cannot rule out a live assignment: %v", err)
 	}
@@ -328,6 +335,7 @@ func resetOne(ctx context.Context, cfg Config, logger hclog.Logger, uuid, busID 
 
 	h, err := cfg.SMI.QueryHealth(restoreCtx, uuid)
 	r.Healthy, r.Problems = h.Healthy && r.Reset == ResetOK, h.Problems
+	r.Notes = append(r.Notes, h.Notes...)
 	if err != nil && len(r.Problems) == 0 {
 		r.Problems = []string{err.Error()}
 	}
@@ -351,22 +359,6 @@ func resetOne(ctx context.Context, cfg Config, logger hclog.Logger, uuid, busID 
 	}
 	r.XIDsCleared = true
 	return r
-}
-
-// AppliedSpec reads the applied node spec through the host.
-func AppliedSpec(ctx context.Context, host kind.Host) (nodespec.Spec, int64, error) {
-	if host == nil {
-		return nodespec.Spec{}, 0, kind.ErrNoHost
-	}
-	gen, raw, err := host.NodeSpec(ctx)
-	if err != nil {
-		return nodespec.Spec{}, 0, err
-	}
-	spec, err := nodespec.Parse(raw)
-	if err != nil {
-		return nodespec.Spec{}, gen, err
-	}
-	return spec, gen, nil
 }
 
 func dedupe(in []string) []string {

@@ -16,8 +16,9 @@ import (
 
 	"github.com/better-compute/commands/internal/testutil"
 	"github.com/better-compute/commands/plugins/gpureset"
-	"github.com/better-compute/commands/plugins/gpureset/plugintest"
-	"github.com/better-compute/commands/plugins/gpureset/smi"
+	"github.com/better-compute/commands/plugins/gpureset/manifest"
+	"github.com/better-compute/commands/plugins/internal/gpu/gputest"
+	"github.com/better-compute/commands/plugins/internal/gpu/smi"
 	"github.com/better-compute/commands/plugins/internal/gpu/xid"
 	"github.com/better-compute/commands/sdk/kind"
 	"github.com/better-compute/commands/sdk/kindtest"
@@ -31,7 +32,12 @@ const (
 	qGPUs    = "--query-gpu=index,uuid,pci.bus_id --format=csv,noheader,nounits"
 	qApps    = "--query-compute-apps=gpu_uuid,pid,used_memory --format=csv,noheader,nounits"
 	qPersist = "--query-gpu=uuid,persistence_mode --format=csv,noheader,nounits -i "
-	qHealth  = "--query-gpu=index,uuid,pci.bus_id,ecc.errors.uncorrected.volatile.total,remapped_rows.pending,remapped_rows.failure --format=csv,noheader,nounits -i "
+	qHealth  = "--query-gpu=index,uuid,pci.bus_id,ecc.errors.uncorrected.volatile.total --format=csv,noheader,nounits -i "
+	qRemap   = "--query-remapped-rows=gpu_uuid,remapped_rows.correctable,remapped_rows.uncorrectable,remapped_rows.pending,remapped_rows.failure --format=csv,noheader,nounits"
+	// qHealthWithRemap names the remapped_rows.* fields in --query-gpu,
+	// which a driver that does not know them refuses as a whole.
+	qHealthWithRemap = "--query-gpu=index,uuid,pci.bus_id,ecc.errors.uncorrected.volatile.total,remapped_rows.pending,remapped_rows.failure --format=csv,noheader,nounits -i "
+	oldDriver        = "Field \"remapped_rows.pending\" is not a valid field to query.\n"
 )
 
 func TestMain(m *testing.M) {
@@ -75,7 +81,7 @@ func (x *xidRecorder) ClearGPU(_ context.Context, uuid, busID string) error {
 }
 
 type env struct {
-	smi  *plugintest.FakeTool
+	smi  *gputest.FakeTool
 	proc string
 	xids *xidRecorder
 	host *fakeHost
@@ -86,7 +92,7 @@ type env struct {
 // empty spec.
 func newEnv(t *testing.T) *env {
 	t.Helper()
-	e := &env{smi: plugintest.NewFakeTool(t, "nvidia-smi"), proc: t.TempDir(), xids: &xidRecorder{}, host: &fakeHost{}}
+	e := &env{smi: gputest.NewFakeTool(t, "nvidia-smi"), proc: t.TempDir(), xids: &xidRecorder{}, host: &fakeHost{}}
 	e.smi.On(qGPUs, "0, "+gpuA+", 00000000:3B:00.0\n1, "+gpuB+", 00000000:86:00.0\n", 0)
 	e.smi.On(qApps, "", 0)
 	for _, g := range []string{gpuA, gpuB} {
@@ -95,10 +101,11 @@ func newEnv(t *testing.T) *env {
 		e.smi.On("-pm 1 -i "+g, "Enabled persistence mode for GPU "+g+".\nAll done.\n", 0)
 		e.smi.On("--gpu-reset -i "+g, "GPU "+g+" was successfully reset.\nAll done.\n", 0)
 	}
-	e.smi.On(qHealth+gpuA, "0, "+gpuA+", 00000000:3B:00.0, 0, No, No\n", 0)
-	e.smi.On(qHealth+gpuB, "1, "+gpuB+", 00000000:86:00.0, 0, No, No\n", 0)
+	e.smi.On(qHealth+gpuA, "0, "+gpuA+", 00000000:3B:00.0, 0\n", 0)
+	e.smi.On(qHealth+gpuB, "1, "+gpuB+", 00000000:86:00.0, 0\n", 0)
+	e.smi.On(qRemap, gpuA+", 0, 0, No, No\n"+gpuB+", 0, 0, No, No\n", 0)
 	e.cfg = gpureset.Config{
-		SMI:          smi.Runner{Path: e.smi.Path, Timeout: 10 * time.Second},
+		SMI:          smi.Tool{Path: e.smi.Path, Timeout: 10 * time.Second},
 		ResetTimeout: 10 * time.Second,
 		ProcRoot:     e.proc,
 		XIDs:         e.xids,
@@ -110,11 +117,11 @@ func (e *env) run(t *testing.T, gpus ...string) (kind.Result, gpureset.Result) {
 	t.Helper()
 	payload, err := json.Marshal(gpureset.Payload{GPUs: gpus})
 	require.NoError(t, err)
-	v, err := kind.NewValidator(gpureset.Manifest)
+	v, err := kind.NewValidator(manifest.Manifest)
 	require.NoError(t, err)
 	require.NoError(t, v.Validate(payload))
 	r := kind.Run(context.Background(), gpureset.Handler(e.cfg), kind.Request{
-		Command:  kind.Command{ID: "cmd_1", Kind: gpureset.KindName, Payload: payload},
+		Command:  kind.Command{ID: "cmd_1", Kind: manifest.KindName, Payload: payload},
 		Progress: kind.ProgressFunc(func(int, string) {}),
 		Host:     e.host,
 		Logger:   hclog.NewNullLogger(),
@@ -137,7 +144,7 @@ func (e *env) resetCalls() []string {
 }
 
 func TestManifest(t *testing.T) {
-	m := gpureset.Manifest
+	m := manifest.Manifest
 	require.NoError(t, m.Validate())
 	// "bcd also runs gpu.reset, which commands.run does not accept"
 	require.False(t, m.APIRunnable)
@@ -267,10 +274,12 @@ func TestResetsRecordingAndRestoringPersistence(t *testing.T) {
 		"--gpu-reset -i " + gpuA,
 		"-pm 1 -i " + gpuA,
 		qHealth + gpuA,
+		qRemap,
 		qPersist + gpuB,
 		// persistence was off: nothing to turn off or restore
 		"--gpu-reset -i " + gpuB,
 		qHealth + gpuB,
+		qRemap,
 	}, e.smi.Calls())
 
 	require.Len(t, doc.GPUs, 2)
@@ -323,14 +332,14 @@ func TestResetHangIsKilledByTheTimeout(t *testing.T) {
 
 	child := e.smi.HangChild()
 	require.NotZero(t, child, "the hang started its child")
-	testutil.WaitFor(t, 10*time.Second, "the hung reset's child to be killed", func() bool { return plugintest.Gone(child) })
+	testutil.WaitFor(t, 10*time.Second, "the hung reset's child to be killed", func() bool { return gputest.Gone(child) })
 }
 
 // "NVIDIA says the reset is not guaranteed": a reset that leaves the GPU
 // unhealthy is reported, and its XID conditions stay.
 func TestResetLeavesGPUUnhealthy(t *testing.T) {
 	e := newEnv(t)
-	e.smi.On(qHealth+gpuA, "0, "+gpuA+", 00000000:3B:00.0, 0, Yes, No\n", 0)
+	e.smi.On(qRemap, gpuA+", 0, 1, Yes, No\n"+gpuB+", 0, 0, No, No\n", 0)
 	r, doc := e.run(t, gpuA, gpuB)
 	require.Equal(t, kind.StatusFailed, r.Status)
 	require.Equal(t, "gpu-unhealthy", r.Reason)
@@ -342,6 +351,23 @@ func TestResetLeavesGPUUnhealthy(t *testing.T) {
 	require.False(t, a.XIDsCleared)
 	// The healthy one is still cleared.
 	require.Equal(t, []string{gpuB + "@00000000:86:00.0"}, e.xids.cleared)
+}
+
+// A driver that does not know the remapped_rows.* fields of --query-gpu
+// refuses a query that names one as a whole: the health after the reset
+// reads the remapped rows as the inventory does, and a driver that cannot
+// say leaves a note, not an unhealthy GPU.
+func TestResetHealthOnADriverWithoutRemappedRowsFields(t *testing.T) {
+	e := newEnv(t)
+	e.smi.On(qHealthWithRemap+gpuA, oldDriver, 2)
+	e.smi.On(qRemap, oldDriver, 2)
+	r, doc := e.run(t, gpuA)
+	require.Equal(t, kind.StatusSucceeded, r.Status, r.Message)
+	g := doc.GPUs[0]
+	require.True(t, g.Healthy, g.Problems)
+	require.True(t, g.XIDsCleared)
+	require.Contains(t, g.Notes, `row remapping not checked: nvidia-smi failed (exit 2): Field "remapped_rows.pending" is not a valid field to query.`)
+	require.NotContains(t, e.smi.Calls(), qHealthWithRemap+gpuA)
 }
 
 func TestResetGPUFallenOffTheBus(t *testing.T) {
@@ -374,7 +400,7 @@ func TestNvidiaSmiDriverNotLoaded(t *testing.T) {
 	e.smi.OnErr(qGPUs, "", "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. Make sure that the latest NVIDIA driver is installed and running.\n", 9)
 	r, _ := e.run(t, gpuA)
 	require.Equal(t, "nvidia-smi-failed", r.Reason)
-	require.Contains(t, r.Message, "the NVIDIA kernel driver is not loaded")
+	require.Contains(t, r.Message, "exit 9 (the NVIDIA driver is not loaded)")
 }
 
 // The plugin binary, out of process as bcd starts it (sdk/kindtest), over
@@ -393,17 +419,17 @@ func TestPluginBinary(t *testing.T) {
 	ms, err := p.Manifests(ctx)
 	require.NoError(t, err)
 	require.Len(t, ms, 1)
-	require.Equal(t, gpureset.Manifest.Digest(), ms[0].Digest())
+	require.Equal(t, manifest.Manifest.Digest(), ms[0].Digest())
 
 	e.host.spec = nodespec.Spec{Instances: []nodespec.Instance{{Name: "inst_vm1", PassthroughGPUs: []string{gpuB}}}}
-	r, err := p.Execute(ctx, gpureset.KindName, json.RawMessage(`{"gpus":["`+gpuB+`"]}`), nil)
+	r, err := p.Execute(ctx, manifest.KindName, json.RawMessage(`{"gpus":["`+gpuB+`"]}`), nil)
 	require.NoError(t, err)
 	require.Equal(t, "gpu-busy", r.Reason)
 	require.Equal(t, gpuB+" is passed through to inst_vm1", r.Message)
 
 	e.host.spec = nodespec.Spec{}
 	var progress []string
-	r, err = p.Execute(ctx, gpureset.KindName, json.RawMessage(`{"gpus":["`+gpuA+`"]}`), func(_ int, msg string) { progress = append(progress, msg) })
+	r, err = p.Execute(ctx, manifest.KindName, json.RawMessage(`{"gpus":["`+gpuA+`"]}`), func(_ int, msg string) { progress = append(progress, msg) })
 	require.NoError(t, err)
 	require.Equal(t, kind.StatusSucceeded, r.Status, r.Message)
 	require.Contains(t, progress, "resetting "+gpuA)
@@ -421,9 +447,9 @@ func TestConformance(t *testing.T) {
 	e := newEnv(t)
 	e.smi.Hang("--gpu-reset -i " + gpuA)
 	kindtest.Run(t, bin, kindtest.Options{
-		Kinds:       []string{gpureset.KindName},
-		BadPayloads: map[string]json.RawMessage{gpureset.KindName: json.RawMessage(`{"gpus":[]}`)},
-		LongRunning: &kindtest.Case{Kind: gpureset.KindName, Payload: json.RawMessage(`{"gpus":["` + gpuA + `"]}`)},
+		Kinds:       []string{manifest.KindName},
+		BadPayloads: map[string]json.RawMessage{manifest.KindName: json.RawMessage(`{"gpus":[]}`)},
+		LongRunning: &kindtest.Case{Kind: manifest.KindName, Payload: json.RawMessage(`{"gpus":["` + gpuA + `"]}`)},
 		Host:        e.host,
 		Env: []string{
 			gpureset.EnvNvidiaSmi + "=" + e.smi.Path,
@@ -458,7 +484,7 @@ func TestPluginBinaryClearsTheXIDStore(t *testing.T) {
 	}})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	r, err := p.Execute(ctx, gpureset.KindName, json.RawMessage(`{"gpus":["`+gpuA+`"]}`), nil)
+	r, err := p.Execute(ctx, manifest.KindName, json.RawMessage(`{"gpus":["`+gpuA+`"]}`), nil)
 	require.NoError(t, err)
 	require.Equal(t, kind.StatusSucceeded, r.Status, r.Message)
 	var doc gpureset.Result
@@ -483,7 +509,7 @@ func TestCancelStopsBetweenGPUsAndRestoresPersistence(t *testing.T) {
 	done := make(chan kind.Result, 1)
 	go func() {
 		done <- kind.Run(ctx, gpureset.Handler(e.cfg), kind.Request{
-			Command: kind.Command{ID: "cmd_1", Kind: gpureset.KindName, Payload: json.RawMessage(`{"gpus":["` + gpuA + `","` + gpuB + `"]}`)},
+			Command: kind.Command{ID: "cmd_1", Kind: manifest.KindName, Payload: json.RawMessage(`{"gpus":["` + gpuA + `","` + gpuB + `"]}`)},
 			Host:    e.host,
 			Logger:  hclog.NewNullLogger(),
 		})

@@ -12,6 +12,8 @@ import (
 	"os"
 	"strings"
 	"time"
+
+	"github.com/better-compute/commands/plugins/logs/manifest"
 )
 
 // ErrTooLarge: even with every log line dropped the bundle does not fit.
@@ -44,7 +46,7 @@ type BundleManifest struct {
 
 func (c *collector) manifest(parts []*part, maxBytes int64, window time.Duration) (BundleManifest, error) {
 	m := BundleManifest{
-		Kind: KindName, CommandID: c.req.Command.ID, NodeID: c.req.Command.NodeID,
+		Kind: manifest.KindName, CommandID: c.req.Command.ID, NodeID: c.req.Command.NodeID,
 		CollectedAt: c.cfg.Now().UTC(), Since: c.since.UTC(), Window: window.String(), MaxBytes: maxBytes,
 	}
 	for _, p := range parts {

@@ -23,6 +23,7 @@ import (
 
 	"github.com/better-compute/commands/controlplane/bundles"
 	"github.com/better-compute/commands/plugins/logs"
+	"github.com/better-compute/commands/plugins/logs/manifest"
 	"github.com/better-compute/commands/sdk/kind"
 )
 
@@ -98,7 +99,7 @@ func (e *env) run(t *testing.T, payload any, progress kind.Progress) kind.Result
 	t.Helper()
 	raw, err := json.Marshal(payload)
 	require.NoError(t, err)
-	v, err := kind.NewValidator(logs.Manifest)
+	v, err := kind.NewValidator(manifest.Manifest)
 	require.NoError(t, err)
 	require.NoError(t, v.Validate(raw))
 	if progress == nil {
@@ -107,7 +108,7 @@ func (e *env) run(t *testing.T, payload any, progress kind.Progress) kind.Result
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	return kind.Run(ctx, logs.Handler(e.cfg, e.client), kind.Request{
-		Command:  kind.Command{ID: "cmd_logs", Kind: logs.KindName, NodeID: "node_1", Payload: raw},
+		Command:  kind.Command{ID: "cmd_logs", Kind: manifest.KindName, NodeID: "node_1", Payload: raw},
 		Progress: progress,
 		Host:     fakeHost{},
 		Logger:   hclog.NewNullLogger(),
@@ -148,7 +149,7 @@ func payload(f bundles.UploadFields, key string) map[string]any {
 }
 
 func TestManifest(t *testing.T) {
-	m := logs.Manifest
+	m := manifest.Manifest
 	require.NoError(t, m.Validate())
 	require.Equal(t, kind.LaneBulk, m.Lane)
 	require.True(t, m.Flags.RetrySafe)

@@ -12,6 +12,7 @@ import (
 	"github.com/better-compute/commands/controlplane/bundles"
 	"github.com/better-compute/commands/internal/testutil"
 	"github.com/better-compute/commands/plugins/logs"
+	"github.com/better-compute/commands/plugins/logs/manifest"
 	"github.com/better-compute/commands/sdk/kind"
 	"github.com/better-compute/commands/sdk/kindtest"
 )
@@ -40,10 +41,10 @@ func TestPluginBinaryOutOfProcess(t *testing.T) {
 	hangPayload, err := json.Marshal(map[string]any{"uploadUrl": hang.UploadURL, "maxBytes": hang.MaxBytes, "units": []string{"hang.service"}})
 	require.NoError(t, err)
 	kindtest.Run(t, bin, kindtest.Options{
-		Kinds:       []string{logs.KindName},
+		Kinds:       []string{manifest.KindName},
 		Host:        fakeHost{},
 		Env:         e.pluginEnv(),
-		LongRunning: &kindtest.Case{Kind: logs.KindName, Payload: hangPayload},
+		LongRunning: &kindtest.Case{Kind: manifest.KindName, Payload: hangPayload},
 	})
 
 	p := kindtest.Start(t, bin, kindtest.Options{Host: fakeHost{}, Env: e.pluginEnv()})
@@ -53,7 +54,7 @@ func TestPluginBinaryOutOfProcess(t *testing.T) {
 	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	r, err := p.Execute(ctx, logs.KindName, raw, nil)
+	r, err := p.Execute(ctx, manifest.KindName, raw, nil)
 	require.NoError(t, err)
 	require.Equal(t, kind.StatusSucceeded, r.Status, r.Message)
 	var res logs.Result

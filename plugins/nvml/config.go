@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/better-compute/commands/plugins/internal/gpu/gpuenv"
 	"github.com/better-compute/commands/plugins/internal/gpu/smi"
 	"github.com/better-compute/commands/plugins/internal/gpu/toolexec"
 	"github.com/better-compute/commands/plugins/internal/gpu/xid"
@@ -24,20 +25,20 @@ const (
 	EnvNVMLFaults = "BCD_NVML_FAULTS"
 	// EnvNvidiaSmi is nvidia-smi's path ("nvidia-smi" on PATH by default);
 	// "mock" answers from the mock NVML source, for demos.
-	EnvNvidiaSmi = "BCD_NVIDIA_SMI"
+	EnvNvidiaSmi = gpuenv.NvidiaSmi
 	// EnvKmsgPath is the kernel log (/dev/kmsg).
 	EnvKmsgPath = "BCD_KMSG_PATH"
 	// EnvSysRoot is the root under which proc/ and sys/ are read ("/").
-	EnvSysRoot = "BCD_SYSFS_ROOT"
+	EnvSysRoot = gpuenv.SysRoot
 	// EnvStateDir is bcd's state directory; the XID store lives there.
-	EnvStateDir = "BCD_STATE_DIR"
+	EnvStateDir = gpuenv.StateDir
 	// EnvXIDStore overrides the XID store's path.
-	EnvXIDStore = "BCD_XID_STORE"
+	EnvXIDStore = gpuenv.XIDStore
 	// EnvXIDIgnore is the XID ignore list ("13,31,43,45,68,109" by default,
 	// "none" for none).
 	EnvXIDIgnore = "BCD_XID_IGNORE"
 	// EnvExecTimeout bounds each nvidia-smi run ("30s").
-	EnvExecTimeout = "BCD_GPU_EXEC_TIMEOUT"
+	EnvExecTimeout = gpuenv.ExecTimeout
 	// EnvExpectedGPUs is the node's expected GPU count for gpus.count.
 	EnvExpectedGPUs = "BCD_EXPECTED_GPUS"
 )

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/better-compute/commands/plugins/internal/gpu"
+	"github.com/better-compute/commands/plugins/internal/gpu/smi"
 	"github.com/better-compute/commands/plugins/internal/gpu/xid"
 )
 
@@ -20,6 +21,9 @@ const (
 	CheckPCIeLink         = "pcie.link"
 	CheckXIDRecent        = "xid.recent"
 )
+
+// ReasonChecksFailed is diag.nvml's failure reason when a check failed.
+const ReasonChecksFailed = "checks-failed"
 
 // The statuses of a check and of a report.
 const (
@@ -86,8 +90,8 @@ func Diagnose(inv *gpu.Inventory, opts DiagOptions) Report {
 		g := &inv.GPUs[i]
 		r.Checks = append(r.Checks,
 			checkECC(g),
-			checkRemapPending(g),
-			checkRemapFailure(g),
+			checkRemapPending(inv, g),
+			checkRemapFailure(inv, g),
 			checkPCIe(g),
 			checkXIDs(inv, g),
 		)
@@ -146,11 +150,11 @@ func initAction(st gpu.SourceStatus) string {
 		code = *st.ExitCode
 	}
 	switch {
-	case code == 9:
+	case code == smi.ExitDriverNotLoaded:
 		return "load the NVIDIA kernel module (modprobe nvidia) or reinstall the driver, then run diag.nvml again"
-	case code == 12:
+	case code == smi.ExitNVMLMissing:
 		return "install the NVIDIA user-space libraries (libnvidia-ml) that match the kernel module"
-	case code == 15 || strings.Contains(st.Reason, "fallen off the bus"):
+	case code == smi.ExitFallenOffBus || strings.Contains(st.Reason, "fallen off the bus"):
 		return "reboot the node (power-cycle it if the GPU does not come back): a GPU that fell off the bus cannot be reset"
 	case strings.Contains(st.Reason, "hung and was killed"):
 		return "reboot the node: the driver or the GPU's firmware hangs (look for XID 119 in the kernel log)"
@@ -267,9 +271,9 @@ func checkECC(g *gpu.GPU) Check {
 	}
 }
 
-func checkRemapPending(g *gpu.GPU) Check {
+func checkRemapPending(inv *gpu.Inventory, g *gpu.GPU) Check {
 	if g.RemappedRows == nil {
-		return skipped(CheckRowRemapPending, g, gpu.FieldRemappedRows, "no source reported the remapped rows")
+		return remapUnreported(inv, g, CheckRowRemapPending)
 	}
 	rr := g.RemappedRows
 	if !rr.Pending {
@@ -284,9 +288,9 @@ func checkRemapPending(g *gpu.GPU) Check {
 	}
 }
 
-func checkRemapFailure(g *gpu.GPU) Check {
+func checkRemapFailure(inv *gpu.Inventory, g *gpu.GPU) Check {
 	if g.RemappedRows == nil {
-		return skipped(CheckRowRemapFailure, g, gpu.FieldRemappedRows, "no source reported the remapped rows")
+		return remapUnreported(inv, g, CheckRowRemapFailure)
 	}
 	rr := g.RemappedRows
 	if !rr.Failure {
@@ -299,6 +303,62 @@ func checkRemapFailure(g *gpu.GPU) Check {
 		Reason: fmt.Sprintf("%s failed to remap a row: a memory bank has no spare rows left (%d uncorrectable rows remapped)", g.Label(), rr.Uncorrectable),
 		Action: "drain the GPU and replace it (RMA); a reset does not fix a remapping failure",
 	}
+}
+
+// The kernel's row-remapping XIDs, which the row-remap checks fall back on
+// when the driver does not report the state: 63, a row was marked for
+// remapping (a reset activates it); 64, the row remapper failed to record
+// one. They mean that only on GPUs that remap rows (Ampere and later, every
+// GPU with MIG): older GPUs log 63 and 64 for page retirement, so the
+// fallback is for GPUs in MIG mode only.
+const (
+	xidRowRemapPending = 63
+	xidRowRemapFailure = 64
+)
+
+// remapUnreported judges a row-remap check of a GPU whose remapped rows no
+// source reported. Outside MIG mode it is skipped with the source's reason.
+// In MIG mode the driver does not report them (gpu.RemapUnknownInMIG), so
+// this boot's row-remapping XIDs decide: one fails the check, none leaves it
+// skipped with how to read the state.
+func remapUnreported(inv *gpu.Inventory, g *gpu.GPU, name string) Check {
+	c := skipped(name, g, gpu.FieldRemappedRows, "no source reported the remapped rows")
+	if !g.MIGEnabled() {
+		return c
+	}
+	want := xidRowRemapPending
+	if name == CheckRowRemapFailure {
+		want = xidRowRemapFailure
+	}
+	switch {
+	case !inv.Sources.Kmsg.Answered:
+		c.Reason += "; the kernel log could not be read either"
+	case hasXID(g, want) && want == xidRowRemapPending:
+		c.Status, c.Action = StatusFail, "reset the GPU (gpu.reset) once no allocation is live"
+		c.Reason = fmt.Sprintf("%s logged XID %d this boot: a row was marked for remapping, which takes effect only after a GPU reset (the driver does not report row remapping in MIG mode)", g.Label(), want)
+		return c
+	case hasXID(g, want):
+		c.Status, c.Action = StatusFail, "drain the GPU and reset it (gpu.reset), then destroy its MIG instances and run diag.nvml again: replace the GPU (RMA) if it reports a remapping failure"
+		c.Reason = fmt.Sprintf("%s logged XID %d this boot: the row remapper failed to record a remap (the driver does not report row remapping in MIG mode)", g.Label(), want)
+		return c
+	default:
+		c.Reason += fmt.Sprintf("; the kernel log shows no row-remapping XID (%d, %d) this boot", xidRowRemapPending, xidRowRemapFailure)
+	}
+	if gpu.IsRemapUnknownInMIG(c.Reason) {
+		c.Action = "to read the row-remapping state, destroy the GPU's MIG instances (or disable MIG mode) once no allocation is live, then run diag.nvml again"
+	}
+	return c
+}
+
+// hasXID reports whether the GPU logged the XID this boot, and it is not
+// on the ignore list.
+func hasXID(g *gpu.GPU, xid int) bool {
+	for _, c := range g.XIDs {
+		if c.XID == xid && !c.Ignored {
+			return true
+		}
+	}
+	return false
 }
 
 // checkPCIe fails on a link narrower than its maximum width. Idle GPUs may

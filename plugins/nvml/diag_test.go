@@ -300,3 +300,25 @@ func TestXIDRecentOfAGPUNoSourceListsAndAnUnreadableLog(t *testing.T) {
 	require.Equal(t, StatusSkipped, c.Status)
 	require.Equal(t, "skipped: the kernel log could not be read: opening kernel log /dev/kmsg: permission denied", c.Reason)
 }
+
+// A GPU in MIG mode whose remapped rows are unknown for another reason (a
+// hung nvidia-smi) keeps that reason: MIG is blamed only when the driver
+// said N/A or NOT_SUPPORTED because of it, and the kernel log is read either way.
+func TestRowRemapInMIGModeKeepsAReasonThatIsNotMIGs(t *testing.T) {
+	inv := healthy(1)
+	g := &inv.GPUs[0]
+	g.MIG, g.RemappedRows = &gpu.MIG{Enabled: true}, nil
+	g.Skip(gpu.FieldRemappedRows, "nvidia-smi hung and was killed after 30s (a GSP or driver hang; see XID 119)")
+	c := find(t, Diagnose(inv, DiagOptions{}), CheckRowRemapPending, 0)
+	require.Equal(t, StatusSkipped, c.Status)
+	require.Equal(t, "skipped: nvidia-smi hung and was killed after 30s (a GSP or driver hang; see XID 119); the kernel log shows no row-remapping XID (63, 64) this boot", c.Reason)
+	require.Empty(t, c.Action)
+
+	inv.Sources.Kmsg = gpu.SourceStatus{Reason: "open /dev/kmsg: permission denied"}
+	require.Equal(t, "skipped: nvidia-smi hung and was killed after 30s (a GSP or driver hang; see XID 119); the kernel log could not be read either", find(t, Diagnose(inv, DiagOptions{}), CheckRowRemapFailure, 0).Reason)
+
+	// An ignored XID 63 is no evidence.
+	inv.Sources.Kmsg = gpu.SourceStatus{Answered: true}
+	g.XIDs = []gpu.XIDCondition{{XID: 63, BusID: g.BusID, Action: gpu.ActionInformation, Ignored: true, Count: 1}}
+	require.Equal(t, StatusSkipped, find(t, Diagnose(inv, DiagOptions{}), CheckRowRemapPending, 0).Status)
+}

@@ -12,6 +12,7 @@ import (
 	"github.com/better-compute/commands/plugins/internal/gpu/collect"
 	"github.com/better-compute/commands/plugins/internal/gpu/smi"
 	"github.com/better-compute/commands/plugins/internal/gpu/sysview"
+	"github.com/better-compute/commands/plugins/nvml/manifest"
 	"github.com/better-compute/commands/sdk/kind"
 )
 
@@ -28,8 +29,8 @@ type Plugin struct {
 // Kinds returns both kinds with their handlers, for kind.Serve.
 func (p *Plugin) Kinds() []kind.Kind {
 	return []kind.Kind{
-		{Manifest: InventoryRefreshManifest, Handler: kind.HandlerFunc(p.InventoryRefresh)},
-		{Manifest: DiagNVMLManifest, Handler: kind.HandlerFunc(p.DiagNVML)},
+		{Manifest: manifest.InventoryRefreshManifest, Handler: kind.HandlerFunc(p.InventoryRefresh)},
+		{Manifest: manifest.DiagNVMLManifest, Handler: kind.HandlerFunc(p.DiagNVML)},
 	}
 }
 

@@ -14,6 +14,7 @@ import (
 	"github.com/better-compute/commands/plugins/internal/gpu"
 	"github.com/better-compute/commands/plugins/internal/gpu/gputest"
 	"github.com/better-compute/commands/plugins/internal/gpu/xid"
+	"github.com/better-compute/commands/plugins/nvml/manifest"
 	"github.com/better-compute/commands/sdk/kind"
 )
 
@@ -54,6 +55,11 @@ type node struct {
 func newNode(t *testing.T, n int, smiAnswer gputest.SmiAnswer, kmsg []string) *node {
 	root := gputest.NewRoot(t, "boot-1")
 	root.AddHealthyGPUs(n)
+	return newNodeOn(t, root, smiAnswer, kmsg)
+}
+
+// newNodeOn is a node with the kernel's view in root.
+func newNodeOn(t *testing.T, root *gputest.Root, smiAnswer gputest.SmiAnswer, kmsg []string) *node {
 	fake := gputest.NewSmi(t, smiAnswer)
 	dir := t.TempDir()
 	nd := &node{root: root, smi: fake, kmsg: gputest.WriteKmsg(t, dir, gputest.KmsgRecords(kmsg, 1)), host: &memHost{}}
@@ -95,7 +101,7 @@ func TestInventoryRefreshUpdatesBcdsInventoryAndReturnsIt(t *testing.T) {
 	nd := newNode(t, 2, gputest.Answer(gputest.HealthyGPUs(2)), []string{
 		"NVRM: Xid (PCI:" + gputest.BusID(1) + "): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus.",
 	})
-	res := nd.run(t, KindInventoryRefresh, `{"sections":["gpus","xids","pcie"],"rescan":false}`)
+	res := nd.run(t, manifest.KindInventoryRefresh, `{"sections":["gpus","xids","pcie"],"rescan":false}`)
 	require.Equal(t, kind.StatusSucceeded, res.Status, res.Message)
 	var inv gpu.Inventory
 	require.NoError(t, json.Unmarshal(res.Data, &inv))
@@ -112,14 +118,14 @@ func TestInventoryRefreshUpdatesBcdsInventoryAndReturnsIt(t *testing.T) {
 	// dropped the line still reports it.
 	nd2 := newNode(t, 2, gputest.Answer(gputest.HealthyGPUs(2)), nil)
 	nd2.p.Config.XIDStore = nd.p.Config.XIDStore
-	res = nd2.run(t, KindInventoryRefresh, `{}`)
+	res = nd2.run(t, manifest.KindInventoryRefresh, `{}`)
 	require.NoError(t, json.Unmarshal(res.Data, &inv))
 	require.Len(t, inv.GPUs[1].XIDs, 1)
 }
 
 func TestDiagNVMLPassesOnAHealthyNode(t *testing.T) {
 	nd := newNode(t, 2, gputest.Answer(gputest.HealthyGPUs(2)), nil)
-	res := nd.run(t, KindDiagNVML, `{"expectedCount":2}`)
+	res := nd.run(t, manifest.KindDiagNVML, `{"expectedCount":2}`)
 	require.Equal(t, kind.StatusSucceeded, res.Status, res.Message)
 	var rep Report
 	require.NoError(t, json.Unmarshal(res.Data, &rep))
@@ -136,25 +142,25 @@ func TestDiagNVMLJudgesTheInventoryBcdHolds(t *testing.T) {
 	raw, err := json.Marshal(inv)
 	require.NoError(t, err)
 	nd.host.inv = raw
-	res := nd.run(t, KindDiagNVML, `{}`)
+	res := nd.run(t, manifest.KindDiagNVML, `{}`)
 	require.Equal(t, kind.StatusFailed, res.Status)
 	require.Equal(t, ReasonChecksFailed, res.Reason)
 	require.Equal(t, "1 of 13 checks failed; first: row-remap.pending: GPU 1 ("+gputest.UUID(1)+", 0000:28:00) has a row remap pending, which takes effect only after a GPU reset (0 correctable, 0 uncorrectable rows remapped)", res.Message)
 	var rep Report
 	require.NoError(t, json.Unmarshal(res.Data, &rep), "the report is attached to the failure")
 	require.Equal(t, StatusFail, rep.Status)
-	require.NoFileExists(t, nd.smi.CallsFile(), "nvidia-smi was not run")
+	require.Empty(t, nd.smi.Calls(), "nvidia-smi was not run")
 
 	// refresh: true collects afresh (nvidia-smi says all is well).
-	res = nd.run(t, KindDiagNVML, `{"refresh":true}`)
+	res = nd.run(t, manifest.KindDiagNVML, `{"refresh":true}`)
 	require.Equal(t, kind.StatusSucceeded, res.Status, res.Message)
-	require.FileExists(t, nd.smi.CallsFile())
+	require.NotEmpty(t, nd.smi.Calls())
 }
 
 func TestDiagNVMLFailsWhenOnlyTheKernelNamesTheGPUs(t *testing.T) {
 	nd := newNode(t, 8, gputest.SmiAnswer{GPUOut: "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.\n", GPUExit: 9}, nil)
 	nd.p.Config.ExpectedGPUs = 8
-	res := nd.run(t, KindDiagNVML, `{}`)
+	res := nd.run(t, manifest.KindDiagNVML, `{}`)
 	require.Equal(t, kind.StatusFailed, res.Status)
 	var rep Report
 	require.NoError(t, json.Unmarshal(res.Data, &rep))
@@ -166,28 +172,28 @@ func TestDiagNVMLFailsWhenOnlyTheKernelNamesTheGPUs(t *testing.T) {
 func TestDiagNVMLExpectedCountFromTheNodesConfig(t *testing.T) {
 	nd := newNode(t, 2, gputest.Answer(gputest.HealthyGPUs(2)), nil)
 	nd.p.Config.ExpectedGPUs = 4
-	res := nd.run(t, KindDiagNVML, `{}`)
+	res := nd.run(t, manifest.KindDiagNVML, `{}`)
 	require.Equal(t, kind.StatusFailed, res.Status)
 	require.Contains(t, res.Message, "gpus.count: 2 GPUs visible; this node should have 4")
 	// The payload wins over the config.
-	res = nd.run(t, KindDiagNVML, `{"expectedCount":2}`)
+	res = nd.run(t, manifest.KindDiagNVML, `{"expectedCount":2}`)
 	require.Equal(t, kind.StatusSucceeded, res.Status, res.Message)
 }
 
 func TestManifestsAreValidAndRefuseBadPayloads(t *testing.T) {
-	for _, m := range Manifests {
+	for _, m := range []kind.Manifest{manifest.InventoryRefreshManifest, manifest.DiagNVMLManifest} {
 		require.NoError(t, m.Validate())
 		require.True(t, m.APIRunnable)
 		require.True(t, m.Flags.RetrySafe)
 		require.Equal(t, kind.LaneControl, m.Lane)
 		require.True(t, m.AllowsRole("node"))
 	}
-	v, err := kind.NewValidator(InventoryRefreshManifest)
+	v, err := kind.NewValidator(manifest.InventoryRefreshManifest)
 	require.NoError(t, err)
 	require.NoError(t, v.Validate([]byte(`{"sections":["gpus"],"rescan":true}`)))
 	require.ErrorIs(t, v.Validate([]byte(`{"sections":["disks"]}`)), kind.ErrInvalidPayload)
 	require.ErrorIs(t, v.Validate([]byte(`{"rescan":"yes"}`)), kind.ErrInvalidPayload)
-	v, err = kind.NewValidator(DiagNVMLManifest)
+	v, err = kind.NewValidator(manifest.DiagNVMLManifest)
 	require.NoError(t, err)
 	require.NoError(t, v.Validate([]byte(`{"expectedCount":8}`)))
 	require.ErrorIs(t, v.Validate([]byte(`{"expectedCount":-1}`)), kind.ErrInvalidPayload)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/better-compute/commands/internal/testutil"
 	"github.com/better-compute/commands/plugins/reboot"
+	"github.com/better-compute/commands/plugins/reboot/manifest"
 	"github.com/better-compute/commands/sdk/kind"
 	"github.com/better-compute/commands/sdk/kindtest"
 	pluginv1 "github.com/better-compute/commands/sdk/proto/bc/plugin/v1"
@@ -56,11 +57,11 @@ func TestPluginBinaryOutOfProcess(t *testing.T) {
 	ms, err := kc.Manifests(ctx, &pluginv1.ManifestsRequest{})
 	require.NoError(t, err)
 	require.Len(t, ms.GetManifests(), 1)
-	require.Equal(t, reboot.Manifest.Digest(), kind.ManifestFromProto(ms.GetManifests()[0]).Digest(),
+	require.Equal(t, manifest.Manifest.Digest(), kind.ManifestFromProto(ms.GetManifests()[0]).Digest(),
 		"the binary serves the very manifest the control plane registers")
 
 	stream, err := kc.Execute(ctx, &pluginv1.ExecuteRequest{Command: &pluginv1.Command{
-		Id: "cmd_oop", Kind: reboot.KindName, NodeId: "node_oop", Payload: []byte(`{}`),
+		Id: "cmd_oop", Kind: manifest.KindName, NodeId: "node_oop", Payload: []byte(`{}`),
 	}})
 	require.NoError(t, err)
 	var res *pluginv1.Result
@@ -81,8 +82,8 @@ func TestPluginConformance(t *testing.T) {
 	startLogind(t, addr, nil)
 	bin := testutil.BuildBinary(t, "./plugins/reboot/cmd/bc-kind-reboot")
 	kindtest.Run(t, bin, kindtest.Options{
-		Kinds:       []string{reboot.KindName},
+		Kinds:       []string{manifest.KindName},
 		Env:         []string{reboot.EnvBusAddress + "=" + addr},
-		BadPayloads: map[string]json.RawMessage{reboot.KindName: json.RawMessage(`{"force":true}`)},
+		BadPayloads: map[string]json.RawMessage{manifest.KindName: json.RawMessage(`{"force":true}`)},
 	})
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/better-compute/commands/plugins/reboot"
+	"github.com/better-compute/commands/plugins/reboot/manifest"
 	"github.com/better-compute/commands/sdk/kind"
 )
 
@@ -20,7 +21,7 @@ func run(t *testing.T, addr string) kind.Result {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	req := kind.Request{
-		Command:  kind.Command{ID: "cmd_test", Kind: reboot.KindName, NodeID: "node_test", Payload: json.RawMessage(`{}`)},
+		Command:  kind.Command{ID: "cmd_test", Kind: manifest.KindName, NodeID: "node_test", Payload: json.RawMessage(`{}`)},
 		Progress: kind.ProgressFunc(func(int, string) {}),
 		Logger:   hclog.NewNullLogger(),
 	}
@@ -28,7 +29,7 @@ func run(t *testing.T, addr string) kind.Result {
 }
 
 func TestManifest(t *testing.T) {
-	m := reboot.Manifest
+	m := manifest.Manifest
 	require.NoError(t, m.Validate())
 	require.Equal(t, "node.reboot", m.Kind)
 	// "self-terminating, destructive, APIRunnable, NOT retry-safe"

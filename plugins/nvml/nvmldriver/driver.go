@@ -160,9 +160,14 @@ func readDevice(dev nvml.Device, index int, drv string) (gpu.GPU, bool) {
 	}
 	readMIG(dev, &g)
 	readECC(dev, &g)
-	if corr, unc, pending, failure, ret := dev.GetRemappedRows(); ret == nvml.SUCCESS {
+	switch corr, unc, pending, failure, ret := dev.GetRemappedRows(); {
+	case ret == nvml.SUCCESS:
 		g.RemappedRows = &gpu.RemappedRows{Correctable: corr, Uncorrectable: unc, Pending: pending, Failure: failure}
-	} else {
+	case ret == nvml.ERROR_NOT_SUPPORTED && g.MIGEnabled():
+		// NVML does not report them with MIG instances active; the GPU
+		// has row remapping all the same.
+		g.Skip(gpu.FieldRemappedRows, gpu.RemapUnknownInMIG("NVML reports NOT_SUPPORTED"))
+	default:
 		g.Skip(gpu.FieldRemappedRows, reason(ret))
 	}
 	cur, ret1 := dev.GetCurrPcieLinkWidth()

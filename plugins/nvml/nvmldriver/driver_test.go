@@ -75,7 +75,7 @@ func TestFaultsFromConfig(t *testing.T) {
 	require.Regexp(t, `^MIG-`, gs[4].MIG.Instances[1].UUID)
 	require.Equal(t, 2, gs[4].MIG.Instances[1].GPUInstanceID)
 	require.Nil(t, gs[4].RemappedRows)
-	require.Equal(t, "skipped: NVML reports NOT_SUPPORTED for this GPU", gs[4].SkipReason(gpu.FieldRemappedRows))
+	require.Equal(t, "skipped: unknown while MIG mode is on: the driver does not report row remapping of a GPU with active MIG instances (NVML reports NOT_SUPPORTED), although the GPU remaps rows", gs[4].SkipReason(gpu.FieldRemappedRows))
 }
 
 func TestBadSourcesAndFaults(t *testing.T) {

@@ -6,6 +6,7 @@ import (
 	"os"
 
 	"github.com/better-compute/commands/plugins/dcgm"
+	"github.com/better-compute/commands/plugins/dcgm/manifest"
 	"github.com/better-compute/commands/sdk/kind"
 )
 
@@ -16,5 +17,5 @@ func main() {
 		fmt.Fprintln(os.Stderr, "bc-kind-dcgm:", err)
 		os.Exit(1)
 	}
-	kind.Serve(kind.Kind{Manifest: dcgm.Manifest, Handler: dcgm.Handler(cfg)})
+	kind.Serve(kind.Kind{Manifest: manifest.Manifest, Handler: dcgm.Handler(cfg)})
 }

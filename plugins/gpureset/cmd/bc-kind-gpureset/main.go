@@ -6,6 +6,7 @@ import (
 	"os"
 
 	"github.com/better-compute/commands/plugins/gpureset"
+	"github.com/better-compute/commands/plugins/gpureset/manifest"
 	"github.com/better-compute/commands/sdk/kind"
 )
 
@@ -16,5 +17,5 @@ func main() {
 		fmt.Fprintln(os.Stderr, "bc-kind-gpureset:", err)
 		os.Exit(1)
 	}
-	kind.Serve(kind.Kind{Manifest: gpureset.Manifest, Handler: gpureset.Handler(cfg)})
+	kind.Serve(kind.Kind{Manifest: manifest.Manifest, Handler: gpureset.Handler(cfg)})
 }

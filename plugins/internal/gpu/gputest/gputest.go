@@ -1,7 +1,8 @@
-// Package gputest builds the fakes the GPU kinds' tests run against: a fake
-// nvidia-smi executable that answers from files, a fake root with the
-// kernel's /proc and /sys views of NVIDIA GPUs, and kmsg record files made
-// from dmesg captures. Only tests import it.
+// Package gputest builds the fakes the GPU kinds' tests run against, the one
+// library for all of them: fake tool executables (nvidia-smi, dcgmi) that
+// answer scripted calls, record them and can hang until their process group
+// is killed, a fake root with the kernel's /proc and /sys views of NVIDIA
+// GPUs, and kmsg record files made from dmesg captures. Only tests import it.
 package gputest
 
 import (
@@ -61,11 +62,11 @@ func UUID(i int) string { return fmt.Sprintf("GPU-%08x-1111-2222-3333-%012x", i,
 // BusID is the normalised bus id HealthyGPUs gives GPU i.
 func BusID(i int) string { return fmt.Sprintf("0000:%02x:00", 0x18+i*0x10) }
 
-// Smi is a fake nvidia-smi.
+// Smi is a fake nvidia-smi for the inventory: a FakeTool that answers every
+// --query-gpu and every --query-remapped-rows call, whatever fields it
+// names. Script other calls on its FakeTool.
 type Smi struct {
-	// Path is the executable.
-	Path string
-	dir  string
+	*FakeTool
 }
 
 // SmiAnswer scripts the fake's answers.
@@ -77,55 +78,34 @@ type SmiAnswer struct {
 	RemapOut  string
 	RemapExit int
 	// Hang makes every query start a child and wait forever, so only a
-	// kill of the whole process group ends it. The child's pid is written
-	// to ChildPIDFile.
+	// kill of the whole process group ends it (see HangChild).
 	Hang bool
 }
 
-// ChildPIDFile is where a hanging fake writes its child's pid.
-func (s *Smi) ChildPIDFile() string { return filepath.Join(s.dir, "child.pid") }
-
-// CallsFile records one line of arguments per call.
-func (s *Smi) CallsFile() string { return filepath.Join(s.dir, "calls.log") }
-
-const smiScript = `#!/bin/sh
-d="$(dirname "$0")"
-printf '%s\n' "$*" >> "$d/calls.log"
-if [ -f "$d/hang" ]; then
-  sleep 1000 &
-  echo $! > "$d/child.pid"
-  wait
-fi
-case "$*" in
-  *--query-gpu=*) cat "$d/gpu.out"; exit "$(cat "$d/gpu.exit")" ;;
-  *--query-remapped-rows=*) cat "$d/remap.out"; exit "$(cat "$d/remap.exit")" ;;
-esac
-echo "fake nvidia-smi: unscripted call: $*" >&2
-exit 2
-`
+// The patterns a Smi answers.
+const (
+	queryGPUPattern   = "*--query-gpu=*"
+	queryRemapPattern = "*--query-remapped-rows=*"
+)
 
 // NewSmi writes a fake nvidia-smi answering a. Write fakes before starting
 // parallel work: exec of a file just written can fail with ETXTBSY while
 // another goroutine forks.
 func NewSmi(t testing.TB, a SmiAnswer) *Smi {
 	t.Helper()
-	dir := t.TempDir()
-	s := &Smi{Path: filepath.Join(dir, "nvidia-smi"), dir: dir}
-	s.Set(t, a)
-	write(t, s.Path, smiScript, 0o755)
+	s := &Smi{FakeTool: NewFakeTool(t, "nvidia-smi")}
+	s.Set(a)
 	return s
 }
 
 // Set changes the answers.
-func (s *Smi) Set(t testing.TB, a SmiAnswer) {
-	t.Helper()
-	write(t, filepath.Join(s.dir, "gpu.out"), a.GPUOut, 0o644)
-	write(t, filepath.Join(s.dir, "gpu.exit"), strconv.Itoa(a.GPUExit), 0o644)
-	write(t, filepath.Join(s.dir, "remap.out"), a.RemapOut, 0o644)
-	write(t, filepath.Join(s.dir, "remap.exit"), strconv.Itoa(a.RemapExit), 0o644)
-	_ = os.Remove(filepath.Join(s.dir, "hang"))
+func (s *Smi) Set(a SmiAnswer) {
+	s.t.Helper()
+	s.OnMatching(queryGPUPattern, a.GPUOut, a.GPUExit)
+	s.OnMatching(queryRemapPattern, a.RemapOut, a.RemapExit)
 	if a.Hang {
-		write(t, filepath.Join(s.dir, "hang"), "", 0o644)
+		s.HangMatching(queryGPUPattern)
+		s.HangMatching(queryRemapPattern)
 	}
 }
 

@@ -1,8 +1,11 @@
-// Package smi runs nvidia-smi and reads its answers: the --query-gpu and
-// --query-remapped-rows CSV (with [N/A] and [Not Supported] cells), and its
-// exit codes (9 driver not loaded, 12 NVML missing, 15 a GPU fell off the
-// bus, 255 with "In use by another client", ...). Its GPUs come back as
-// partial gpu.GPU values that the collector merges with NVML and the kernel's.
+// Package smi is the one place that runs nvidia-smi and reads its answers,
+// for every GPU kind: the inventory's --query-gpu and --query-remapped-rows
+// CSV (with [N/A] and [Not Supported] cells), gpu.reset's and diag.dcgm's
+// queries and actions (the GPU list, compute processes, persistence mode,
+// the reset and the health after it), and nvidia-smi's exit codes (9 driver
+// not loaded, 12 NVML missing, 15 a GPU fell off the bus, 255 with "In use
+// by another client", ...). The inventory's GPUs come back as partial
+// gpu.GPU values that the collector merges with NVML and the kernel's.
 package smi
 
 import (
@@ -11,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -48,6 +52,28 @@ var QueryRemappedRowsFields = []string{
 	"remapped_rows.failure",
 }
 
+// ErrMissingColumn matches (errors.Is) a *MissingColumnError.
+var ErrMissingColumn = errors.New("nvidia-smi CSV without a column the parser needs")
+
+// MissingColumnError is a --query-gpu CSV without the columns that name a
+// GPU (index, uuid, pci.bus_id): no row of it can be well-formed, and the
+// error says which column is missing rather than that no row was.
+type MissingColumnError struct {
+	// Columns are the missing columns.
+	Columns []string
+}
+
+// Error reads "nvidia-smi --query-gpu CSV has no uuid column, which names a GPU".
+func (e *MissingColumnError) Error() string {
+	if len(e.Columns) == 1 {
+		return "nvidia-smi --query-gpu CSV has no " + e.Columns[0] + " column, which names a GPU"
+	}
+	return "nvidia-smi --query-gpu CSV has no " + strings.Join(e.Columns, ", ") + " columns, which name a GPU"
+}
+
+// Is makes errors.Is(err, ErrMissingColumn) hold.
+func (e *MissingColumnError) Is(target error) bool { return target == ErrMissingColumn }
+
 // ErrNoRows is returned when the output holds no well-formed row.
 var ErrNoRows = errors.New("no well-formed GPU row")
 
@@ -60,6 +86,13 @@ type Row map[string]string
 // their " [unit]" suffix. Rows with the wrong number of cells are counted in
 // bad and skipped: nvidia-smi prints errors on stdout too.
 func ReadCSV(out []byte, fields []string) (rows []Row, bad int, err error) {
+	_, rows, bad, err = readCSV(out, fields)
+	return rows, bad, err
+}
+
+// readCSV is ReadCSV that also returns the fields: those given, or the
+// header's (nil when the output had no header line).
+func readCSV(out []byte, fields []string) (_ []string, rows []Row, bad int, err error) {
 	r := csv.NewReader(bytes.NewReader(out))
 	r.TrimLeadingSpace = true
 	r.LazyQuotes = true
@@ -76,7 +109,7 @@ func ReadCSV(out []byte, fields []string) (rows []Row, bad int, err error) {
 				bad++
 				continue
 			}
-			return rows, bad, fmt.Errorf("reading nvidia-smi CSV: %w", rerr)
+			return fields, rows, bad, fmt.Errorf("reading nvidia-smi CSV: %w", rerr)
 		}
 		if fields == nil {
 			fields = make([]string, len(rec))
@@ -98,7 +131,7 @@ func ReadCSV(out []byte, fields []string) (rows []Row, bad int, err error) {
 		}
 		rows = append(rows, row)
 	}
-	return rows, bad, nil
+	return fields, rows, bad, nil
 }
 
 // Cell reads one cell: its value, or why there is none. nvidia-smi writes a
@@ -108,9 +141,11 @@ func ReadCSV(out []byte, fields []string) (rows []Row, bad int, err error) {
 func Cell(s string) (value string, missing string) {
 	s = strings.TrimSpace(s)
 	inner := s
-	if strings.HasPrefix(s, "[") && strings.HasSuffix(s, "]") {
+	switch {
+	case strings.HasPrefix(s, "[") && strings.HasSuffix(s, "]"):
 		inner = strings.TrimSpace(s[1 : len(s)-1])
-	} else if s != "N/A" && s != "Not Supported" && s != "" {
+	case s == "N/A", s == "Not Supported", s == "", strings.HasPrefix(s, deprecated):
+	default:
 		return s, ""
 	}
 	switch strings.ToLower(inner) {
@@ -123,6 +158,55 @@ func Cell(s string) (value string, missing string) {
 	}
 }
 
+// bracketed writes a cell without a value as newer drivers print it: "[N/A]".
+func bracketed(cell string) string {
+	c := strings.TrimSpace(cell)
+	if c == "" {
+		c = "N/A"
+	}
+	if !strings.HasPrefix(c, "[") {
+		c = "[" + c + "]"
+	}
+	return c
+}
+
+// deprecated starts the cell of a field the driver no longer fills.
+const deprecated = "Requested functionality has been deprecated"
+
+// ReadRows reads --format=csv,noheader,nounits output strictly, for the
+// answers a command acts on: blank lines and nvidia-smi's notices ("No
+// running processes found", "No devices were found") are skipped, and any
+// other line without exactly one cell per field is an error, since a partial
+// answer must not pass for a healthy one.
+func ReadRows(out []byte, fields []string) ([]Row, error) {
+	r := csv.NewReader(bytes.NewReader(out))
+	r.TrimLeadingSpace = true
+	r.LazyQuotes = true
+	r.FieldsPerRecord = -1
+	var rows []Row
+	for {
+		rec, err := r.Read()
+		if errors.Is(err, io.EOF) {
+			return rows, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("reading nvidia-smi CSV: %w", err)
+		}
+		line, _ := r.FieldPos(0)
+		if len(rec) == 1 && (strings.HasPrefix(rec[0], "No running") || strings.HasPrefix(rec[0], "No devices")) {
+			continue
+		}
+		if len(rec) != len(fields) {
+			return nil, fmt.Errorf("line %d: %d fields, want %d: %q", line, len(rec), len(fields), strings.Join(rec, ","))
+		}
+		row := make(Row, len(fields))
+		for i, f := range fields {
+			row[f] = strings.TrimSpace(rec[i])
+		}
+		rows = append(rows, row)
+	}
+}
+
 // ParseQueryGPU reads the output of --query-gpu=QueryGPUFields
 // --format=csv,noheader,nounits. A row is well-formed when it has every
 // cell, an integer index, a GPU- UUID and a bus id; the others are counted
@@ -132,15 +216,31 @@ func ParseQueryGPU(out []byte) (gpus []gpu.GPU, bad int, err error) {
 }
 
 // ParseQueryGPUWithHeader reads --query-gpu output with its header line
-// (--format=csv), with any fields in any order, as captures often are.
+// (--format=csv), with any fields in any order, as captures often are. A
+// header without index, uuid or pci.bus_id is a *MissingColumnError.
 func ParseQueryGPUWithHeader(out []byte) (gpus []gpu.GPU, bad int, err error) {
 	return parseQueryGPU(out, nil)
 }
 
+// identityFields are the --query-gpu columns without which no row names a
+// GPU: a CSV without one is refused for it, not for its rows.
+var identityFields = []string{"index", "uuid", "pci.bus_id"}
+
 func parseQueryGPU(out []byte, fields []string) ([]gpu.GPU, int, error) {
-	rows, bad, err := ReadCSV(out, fields)
+	fields, rows, bad, err := readCSV(out, fields)
 	if err != nil {
 		return nil, bad, err
+	}
+	if fields != nil {
+		var missing []string
+		for _, f := range identityFields {
+			if !slices.Contains(fields, f) {
+				missing = append(missing, f)
+			}
+		}
+		if len(missing) > 0 {
+			return nil, bad, &MissingColumnError{Columns: missing}
+		}
 	}
 	var gpus []gpu.GPU
 	for _, row := range rows {
@@ -233,7 +333,7 @@ func gpuFromRow(row Row) (gpu.GPU, bool) {
 		}
 	}
 	if _, present := row["remapped_rows.pending"]; present {
-		if rr, why := remappedFromRow(row); why == "" {
+		if rr, why, _ := remappedFromRow(row); why == "" {
 			g.RemappedRows = &rr
 		} else {
 			g.Skip(gpu.FieldRemappedRows, why)
@@ -250,6 +350,8 @@ type RemappedRows struct {
 	Rows *gpu.RemappedRows
 	// Skipped says why they are not, when not.
 	Skipped string
+	// Cell is what nvidia-smi printed where a counter was missing ("[N/A]").
+	Cell string
 }
 
 // ParseRemappedRows reads the output of
@@ -266,12 +368,12 @@ func ParseRemappedRows(out []byte) ([]RemappedRows, int, error) {
 			bad++
 			continue
 		}
-		rr, why := remappedFromRow(row)
+		rr, why, cell := remappedFromRow(row)
 		r := RemappedRows{UUID: uuid}
 		if why == "" {
 			r.Rows = &rr
 		} else {
-			r.Skipped = why
+			r.Skipped, r.Cell = why, cell
 		}
 		res = append(res, r)
 	}
@@ -281,22 +383,26 @@ func ParseRemappedRows(out []byte) ([]RemappedRows, int, error) {
 	return res, bad, nil
 }
 
-func remappedFromRow(row Row) (gpu.RemappedRows, string) {
-	var rr gpu.RemappedRows
-	var why string
-	if rr.Correctable, why = intCell(row["remapped_rows.correctable"]); why != "" {
-		return rr, why
+// remappedFromRow reads the counters of a row, or why there are none and
+// the cell that says so.
+func remappedFromRow(row Row) (rr gpu.RemappedRows, why, cell string) {
+	cell = row["remapped_rows.correctable"]
+	if rr.Correctable, why = intCell(cell); why != "" {
+		return rr, why, cell
 	}
-	if rr.Uncorrectable, why = intCell(row["remapped_rows.uncorrectable"]); why != "" {
-		return rr, why
+	cell = row["remapped_rows.uncorrectable"]
+	if rr.Uncorrectable, why = intCell(cell); why != "" {
+		return rr, why, cell
 	}
-	if rr.Pending, why = boolCell(row["remapped_rows.pending"]); why != "" {
-		return rr, why
+	cell = row["remapped_rows.pending"]
+	if rr.Pending, why = boolCell(cell); why != "" {
+		return rr, why, cell
 	}
-	if rr.Failure, why = boolCell(row["remapped_rows.failure"]); why != "" {
-		return rr, why
+	cell = row["remapped_rows.failure"]
+	if rr.Failure, why = boolCell(cell); why != "" {
+		return rr, why, cell
 	}
-	return rr, ""
+	return rr, "", ""
 }
 
 func boolCell(s string) (bool, string) {

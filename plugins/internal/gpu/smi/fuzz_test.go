@@ -20,6 +20,7 @@ func FuzzParseNvidiaSmiCSV(f *testing.F) {
 	f.Add([]byte("0, GPU-1, 00000000:18:00.0, n, [N/A], [Not Supported], [N/A], [N/A], [N/A], [N/A], [N/A], [N/A], [N/A], [N/A], [N/A], [N/A]\n"))
 	f.Add([]byte("GPU-1, 0, 1, Yes, No\n"))
 	f.Add([]byte("\"unterminated, quote\n"))
+	f.Add([]byte("index, name, pci.bus_id\n0, NVIDIA H100 80GB HBM3, 00000000:18:00.0\n"))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		for _, parse := range []func([]byte) ([]gpu.GPU, int, error){ParseQueryGPU, ParseQueryGPUWithHeader} {
 			gpus, _, _ := parse(b)

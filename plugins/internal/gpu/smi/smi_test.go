@@ -1,8 +1,11 @@
 package smi
 
 import (
+	"bytes"
 	"context"
+	"encoding/csv"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -39,6 +42,47 @@ func TestParseQueryGPUReadsTheRealH100Capture(t *testing.T) {
 	require.Equal(t, &gpu.RemappedRows{}, g.RemappedRows)
 	require.Nil(t, g.Skipped)
 	require.Equal(t, []string{gpu.SourceNvidiaSmi}, g.SeenBy)
+}
+
+// withoutColumn is a --query-gpu capture with its header without one column.
+func withoutColumn(t *testing.T, capture []byte, column string) []byte {
+	t.Helper()
+	r := csv.NewReader(bytes.NewReader(capture))
+	r.TrimLeadingSpace = true
+	recs, err := r.ReadAll()
+	require.NoError(t, err)
+	drop := slices.Index(recs[0], column)
+	require.GreaterOrEqual(t, drop, 0, "the capture has a %s column", column)
+	var b bytes.Buffer
+	w := csv.NewWriter(&b)
+	for _, rec := range recs {
+		require.NoError(t, w.Write(slices.Delete(rec, drop, drop+1)))
+	}
+	w.Flush()
+	return b.Bytes()
+}
+
+// A --query-gpu CSV without a column the parser needs says which, rather
+// than that no row was well-formed (the real H100 capture, a column cut).
+func TestParseQueryGPUNamesAMissingColumn(t *testing.T) {
+	b, err := os.ReadFile("testdata/query-gpu-all-fields-csv-590.48.01-h100-masked.csv")
+	require.NoError(t, err)
+	for _, column := range []string{"uuid", "index", "pci.bus_id"} {
+		t.Run(column, func(t *testing.T) {
+			gpus, _, err := ParseQueryGPUWithHeader(withoutColumn(t, b, column))
+			require.ErrorIs(t, err, ErrMissingColumn)
+			require.NotErrorIs(t, err, ErrNoRows)
+			require.EqualError(t, err, "nvidia-smi --query-gpu CSV has no "+column+" column, which names a GPU")
+			require.Empty(t, gpus)
+		})
+	}
+	// Without rows too: the header alone says it.
+	header, _, _ := bytes.Cut(withoutColumn(t, b, "uuid"), []byte("\n"))
+	_, _, err = ParseQueryGPUWithHeader(header)
+	require.ErrorIs(t, err, ErrMissingColumn)
+	// With the column, the same capture still reads.
+	_, _, err = ParseQueryGPUWithHeader(b)
+	require.NoError(t, err)
 }
 
 func TestParseQueryGPUSkipsNotAvailableAndNotSupportedCells(t *testing.T) {
@@ -96,10 +140,10 @@ func TestQueryAnswersWithGPUsAndRemappedRows(t *testing.T) {
 	require.Equal(t, 0, *a.Status.ExitCode)
 	require.Equal(t, gputest.BusID(1), a.GPUs[1].BusID)
 	require.Equal(t, &gpu.RemappedRows{Uncorrectable: 2, Pending: true}, a.GPUs[1].RemappedRows)
-	calls, err := os.ReadFile(fake.CallsFile())
-	require.NoError(t, err)
-	require.Equal(t, "--query-gpu="+strings.Join(QueryGPUFields, ",")+" --format=csv,noheader,nounits\n"+
-		"--query-remapped-rows="+strings.Join(QueryRemappedRowsFields, ",")+" --format=csv,noheader,nounits\n", string(calls))
+	require.Equal(t, []string{
+		"--query-gpu=" + strings.Join(QueryGPUFields, ",") + " --format=csv,noheader,nounits",
+		"--query-remapped-rows=" + strings.Join(QueryRemappedRowsFields, ",") + " --format=csv,noheader,nounits",
+	}, fake.Calls())
 }
 
 func TestQueryRemappedRowsFailureSkipsThemWithTheReason(t *testing.T) {
@@ -153,13 +197,9 @@ func TestQueryKillsAHungNvidiaSmi(t *testing.T) {
 	require.False(t, a.Status.Answered)
 	require.True(t, strings.HasPrefix(a.Status.Reason, "nvidia-smi hung and was killed after "), a.Status.Reason)
 	require.True(t, strings.HasSuffix(a.Status.Reason, " (a GSP or driver hang; see XID 119)"), a.Status.Reason)
-	b, err := os.ReadFile(fake.ChildPIDFile())
-	require.NoError(t, err)
-	pid, _ := strconv.Atoi(strings.TrimSpace(string(b)))
-	testutil.WaitFor(t, 5*time.Second, "the hung nvidia-smi's child to die", func() bool {
-		st, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-		return err != nil || strings.Contains(string(st), ") Z ")
-	})
+	pid := fake.HangChild()
+	require.NotZero(t, pid, "the hang started its child")
+	testutil.WaitFor(t, 5*time.Second, "the hung nvidia-smi's child to die", func() bool { return gputest.Gone(pid) })
 }
 
 func TestCellAndIsInUse(t *testing.T) {

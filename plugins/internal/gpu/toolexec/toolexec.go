@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"os/exec"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -133,4 +134,27 @@ func (c *capped) Write(p []byte) (int, error) {
 		}
 	}
 	return len(p), nil
+}
+
+// Tool is one executable (nvidia-smi, dcgmi) and the timeout of each run.
+type Tool struct {
+	// Path is the executable, a name looked up on PATH or an absolute path.
+	Path string
+	// Timeout bounds each run; 0 means DefaultTimeout.
+	Timeout time.Duration
+}
+
+// Run runs the tool with args as Run does; its error names the command line,
+// so that a report says which call hung or could not start.
+func (t Tool) Run(ctx context.Context, args ...string) (Result, error) {
+	res, err := Run(ctx, t.Timeout, t.Path, args...)
+	if err != nil {
+		return res, fmt.Errorf("%s %s: %w", t.Path, strings.Join(args, " "), err)
+	}
+	return res, nil
+}
+
+// Text is stdout and stderr joined and trimmed, for messages.
+func (r Result) Text() string {
+	return strings.TrimSpace(strings.TrimSpace(string(r.Stdout)) + "\n" + strings.TrimSpace(string(r.Stderr)))
 }

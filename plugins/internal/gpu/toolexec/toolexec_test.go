@@ -101,3 +101,17 @@ func TestCappedOutput(t *testing.T) {
 	_, _ = c.Write([]byte("gh"))
 	require.Equal(t, "abcd", c.String())
 }
+
+// Tool's errors name the command line, and Text joins what it printed.
+func TestToolNamesTheCommandLineAndJoinsItsOutput(t *testing.T) {
+	missing := filepath.Join(t.TempDir(), "dcgmi")
+	_, err := Tool{Path: missing}.Run(context.Background(), "diag", "-r", "2")
+	require.ErrorIs(t, err, ErrNotFound)
+	require.True(t, strings.HasPrefix(err.Error(), missing+" diag -r 2: "), err.Error())
+
+	path, _ := script(t, "echo '  out  '; echo ' err' >&2; exit 3\n")
+	res, err := Tool{Path: path, Timeout: 5 * time.Second}.Run(context.Background())
+	require.NoError(t, err, "a non-zero exit is not an error")
+	require.Equal(t, 3, res.ExitCode)
+	require.Equal(t, "out\nerr", res.Text())
+}

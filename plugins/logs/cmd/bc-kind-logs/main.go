@@ -6,6 +6,7 @@ import (
 	"os"
 
 	"github.com/better-compute/commands/plugins/logs"
+	"github.com/better-compute/commands/plugins/logs/manifest"
 	"github.com/better-compute/commands/sdk/kind"
 )
 
@@ -15,5 +16,5 @@ func main() {
 		fmt.Fprintln(os.Stderr, "bc-kind-logs:", err)
 		os.Exit(1)
 	}
-	kind.Serve(kind.Kind{Manifest: logs.Manifest, Handler: logs.Handler(cfg, nil)})
+	kind.Serve(kind.Kind{Manifest: manifest.Manifest, Handler: logs.Handler(cfg, nil)})
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/better-compute/commands/plugins/internal/gpu"
 	"github.com/better-compute/commands/plugins/internal/gpu/gputest"
 	"github.com/better-compute/commands/plugins/nvml"
+	"github.com/better-compute/commands/plugins/nvml/manifest"
 	"github.com/better-compute/commands/sdk/kind"
 	"github.com/better-compute/commands/sdk/kindtest"
 )
@@ -64,7 +65,7 @@ func (h *memHost) Journal(context.Context, int) ([]json.RawMessage, error)  { re
 func TestConformance(t *testing.T) {
 	bin := testutil.BuildBinary(t, pkg)
 	kindtest.Run(t, bin, kindtest.Options{
-		Kinds: []string{nvml.KindInventoryRefresh, nvml.KindDiagNVML},
+		Kinds: []string{manifest.KindInventoryRefresh, manifest.KindDiagNVML},
 		Env:   env(t, ""),
 		Host:  &memHost{puts: make(chan json.RawMessage, 4)},
 	})
@@ -83,7 +84,7 @@ func TestMockDGXH200WithFaultsOutOfProcess(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 
-	res, err := p.Execute(ctx, nvml.KindInventoryRefresh, json.RawMessage(`{"sections":["gpus","xids"]}`), nil)
+	res, err := p.Execute(ctx, manifest.KindInventoryRefresh, json.RawMessage(`{"sections":["gpus","xids"]}`), nil)
 	require.NoError(t, err)
 	require.Equal(t, kind.StatusSucceeded, res.Status, res.Message)
 	var inv gpu.Inventory
@@ -100,7 +101,7 @@ func TestMockDGXH200WithFaultsOutOfProcess(t *testing.T) {
 		t.Fatal("inventory.refresh did not update bcd's inventory")
 	}
 
-	res, err = p.Execute(ctx, nvml.KindDiagNVML, json.RawMessage(`{}`), nil)
+	res, err = p.Execute(ctx, manifest.KindDiagNVML, json.RawMessage(`{}`), nil)
 	require.NoError(t, err)
 	require.Equal(t, kind.StatusFailed, res.Status)
 	require.Equal(t, nvml.ReasonChecksFailed, res.Reason)
@@ -123,7 +124,7 @@ func TestRealNVMLMissingOutOfProcess(t *testing.T) {
 	p := kindtest.Start(t, bin, kindtest.Options{Env: e})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	res, err := p.Execute(ctx, nvml.KindDiagNVML, json.RawMessage(`{}`), nil)
+	res, err := p.Execute(ctx, manifest.KindDiagNVML, json.RawMessage(`{}`), nil)
 	require.NoError(t, err)
 	require.Equal(t, kind.StatusFailed, res.Status)
 	var rep nvml.Report

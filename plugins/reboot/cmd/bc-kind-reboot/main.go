@@ -4,9 +4,10 @@ package main
 
 import (
 	"github.com/better-compute/commands/plugins/reboot"
+	"github.com/better-compute/commands/plugins/reboot/manifest"
 	"github.com/better-compute/commands/sdk/kind"
 )
 
 func main() {
-	kind.Serve(kind.Kind{Manifest: reboot.Manifest, Handler: reboot.Handler(reboot.ConfigFromEnv())})
+	kind.Serve(kind.Kind{Manifest: manifest.Manifest, Handler: reboot.Handler(reboot.ConfigFromEnv())})
 }

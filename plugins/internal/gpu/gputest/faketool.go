@@ -1,7 +1,4 @@
-// Package plugintest holds what the GPU kind tests share: fake nvidia-smi
-// and dcgmi executables that answer scripted invocations and record them.
-// The plugins themselves run out of process under sdk/kindtest.
-package plugintest
+package gputest
 
 import (
 	"crypto/md5"
@@ -15,12 +12,21 @@ import (
 )
 
 // fakeScript answers each invocation from files named by the MD5 of its
-// arguments, records every invocation, and for a hang starts a child and
-// waits, so a timeout must kill the whole process group to end it.
+// arguments, or else from the first glob pattern they match, records every
+// invocation, and for a hang starts a child and waits, so a timeout must
+// kill the whole process group to end it.
 const fakeScript = `#!/bin/sh
 d="$(dirname "$0")/r"
 printf '%s\n' "$*" >> "$d/../calls.log"
 key=$(printf '%s' "$*" | md5sum | cut -c1-32)
+if [ ! -f "$d/$key.exit" ] && [ ! -f "$d/$key.hang" ]; then
+  for g in "$d"/*.glob; do
+    [ -f "$g" ] || continue
+    case "$*" in
+      $(cat "$g")) key=$(basename "$g" .glob); break ;;
+    esac
+  done
+fi
 if [ -f "$d/$key.hang" ]; then
   sleep 1000 &
   echo $! > "$d/../hang-child.pid"
@@ -34,7 +40,8 @@ exit 0
 `
 
 // FakeTool is an executable the test writes (a fake nvidia-smi or dcgmi)
-// that answers scripted invocations and records them.
+// that answers scripted invocations and records them. An answer scripted
+// for the exact arguments wins over one scripted for a pattern.
 type FakeTool struct {
 	t   testing.TB
 	dir string
@@ -61,14 +68,21 @@ func NewFakeTool(t testing.TB, name string) *FakeTool {
 // Dir is the directory holding the tool, for PATH.
 func (f *FakeTool) Dir() string { return f.dir }
 
-func (f *FakeTool) file(args, ext string) string {
-	sum := md5.Sum([]byte(args))
-	return filepath.Join(f.dir, "r", hex.EncodeToString(sum[:])+"."+ext)
+func key(s string) string {
+	sum := md5.Sum([]byte(s))
+	return hex.EncodeToString(sum[:])
 }
 
-func (f *FakeTool) write(args, ext, content string) {
+func (f *FakeTool) write(k, ext, content string) {
 	f.t.Helper()
-	if err := os.WriteFile(f.file(args, ext), []byte(content), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(f.dir, "r", k+"."+ext), []byte(content), 0o644); err != nil {
+		f.t.Fatal(err)
+	}
+}
+
+func (f *FakeTool) remove(k, ext string) {
+	f.t.Helper()
+	if err := os.Remove(filepath.Join(f.dir, "r", k+"."+ext)); err != nil && !os.IsNotExist(err) {
 		f.t.Fatal(err)
 	}
 }
@@ -77,27 +91,54 @@ func (f *FakeTool) write(args, ext, content string) {
 // stdout and the exit status.
 func (f *FakeTool) On(args, stdout string, exit int) *FakeTool {
 	f.t.Helper()
-	f.write(args, "out", stdout)
-	f.write(args, "exit", strconv.Itoa(exit))
-	return f
+	return f.answer(key(args), stdout, "", exit)
 }
 
 // OnErr scripts stderr as well.
 func (f *FakeTool) OnErr(args, stdout, stderr string, exit int) *FakeTool {
 	f.t.Helper()
-	f.On(args, stdout, exit)
-	f.write(args, "err", stderr)
+	return f.answer(key(args), stdout, stderr, exit)
+}
+
+// OnMatching scripts the answer to every invocation whose space-joined
+// arguments match the shell pattern (case's glob: "*--query-gpu=*").
+func (f *FakeTool) OnMatching(pattern, stdout string, exit int) *FakeTool {
+	f.t.Helper()
+	k := "g" + key(pattern)
+	f.write(k, "glob", pattern)
+	return f.answer(k, stdout, "", exit)
+}
+
+func (f *FakeTool) answer(k, stdout, stderr string, exit int) *FakeTool {
+	f.t.Helper()
+	f.write(k, "out", stdout)
+	f.write(k, "exit", strconv.Itoa(exit))
+	if stderr != "" {
+		f.write(k, "err", stderr)
+	} else {
+		f.remove(k, "err")
+	}
+	f.remove(k, "hang")
 	return f
 }
 
 // Hang makes args hang (with a child process) until killed.
 func (f *FakeTool) Hang(args string) *FakeTool {
 	f.t.Helper()
-	f.write(args, "hang", "")
+	f.write(key(args), "hang", "")
 	return f
 }
 
-// Calls are the invocations so far, in order.
+// HangMatching makes every invocation matching the pattern hang.
+func (f *FakeTool) HangMatching(pattern string) *FakeTool {
+	f.t.Helper()
+	k := "g" + key(pattern)
+	f.write(k, "glob", pattern)
+	f.write(k, "hang", "")
+	return f
+}
+
+// Calls are the invocations so far, in order; nil when it never ran.
 func (f *FakeTool) Calls() []string {
 	f.t.Helper()
 	b, err := os.ReadFile(filepath.Join(f.dir, "calls.log"))

@@ -1,11 +1,9 @@
-// Package nvml serves the kinds inventory.refresh and diag.nvml: their
-// manifests, which the control plane's registry imports, and their cgo-free
-// logic (collection through plugins/internal/gpu/collect, the diag.nvml
-// checks, the settings bcd passes in the environment). It must not import
-// go-nvml: the control plane imports this package for the manifests, and
-// go-nvml needs cgo. The NVML driver lives in nvmldriver, which only the
-// plugin binary links.
-package nvml
+// Package manifest holds the manifests of inventory.refresh and diag.nvml:
+// the Go values that bc-kind-nvml serves and the control plane's registry
+// imports. It imports only sdk/kind, so that the registry (and bc-server)
+// links none of the plugin's code: the collectors, nvidia-smi, the kernel
+// log reader and go-nvml (cgo) stay in plugins/nvml.
+package manifest
 
 import (
 	"encoding/json"
@@ -82,9 +80,3 @@ var DiagNVMLManifest = kind.Manifest{
 	Version:     "1.0.0",
 	Description: "Check the GPUs from the collected inventory: driver answers, visible count, ECC, row remapping, PCIe width, XIDs this boot.",
 }
-
-// Manifests are both kinds' manifests.
-var Manifests = []kind.Manifest{InventoryRefreshManifest, DiagNVMLManifest}
-
-// ReasonChecksFailed is diag.nvml's failure reason when a check failed.
-const ReasonChecksFailed = "checks-failed"

@@ -1,10 +1,8 @@
-// Package dcgm is the diag.dcgm kind: NVIDIA DCGM's diagnostic through
-// dcgmi. Level 1 checks only the deployment (dcgmi and the host engine
-// answer, and their versions); levels 2 to 4 load the GPUs with
-// `dcgmi diag -r N -j`, after refusing gpu-busy when a GPU they would load
-// is in use, and report per test per GPU. The metal module adds the kind;
-// commands.run does not accept it.
-package dcgm
+// Package manifest is diag.dcgm's manifest: the one Go value that
+// bc-kind-dcgm serves and the control plane's registry imports. It imports
+// only sdk/kind, so that the registry (and bc-server) links none of the
+// plugin's code: dcgmi, nvidia-smi and the /proc scan stay in plugins/dcgm.
+package manifest
 
 import (
 	"encoding/json"
@@ -50,12 +48,4 @@ var Manifest = kind.Manifest{
 }`),
 	Version:     "0.1.0",
 	Description: "DCGM diagnostic: level 1 checks the DCGM deployment, levels 2 to 4 run dcgmi diag on idle GPUs.",
-}
-
-// Payload is diag.dcgm's payload.
-type Payload struct {
-	// Level is 1 to 4.
-	Level int `json:"level"`
-	// GPUs are the UUIDs to diagnose; empty means every GPU.
-	GPUs []string `json:"gpus,omitempty"`
 }

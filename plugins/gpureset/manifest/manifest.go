@@ -1,9 +1,9 @@
-// Package gpureset is the gpu.reset kind: reset GPUs with nvidia-smi once no
-// allocation, passthrough or process uses them, and report per GPU whether
-// the reset worked and whether a fresh query shows the GPU healthy. The
-// provision module's remediation sends it (for RowRemapPending, once no
-// allocation is live); commands.run does not accept it.
-package gpureset
+// Package manifest is gpu.reset's manifest: the one Go value that
+// bc-kind-gpureset serves and the control plane's registry imports. It
+// imports only sdk/kind, so that the registry (and bc-server) links none of
+// the plugin's code: nvidia-smi, the /proc scan and the XID store stay in
+// plugins/gpureset.
+package manifest
 
 import (
 	"encoding/json"
@@ -51,10 +51,4 @@ var Manifest = kind.Manifest{
 }`),
 	Version:     "0.1.0",
 	Description: "Reset GPUs with nvidia-smi once nothing uses them; reports per GPU whether the reset worked and the GPU is healthy.",
-}
-
-// Payload is gpu.reset's payload.
-type Payload struct {
-	// GPUs are the UUIDs of the GPUs to reset.
-	GPUs []string `json:"gpus"`
 }

@@ -1,8 +1,8 @@
-// Package reboot is the node.reboot kind: it asks logind (or, without logind,
-// systemd) over the system D-Bus to reboot the node, and sees every error.
-// It is the only code path in the repository that asks for a reboot: bcd
-// never reboots on its own (see TestNoOtherRebootPath).
-package reboot
+// Package manifest is node.reboot's manifest: the one Go value that
+// bc-kind-reboot serves and the control plane's registry imports. It imports
+// only sdk/kind, so that the registry (and bc-server) links none of the
+// plugin's code: godbus and go-systemd stay in plugins/reboot.
+package manifest
 
 import (
 	"encoding/json"

@@ -9,7 +9,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/better-compute/commands/plugins/gpureset/smi"
+	"github.com/better-compute/commands/plugins/internal/gpu/smi"
 )
 
 // Holder is a process with a GPU's device node (/dev/nvidiaN) open.
@@ -146,7 +146,7 @@ func deviceMinor(target string) (int, bool) {
 // name is in ignoreComm are left out. It returns one reason per finding,
 // nil when none uses them; an error when nvidia-smi does not answer, since
 // then a process cannot be ruled out.
-func Processes(ctx context.Context, r smi.Runner, procRoot string, byIndex map[int]string, ignoreComm []string, gpus []string) ([]string, error) {
+func Processes(ctx context.Context, r smi.Tool, procRoot string, byIndex map[int]string, ignoreComm []string, gpus []string) ([]string, error) {
 	apps, err := r.QueryComputeApps(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("querying compute processes: %w", err)

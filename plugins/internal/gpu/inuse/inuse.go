@@ -8,13 +8,22 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/better-compute/commands/plugins/gpureset/smi"
+	"github.com/better-compute/commands/plugins/internal/gpu/smi"
 	"github.com/better-compute/commands/sdk/nodespec"
 )
 
-// ReasonGPUBusy is the failure reason of a command refused because a GPU it
-// lists is in use.
-const ReasonGPUBusy = "gpu-busy"
+// The failure reasons of the in-use check, which gpu.reset and diag.dcgm
+// report as theirs.
+const (
+	// ReasonGPUBusy: a GPU the command would touch is in use.
+	ReasonGPUBusy = "gpu-busy"
+	// ReasonNodeSpec: the applied node spec could not be read, so a live
+	// hold cannot be ruled out.
+	ReasonNodeSpec = "node-spec-unavailable"
+	// ReasonSmiFailed: nvidia-smi did not answer the queries the check
+	// needs (the GPU list, the compute processes).
+	ReasonSmiFailed = "nvidia-smi-failed"
+)
 
 // Input is what is known of the node when the check runs.
 type Input struct {

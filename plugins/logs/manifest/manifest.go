@@ -1,9 +1,9 @@
-// Package logs is the logs.collect kind: it gathers a support bundle on the
-// node (journald logs for a window, bcd's and its plugins' own among them,
-// the kernel log, the GPU inventory and conditions, bcd's recent journal
-// records) into one tar.gz, truncates it oldest first to fit the cap, and
-// PUTs it to the presigned URL the control plane put into the command.
-package logs
+// Package manifest is logs.collect's manifest: the one Go value that
+// bc-kind-logs serves and the control plane's registry imports. It imports
+// only sdk/kind, so that the registry (and bc-server) links none of the
+// plugin's code: journald, the bundle packer and the uploader stay in
+// plugins/logs.
+package manifest
 
 import (
 	"encoding/json"
