@@ -21,7 +21,7 @@ import (
 	"github.com/better-compute/commands/controlplane/kinds"
 	"github.com/better-compute/commands/controlplane/queue"
 	"github.com/better-compute/commands/internal/pgtest"
-	"github.com/better-compute/commands/plugins/logs"
+	logsmanifest "github.com/better-compute/commands/plugins/logs/manifest"
 	apiv1 "github.com/better-compute/commands/proto/bc/api/v1"
 	"github.com/better-compute/commands/sdk/kind"
 )
@@ -43,7 +43,7 @@ func testRegistry(t testing.TB) *kinds.Registry {
 		manifest("diag.nvml", kind.LaneControl, kind.Flags{RetrySafe: true}, true, ""),
 		manifest("inventory.refresh", kind.LaneControl, kind.Flags{RetrySafe: true}, true,
 			`{"type":"object","additionalProperties":false,"properties":{"sections":{"type":"array","items":{"type":"string"}},"rescan":{"type":"boolean"}}}`),
-		logs.Manifest, // the real one: its schema requires the upload fields the API fills
+		logsmanifest.Manifest, // the real one: its schema requires the upload fields the API fills
 		manifest("node.reboot", kind.LaneControl, kind.Flags{Destructive: true, SelfTerminating: true}, true, ""),
 		manifest("gpu.reset", kind.LaneProvision, kind.Flags{Destructive: true}, false, ""),
 		// API-runnable by its manifest, but not on the allowlist.

@@ -7,13 +7,13 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/better-compute/commands/controlplane/bundles"
-	"github.com/better-compute/commands/plugins/logs"
+	"github.com/better-compute/commands/plugins/logs/manifest"
 	"github.com/better-compute/commands/sdk/kind"
 )
 
 func TestMergePayload(t *testing.T) {
 	f := bundles.UploadFields{UploadURL: "https://cp.example.com/v1/blobs/support-bundles/n/k.bundle?bc-signature=ab", MaxBytes: 1 << 20, SupportBundle: true}
-	v, err := kind.NewValidator(logs.Manifest)
+	v, err := kind.NewValidator(manifest.Manifest)
 	require.NoError(t, err)
 
 	// The caller's payload without upload fields is refused by the schema;

@@ -6,6 +6,7 @@ package inuse
 
 import (
 	"fmt"
+	"github.com/better-compute/commands/sdk/kind"
 	"strings"
 
 	"github.com/better-compute/commands/plugins/internal/gpu/smi"
@@ -16,7 +17,7 @@ import (
 // report as theirs.
 const (
 	// ReasonGPUBusy: a GPU the command would touch is in use.
-	ReasonGPUBusy = "gpu-busy"
+	ReasonGPUBusy = kind.ReasonGPUBusy
 	// ReasonNodeSpec: the applied node spec could not be read, so a live
 	// hold cannot be ruled out.
 	ReasonNodeSpec = "node-spec-unavailable"

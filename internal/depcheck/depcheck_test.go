@@ -1,0 +1,103 @@
+package depcheck
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/better-compute/commands/internal/testutil"
+)
+
+func load(t *testing.T, overlay string) *Graph {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	g, err := Load(ctx, testutil.RepoRoot(t), overlay, "./...")
+	require.NoError(t, err)
+	return g
+}
+
+// The walls hold on the tree as it is. A failure prints each broken wall
+// with the import chain that breaks it.
+func TestRepositoryHoldsItsWalls(t *testing.T) {
+	g := load(t, "")
+	var report []string
+	for _, v := range Check(g, Rules) {
+		report = append(report, v.String())
+	}
+	require.Empty(t, report, "broken walls:\n%s", strings.Join(report, "\n"))
+	for _, bin := range []string{"bcd/cmd/bcd", "controlplane/cmd/bc-server", "controlplane/cmd/better-compute", "plugins/nvml/cmd/bc-kind-nvml"} {
+		t.Logf("go list -deps ./%s: %d packages", bin, g.Count(Module+"/"+bin))
+	}
+}
+
+// wrongImport is one deliberately wrong import, added through go list's
+// -overlay so the tree is never written, and the wall that must catch it.
+type wrongImport struct {
+	into    string // package directory, relative to the root
+	imports string // import path added
+	rule    string
+}
+
+// Each wall fails on a deliberately added wrong import, and the report
+// names the chain from the offending package to what it must not link.
+func TestAWrongImportBreaksItsWall(t *testing.T) {
+	root := testutil.RepoRoot(t)
+	base := load(t, "")
+	cases := []wrongImport{
+		{into: "bcd/session", imports: Module + "/controlplane/queue", rule: Rules[0].Name},
+		{into: "plugins/logs", imports: Module + "/plugins/reboot", rule: Rules[1].Name},
+		{into: "plugins/internal/gpu/xid", imports: Module + "/plugins/reboot", rule: Rules[1].Name},
+		{into: "plugins/nvml/manifest", imports: Module + "/plugins/internal/gpu/smi", rule: ruleNamed(t, "a first-party manifest")},
+		{into: "controlplane/kinds", imports: Module + "/plugins/logs", rule: ruleNamed(t, "bc-server's kind registry")},
+		{into: "controlplane/cli", imports: "github.com/jackc/pgx/v5/pgxpool", rule: ruleNamed(t, "better-compute links")},
+		{into: "controlplane/server", imports: "github.com/godbus/dbus/v5", rule: ruleNamed(t, "bc-server links")},
+		{into: "sdk/kind", imports: Module + "/internal/version", rule: ruleNamed(t, "the SDK links")},
+		{into: "sdk/wire", imports: "github.com/jackc/pgx/v5", rule: ruleNamed(t, "the SDK links")},
+	}
+	dir := t.TempDir()
+	replace := map[string]string{}
+	for i, c := range cases {
+		p := base.Package(Module + "/" + c.into)
+		require.NotNil(t, p, c.into)
+		src := filepath.Join(dir, "wrong"+string(rune('a'+i))+".go")
+		require.NoError(t, os.WriteFile(src, []byte("package "+p.Name+"\n\nimport _ \""+c.imports+"\"\n"), 0o644))
+		replace[filepath.Join(root, c.into, "zz_depcheck_wrong.go")] = src
+	}
+	ov, err := json.Marshal(map[string]any{"Replace": replace})
+	require.NoError(t, err)
+	overlay := filepath.Join(dir, "overlay.json")
+	require.NoError(t, os.WriteFile(overlay, ov, 0o644))
+
+	got := Check(load(t, overlay), Rules)
+	for _, c := range cases {
+		found := false
+		for _, v := range got {
+			if v.Rule != c.rule || !strings.Contains(strings.Join(v.Chain, " "), c.imports) {
+				continue
+			}
+			found = true
+			require.GreaterOrEqual(t, len(v.Chain), 2, v.String())
+			t.Log(v.String())
+			break
+		}
+		require.True(t, found, "adding %q to %s broke no wall; got %v", c.imports, c.into, got)
+	}
+}
+
+func ruleNamed(t *testing.T, prefix string) string {
+	t.Helper()
+	for _, r := range Rules {
+		if strings.HasPrefix(r.Name, prefix) {
+			return r.Name
+		}
+	}
+	t.Fatalf("no rule %q", prefix)
+	return ""
+}

@@ -1,0 +1,160 @@
+package depcheck
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+)
+
+// Rule is one wall: no package that From selects may link a package that
+// Forbid accepts (Forbid sees the package the chain starts from, so "another
+// plugin" can be said).
+type Rule struct {
+	// Name says the wall in words, as a report shows it.
+	Name string
+	// From selects the repository packages the rule holds for.
+	From func(path string) bool
+	// Forbid reports whether from may not link p.
+	Forbid func(from string, p *Package) bool
+	// Tests holds the rule for the packages' tests as well.
+	Tests bool
+}
+
+// Violation is a broken wall and the import chain that breaks it.
+type Violation struct {
+	Rule  string
+	Chain []string
+}
+
+// String reads "rule: a -> b -> c".
+func (v Violation) String() string {
+	return fmt.Sprintf("%s: %s", v.Rule, strings.Join(v.Chain, " -> "))
+}
+
+// Check returns every package that breaks a rule, with one chain each.
+func Check(g *Graph, rules []Rule) []Violation {
+	var out []Violation
+	for _, r := range rules {
+		for _, root := range g.roots() {
+			if !r.From(root) {
+				continue
+			}
+			if c := g.chain(root, r.Tests, func(p *Package) bool { return r.Forbid(root, p) }); c != nil {
+				out = append(out, Violation{Rule: r.Name, Chain: c})
+			}
+		}
+	}
+	return out
+}
+
+func under(path, dir string) bool {
+	full := Module + "/" + dir
+	return path == full || strings.HasPrefix(path, full+"/")
+}
+
+func inModule(p *Package, mods ...string) bool {
+	return slices.Contains(mods, p.ModulePath())
+}
+
+// pluginOf names the first-party plugin a package belongs to ("nvml" for
+// plugins/nvml/...), or "" for plugins/internal and packages outside
+// plugins/.
+func pluginOf(path string) string {
+	rest, ok := strings.CutPrefix(path, Module+"/plugins/")
+	if !ok {
+		return ""
+	}
+	name, _, _ := strings.Cut(rest, "/")
+	if name == "internal" {
+		return ""
+	}
+	return name
+}
+
+// Modules the walls name.
+const (
+	modPGX     = "github.com/jackc/pgx/v5"
+	modGodbus  = "github.com/godbus/dbus/v5"
+	modSystemd = "github.com/coreos/go-systemd/v22"
+	modNVML    = "github.com/NVIDIA/go-nvml"
+)
+
+// SDKModules is the SDK's declared dependency set: what a vendor's `go get`
+// of the SDK brings, beside the standard library. go-plugin and its
+// transitive set, gRPC and protobuf, hclog and the JSON Schema validator.
+var SDKModules = []string{
+	"github.com/hashicorp/go-plugin",
+	"github.com/hashicorp/go-hclog",
+	"github.com/hashicorp/yamux",
+	"github.com/oklog/run",
+	"github.com/fatih/color",
+	"github.com/mattn/go-colorable",
+	"github.com/mattn/go-isatty",
+	"github.com/golang/protobuf",
+	"google.golang.org/grpc",
+	"google.golang.org/protobuf",
+	"google.golang.org/genproto/googleapis/rpc",
+	"github.com/santhosh-tekuri/jsonschema/v6",
+	"golang.org/x/net",
+	"golang.org/x/sys",
+	"golang.org/x/text",
+}
+
+// Rules are the repository's walls.
+var Rules = []Rule{
+	{
+		Name:   "bcd and the plugins never import the control plane",
+		From:   func(p string) bool { return under(p, "bcd") || under(p, "plugins") },
+		Forbid: func(_ string, p *Package) bool { return under(p.ImportPath, "controlplane") },
+	},
+	{
+		Name: "no plugin imports another plugin, nor do its tests",
+		From: func(p string) bool { return pluginOf(p) != "" || under(p, "plugins/internal") },
+		Forbid: func(from string, p *Package) bool {
+			other := pluginOf(p.ImportPath)
+			return other != "" && other != pluginOf(from)
+		},
+		Tests: true,
+	},
+	{
+		Name: "a first-party manifest package imports only sdk/kind",
+		From: func(p string) bool { return pluginOf(p) != "" && strings.HasSuffix(p, "/manifest") },
+		Forbid: func(_ string, p *Package) bool {
+			return p.ModulePath() == Module && !under(p.ImportPath, "sdk")
+		},
+	},
+	{
+		Name: "bc-server's kind registry links only the plugins' manifest packages",
+		From: func(p string) bool { return p == Module+"/controlplane/kinds" },
+		Forbid: func(_ string, p *Package) bool {
+			return under(p.ImportPath, "plugins") && !strings.HasSuffix(p.ImportPath, "/manifest")
+		},
+	},
+	{
+		Name: "better-compute links neither pgx, godbus nor a plugin package",
+		From: func(p string) bool { return p == Module+"/controlplane/cmd/better-compute" },
+		Forbid: func(_ string, p *Package) bool {
+			return inModule(p, modPGX, modGodbus) || under(p.ImportPath, "plugins")
+		},
+	},
+	{
+		Name: "bc-server links neither godbus, go-systemd nor go-nvml",
+		From: func(p string) bool { return p == Module+"/controlplane/cmd/bc-server" },
+		Forbid: func(_ string, p *Package) bool {
+			return inModule(p, modGodbus, modSystemd, modNVML)
+		},
+	},
+	{
+		Name: "the SDK links only sdk/, the standard library and its declared modules",
+		From: func(p string) bool { return under(p, "sdk") },
+		Forbid: func(_ string, p *Package) bool {
+			switch {
+			case p.Standard, under(p.ImportPath, "sdk"):
+				return false
+			case p.ModulePath() == Module:
+				return true
+			}
+			return !slices.Contains(SDKModules, p.ModulePath())
+		},
+	},
+}
