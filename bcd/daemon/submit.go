@@ -159,7 +159,7 @@ func (d *Daemon) waitForSpec(e *entry) {
 func (d *Daemon) decide(e *entry, dec accept.Decision) {
 	rec := d.newRecord(e.cmd, dec.Manifest)
 	if !dec.Accepted {
-		rec.State, rec.RejectCode, rec.Reason = journal.StateRejected, string(dec.Code), dec.Reason
+		rec.State, rec.RejectCode, rec.Reason, rec.Message = journal.StateRejected, string(dec.Code), string(dec.Code), dec.Reason
 		rec.FinishedAt = d.cfg.Now()
 		d.logger.Info("command refused", "command_id", e.cmd.ID, "kind", e.cmd.Kind, "code", dec.Code, "reason", dec.Reason)
 		if dec.Journal() {

@@ -347,7 +347,8 @@ func TestSession_ServerTimeFromWelcomeJudgesExpiry(t *testing.T) {
 	got := updatesUntil(t, s, "cmd_late", agentv1.CommandState_COMMAND_STATE_REJECTED)
 	u := got[len(got)-1]
 	require.Equal(t, agentv1.RejectCode_REJECT_CODE_EXPIRED, u.GetRejectCode())
-	require.True(t, strings.HasPrefix(u.GetReason(), "EXPIRED"), u.GetReason())
+	require.Equal(t, "EXPIRED", u.GetReason(), "a reason is a bare code")
+	require.Contains(t, u.GetMessage(), "not_after", "the words travel as the message")
 	_, err := os.Stat(count)
 	require.True(t, os.IsNotExist(err), "a refused command never runs")
 }
@@ -423,10 +424,11 @@ func TestJitter_StaysInTheUpperHalf(t *testing.T) {
 }
 
 func TestToProto_RefusalCarriesItsCode(t *testing.T) {
-	u := session.ToProto(daemon.Update{CommandID: "c", State: journal.StateRejected, RejectCode: "BUSY", Reason: "lane control is full"})
+	u := session.ToProto(daemon.Update{CommandID: "c", State: journal.StateRejected, RejectCode: "BUSY", Reason: "BUSY", Message: "lane control is full"})
 	require.Equal(t, agentv1.CommandState_COMMAND_STATE_REJECTED, u.GetState())
 	require.Equal(t, agentv1.RejectCode_REJECT_CODE_BUSY, u.GetRejectCode())
-	require.Equal(t, "BUSY: lane control is full", u.GetReason())
+	require.Equal(t, "BUSY", u.GetReason(), "a reason is a bare code")
+	require.Equal(t, "lane control is full", u.GetMessage())
 	p := session.ToProto(daemon.Update{CommandID: "c", State: journal.StateRunning, Progress: &daemon.Progress{Percent: 40, Message: "step"}})
 	require.Equal(t, int32(40), p.GetProgressPercent())
 	require.Equal(t, "step", p.GetProgressMessage())

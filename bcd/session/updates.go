@@ -131,21 +131,20 @@ var codeOf = map[accept.Code]agentv1.RejectCode{
 
 // ToProto is a daemon update as the session's CommandUpdate (without
 // update_seq and session_epoch, which the client sets). A refusal carries
-// its reject code and "CODE: explanation" as its reason.
+// its reject code as its reason, a bare code, and the explanation as its
+// message.
 func ToProto(u daemon.Update) *agentv1.CommandUpdate {
 	cu := &agentv1.CommandUpdate{
 		CommandId: u.CommandID,
 		State:     stateOf[u.State],
 		Reason:    u.Reason,
+		Message:   u.Message,
 		Rebooted:  u.Rebooted,
 	}
 	if u.State == journal.StateRejected {
 		cu.RejectCode = codeOf[u.RejectCode]
 		if u.RejectCode != "" {
 			cu.Reason = string(u.RejectCode)
-			if u.Reason != "" {
-				cu.Reason += ": " + u.Reason
-			}
 		}
 	}
 	if len(u.Result) > 0 {

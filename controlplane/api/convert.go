@@ -1,6 +1,7 @@
 package api
 
 import (
+	"encoding/hex"
 	"encoding/json"
 	"time"
 
@@ -9,6 +10,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/better-compute/commands/controlplane/queue"
+	"github.com/better-compute/commands/internal/trust"
 	apiv1 "github.com/better-compute/commands/proto/bc/api/v1"
 )
 
@@ -36,6 +38,16 @@ func (s *Server) toProto(c queue.Command) *apiv1.Command {
 		Result:            toValue(c.Result),
 		MinGeneration:     c.MinGeneration,
 		Progress:          toValue(c.Progress),
+		Message:           c.Message,
+		NodeSig:           c.NodeSig,
+		Signed:            len(c.Signature) > 0,
+	}
+	if len(c.ResultSHA256) > 0 {
+		out.ResultSha256 = hex.EncodeToString(c.ResultSHA256)
+	}
+	if len(c.CommandBytes) > 0 {
+		d := trust.CommandDigest(c.CommandBytes)
+		out.CommandSha256 = hex.EncodeToString(d[:])
 	}
 	if c.BatchID != "" && s.quorum && c.NotBefore == nil && !c.State.Terminal() {
 		// Under the quorum a batched command is held until its batch is

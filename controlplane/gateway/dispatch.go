@@ -79,7 +79,7 @@ func (s *session) dispatch(ctx context.Context, c queue.Command, now time.Time) 
 	// "The gateway checks the session's certificate again at dispatch."
 	if !s.id.Allows(c.Kind) {
 		_, _, err := s.g.queue.Transition(ctx, s.g.pool, queue.Transition{
-			CommandID: c.ID, NodeID: s.id.NodeID, To: queue.Rejected, Reason: "UNSUPPORTED: runs a restricted identity that does not accept " + c.Kind,
+			CommandID: c.ID, NodeID: s.id.NodeID, To: queue.Rejected, Reason: "UNSUPPORTED", Message: "runs a restricted identity that does not accept " + c.Kind,
 		})
 		return s.dbErr(ctx, "rejecting a kind the certificate does not allow", err)
 	}

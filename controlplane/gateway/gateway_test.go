@@ -388,7 +388,8 @@ func TestGateway_RestrictedIdentityCheckedAtDispatch(t *testing.T) {
 	defer e.run(d, e.dial(trust.Identity{NodeID: e.node.ID, Role: "node", AllowedKinds: []string{"test.bulk"}}, 0))()
 	c := e.enqueue("test.ctl", "restricted")
 	got := e.waitState(c.ID, queue.Rejected)
-	require.Contains(t, got.Reason, "restricted identity that does not accept test.ctl")
+	require.Equal(t, "UNSUPPORTED", got.Reason, "a reason is a bare code")
+	require.Contains(t, got.Message, "restricted identity that does not accept test.ctl")
 	require.Zero(t, d.Runs(c.ID))
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"strings"
 
 	"github.com/better-compute/commands/controlplane/queue"
 	agentv1 "github.com/better-compute/commands/proto/bc/agent/v1"
@@ -137,11 +138,22 @@ func (s *session) transitionOf(u *agentv1.CommandUpdate) (queue.Transition, bool
 		return queue.Transition{}, false
 	}
 	t := queue.Transition{
-		CommandID: u.GetCommandId(), NodeID: s.id.NodeID, To: to, Reason: u.GetReason(),
+		CommandID: u.GetCommandId(), NodeID: s.id.NodeID, To: to, Reason: u.GetReason(), Message: u.GetMessage(),
 		ResultSHA256: u.GetResultSha256(), NodeSig: u.GetNodeSig(), Rebooted: u.GetRebooted(), Epoch: s.epoch,
 	}
-	if to == queue.Rejected && u.GetRejectCode() != agentv1.RejectCode_REJECT_CODE_UNSPECIFIED && t.Reason == "" {
-		t.Reason = rejectName(u.GetRejectCode())
+	if to == queue.Rejected && u.GetRejectCode() != agentv1.RejectCode_REJECT_CODE_UNSPECIFIED {
+		// A refusal's reason is its bare code; the words go in message (an
+		// older bcd sent "CODE: words" as the reason).
+		code := rejectName(u.GetRejectCode())
+		if rest, ok := strings.CutPrefix(t.Reason, code+": "); ok && t.Message == "" {
+			t.Message = rest
+		}
+		t.Reason = code
+	}
+	if len(u.GetNodeSig()) > 0 {
+		// The node signed the SHA-256 of these exact bytes; the jsonb result
+		// will not keep them.
+		t.ResultBytes = u.GetResult()
 	}
 	if len(u.GetResult()) > 0 {
 		if json.Valid(u.GetResult()) {

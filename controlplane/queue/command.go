@@ -95,8 +95,12 @@ type Command struct {
 	IdempotencyKey string
 	// State is the current state.
 	State State
-	// Reason says why the command ended (not_after, timeout, cancelled…).
+	// Reason says why the command ended (not_after, timeout, cancelled…):
+	// always a bare machine code.
 	Reason string
+	// Message says in words what Reason codes (a refusal's explanation, a
+	// failure's detail).
+	Message string
 	// NotAfter is the deadline for the node to accept it.
 	NotAfter time.Time
 	// NotBefore, when set, holds the command until then.
@@ -119,6 +123,9 @@ type Command struct {
 	ResultSHA256 []byte
 	// NodeSig is the node's signature over an attested result, as received.
 	NodeSig []byte
+	// ResultBytes is an attested result exactly as the node sent it (the
+	// jsonb Result normalises it; NodeSig is over the SHA-256 of these).
+	ResultBytes []byte
 	// Rebooted is set when a new boot completed a self-terminating kind.
 	Rebooted bool
 	// Attempts counts dispatches.
@@ -178,12 +185,16 @@ type Transition struct {
 	NodeID string
 	// To is the new state; it lands only when it ranks above the current one.
 	To State
-	// Reason says why (required sense for failed, rejected, expired).
-	Reason string
-	// Result, ResultSHA256, NodeSig and Rebooted come with a terminal report.
+	// Reason says why (required sense for failed, rejected, expired): a bare
+	// code; Message says it in words.
+	Reason  string
+	Message string
+	// Result, ResultSHA256, NodeSig and Rebooted come with a terminal report;
+	// ResultBytes keeps an attested result's exact bytes.
 	Result       json.RawMessage
 	ResultSHA256 []byte
 	NodeSig      []byte
+	ResultBytes  []byte
 	Rebooted     bool
 	// Progress, when set, replaces the stored progress.
 	Progress json.RawMessage

@@ -19,6 +19,8 @@ WITH u AS (
   UPDATE commands c SET
     state = $2,
     reason = CASE WHEN $3 <> '' THEN $3 ELSE c.reason END,
+    message = CASE WHEN $11 <> '' THEN $11 ELSE c.message END,
+    result_bytes = coalesce($12, c.result_bytes),
     result = coalesce($4::jsonb, c.result),
     result_sha256 = coalesce($5, c.result_sha256),
     node_sig = coalesce($6, c.node_sig),
@@ -56,7 +58,7 @@ func (q *Queue) Transition(ctx context.Context, db DBTX, t Transition) (Command,
 		progress = string(t.Progress)
 	}
 	cmd, err := scanCommand(db.QueryRow(ctx, transitionSQL,
-		t.CommandID, string(t.To), t.Reason, result, t.ResultSHA256, t.NodeSig, t.Rebooted, t.Epoch, progress, t.NodeID))
+		t.CommandID, string(t.To), t.Reason, result, t.ResultSHA256, t.NodeSig, t.Rebooted, t.Epoch, progress, t.NodeID, t.Message, t.ResultBytes))
 	if errors.Is(err, pgx.ErrNoRows) {
 		cur, gerr := q.Get(ctx, db, t.NodeID, t.CommandID)
 		if gerr != nil {

@@ -74,7 +74,21 @@ type Command struct {
 	MinGeneration int64           `protobuf:"varint,20,opt,name=min_generation,json=minGeneration,proto3" json:"min_generation,omitempty"`
 	// progress is the last progress the node reported for a running command
 	// (for example { percent, message }).
-	Progress      *structpb.Value `protobuf:"bytes,21,opt,name=progress,proto3" json:"progress,omitempty"`
+	Progress *structpb.Value `protobuf:"bytes,21,opt,name=progress,proto3" json:"progress,omitempty"`
+	// message says in words what reason codes (a refusal's explanation, a
+	// failure's detail); reason is always a bare machine code.
+	Message string `protobuf:"bytes,22,opt,name=message,proto3" json:"message,omitempty"`
+	// result_sha256 is the SHA-256 (hex) of the result as the node reported it.
+	ResultSha256 string `protobuf:"bytes,23,opt,name=result_sha256,json=resultSha256,proto3" json:"result_sha256,omitempty"`
+	// node_sig is the node's signature over an attested result (purpose
+	// command-update), exactly as received; `better-compute commands verify`
+	// checks it against the node's certificates.
+	NodeSig []byte `protobuf:"bytes,24,opt,name=node_sig,json=nodeSig,proto3" json:"node_sig,omitempty"`
+	// signed is true when the command was signed at enqueue (pki.commandSigning).
+	Signed bool `protobuf:"varint,25,opt,name=signed,proto3" json:"signed,omitempty"`
+	// command_sha256 is the digest (hex) of the command's signed encoding,
+	// which an attested result names.
+	CommandSha256 string `protobuf:"bytes,26,opt,name=command_sha256,json=commandSha256,proto3" json:"command_sha256,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -254,6 +268,41 @@ func (x *Command) GetProgress() *structpb.Value {
 		return x.Progress
 	}
 	return nil
+}
+
+func (x *Command) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *Command) GetResultSha256() string {
+	if x != nil {
+		return x.ResultSha256
+	}
+	return ""
+}
+
+func (x *Command) GetNodeSig() []byte {
+	if x != nil {
+		return x.NodeSig
+	}
+	return nil
+}
+
+func (x *Command) GetSigned() bool {
+	if x != nil {
+		return x.Signed
+	}
+	return false
+}
+
+func (x *Command) GetCommandSha256() string {
+	if x != nil {
+		return x.CommandSha256
+	}
+	return ""
 }
 
 // RunCommandRequest queues a command.
@@ -1519,7 +1568,7 @@ var File_bc_api_v1_api_proto protoreflect.FileDescriptor
 
 const file_bc_api_v1_api_proto_rawDesc = "" +
 	"\n" +
-	"\x13bc/api/v1/api.proto\x12\tbc.api.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xec\x06\n" +
+	"\x13bc/api/v1/api.proto\x12\tbc.api.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x85\b\n" +
 	"\aCommand\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1b\n" +
 	"\ttenant_id\x18\x02 \x01(\tR\btenantId\x12\x17\n" +
@@ -1548,7 +1597,12 @@ const file_bc_api_v1_api_proto_rawDesc = "" +
 	"\x13cancel_requested_at\x18\x12 \x01(\v2\x1a.google.protobuf.TimestampR\x11cancelRequestedAt\x12.\n" +
 	"\x06result\x18\x13 \x01(\v2\x16.google.protobuf.ValueR\x06result\x12%\n" +
 	"\x0emin_generation\x18\x14 \x01(\x03R\rminGeneration\x122\n" +
-	"\bprogress\x18\x15 \x01(\v2\x16.google.protobuf.ValueR\bprogressB\r\n" +
+	"\bprogress\x18\x15 \x01(\v2\x16.google.protobuf.ValueR\bprogress\x12\x18\n" +
+	"\amessage\x18\x16 \x01(\tR\amessage\x12#\n" +
+	"\rresult_sha256\x18\x17 \x01(\tR\fresultSha256\x12\x19\n" +
+	"\bnode_sig\x18\x18 \x01(\fR\anodeSig\x12\x16\n" +
+	"\x06signed\x18\x19 \x01(\bR\x06signed\x12%\n" +
+	"\x0ecommand_sha256\x18\x1a \x01(\tR\rcommandSha256B\r\n" +
 	"\v_retry_safe\"\x9b\x02\n" +
 	"\x11RunCommandRequest\x12\x1b\n" +
 	"\ttenant_id\x18\x01 \x01(\tR\btenantId\x12\x17\n" +
