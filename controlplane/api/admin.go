@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"github.com/better-compute/commands/controlplane/bindings"
+	"github.com/jackc/pgx/v5"
 	"strconv"
 	"time"
 
@@ -59,10 +61,25 @@ func (n *nodesServer) SetSpec(ctx context.Context, req *apiv1.SetNodeSpecRequest
 	if err != nil {
 		return nil, apierr.New(apierr.InvalidInput, "spec: "+err.Error(), map[string]string{"field": "spec"})
 	}
-	if _, err := nodespec.Parse(b); err != nil {
+	parsed, err := nodespec.Parse(b)
+	if err != nil {
 		return nil, apierr.New(apierr.InvalidInput, "spec: "+err.Error(), map[string]string{"field": "spec"})
 	}
-	g, err := nodespecs.Set(ctx, s.pool, req.GetNodeId(), json.RawMessage(b))
+	// One transaction: the generation, its signature (with
+	// pki.commandSigning) and its allocations' pending bindings land
+	// together, so a node never sees an unsigned generation.
+	var g nodespecs.Generation
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		signer := s.queue.Signer()
+		var err error
+		if g, err = nodespecs.Set(ctx, tx, req.GetNodeId(), json.RawMessage(b), signer); err != nil {
+			return err
+		}
+		if signer == nil {
+			return nil
+		}
+		return bindings.Pending(ctx, tx, req.GetNodeId(), g.Generation, parsed)
+	})
 	if err != nil {
 		return nil, s.fail(ctx, "nodes.setSpec", err)
 	}

@@ -41,6 +41,7 @@ func (s *Server) toProto(c queue.Command) *apiv1.Command {
 		Message:           c.Message,
 		NodeSig:           c.NodeSig,
 		Signed:            len(c.Signature) > 0,
+		ResultBytes:       c.ResultBytes,
 	}
 	if len(c.ResultSHA256) > 0 {
 		out.ResultSha256 = hex.EncodeToString(c.ResultSHA256)

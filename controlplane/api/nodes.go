@@ -42,9 +42,9 @@ func (n *nodesServer) Get(ctx context.Context, req *apiv1.GetNodeRequest) (*apiv
 		inv, conds []byte
 		created    time.Time
 	)
-	err := s.pool.QueryRow(ctx, `SELECT role, allowed_kinds, inventory, conditions, applied_generation, created_at
+	err := s.pool.QueryRow(ctx, `SELECT role, allowed_kinds, inventory, conditions, applied_generation, created_at, trust_version
 		FROM nodes WHERE id = $1 AND tenant_id = $2 AND deleted_at IS NULL`, req.GetNodeId(), req.GetTenantId()).
-		Scan(&out.Role, &allowed, &inv, &conds, &out.AppliedGeneration, &created)
+		Scan(&out.Role, &allowed, &inv, &conds, &out.AppliedGeneration, &created, &out.TrustVersion)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, apierr.New(apierr.NotFound, "node "+req.GetNodeId()+" not found", map[string]string{"nodeId": req.GetNodeId()})
 	}

@@ -21,7 +21,7 @@ func (a *app) commandsCommand() *cobra.Command {
 		Long: `commands wraps the commands.* methods. Arguments are key=value pairs as
 for "better-compute api"; tenantId defaults to --tenant / BC_TENANT.`,
 	}
-	cmd.AddCommand(a.runCommand(), a.getCommand(), a.listCommand(), a.cancelCommand(), a.watchCommand())
+	cmd.AddCommand(a.runCommand(), a.getCommand(), a.listCommand(), a.cancelCommand(), a.watchCommand(), a.verifyCommand())
 	return cmd
 }
 

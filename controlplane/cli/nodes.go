@@ -23,6 +23,7 @@ func (a *app) nodesCommand() *cobra.Command {
 to --tenant / BC_TENANT.`,
 	}
 	cmd.AddCommand(a.nodeGetCommand(), a.joinTokenCommand(), a.setSpecCommand(), a.getSpecCommand())
+	cmd.AddCommand(a.nodeTrustCommands()...)
 	return cmd
 }
 

@@ -12,6 +12,7 @@ package gateway
 
 import (
 	"context"
+	"crypto/x509"
 	"sync"
 	"time"
 
@@ -46,8 +47,11 @@ type Options struct {
 	BusyBackoffMin, BusyBackoffMax time.Duration
 	// Now is the clock (tests).
 	Now func() time.Time
-	// TrustBundle is sent in Welcome.
-	TrustBundle *agentv1.TrustBundle
+	// TrustBundle is where Welcome's trust bundle comes from (the newest
+	// published one); nil sends none. The gateway relays it as signed.
+	TrustBundle BundleSource
+	// NodeCA verifies the node certificates behind attested bindings.
+	NodeCA *x509.CertPool
 	// OnSettled, when set, is called after a node's report settled a
 	// command (the server checks a logs.collect bundle against the blob
 	// store there). It runs on the session's goroutine: keep it short.
@@ -76,6 +80,12 @@ func (o *Options) defaults() {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
+}
+
+// BundleSource hands out the newest published trust bundle (nil when none
+// was published); trustbundle.Source implements it.
+type BundleSource interface {
+	Current(ctx context.Context) (*agentv1.TrustBundle, error)
 }
 
 // Gateway serves bc.agent.v1.Session.

@@ -399,7 +399,7 @@ func TestGateway_PushesNewSpecGeneration(t *testing.T) {
 	d := fakedaemon.New(e.node.ID)
 	conn := e.dial(trust.Identity{NodeID: e.node.ID}, 0)
 	stop := e.run(d, conn)
-	g, err := nodespecs.Set(e.ctx, e.pool, e.node.ID, json.RawMessage(`{"holds":[{"gpu":"GPU-1","state":"live"}]}`))
+	g, err := nodespecs.Set(e.ctx, e.pool, e.node.ID, json.RawMessage(`{"holds":[{"gpu":"GPU-1","state":"live"}]}`), nil)
 	require.NoError(t, err)
 	require.Equal(t, int64(1), g.Generation)
 	testutil.WaitFor(t, 10*time.Second, "generation 1 to be pushed on change", func() bool {
@@ -411,7 +411,7 @@ func TestGateway_PushesNewSpecGeneration(t *testing.T) {
 
 	// A node that has applied generation 1 asks for the spec: it gets
 	// nothing older; once generation 2 exists, it gets that.
-	_, err = nodespecs.Set(e.ctx, e.pool, e.node.ID, json.RawMessage(`{"holds":[]}`))
+	_, err = nodespecs.Set(e.ctx, e.pool, e.node.ID, json.RawMessage(`{"holds":[]}`), nil)
 	require.NoError(t, err)
 	again := fakedaemon.New(e.node.ID)
 	again.JournalID, again.BootID = d.JournalID, d.BootID

@@ -25,6 +25,9 @@ type hub struct {
 type waker struct {
 	ch   chan struct{}
 	spec atomic.Bool
+	// certs says the node's certificates changed: the session checks its
+	// own again and closes when it was superseded or revoked.
+	certs atomic.Bool
 }
 
 func newHub() *hub { return &hub{sessions: map[string]map[*waker]struct{}{}} }
@@ -61,12 +64,15 @@ func (h *hub) count() int {
 
 // wake signals the sessions of nodeID without blocking: a pending signal
 // already covers this one.
-func (h *hub) wake(nodeID string, spec bool) {
+func (h *hub) wake(nodeID string, spec, certs bool) {
 	h.lock.Lock()
 	defer h.lock.Unlock()
 	for w := range h.sessions[nodeID] {
 		if spec {
 			w.spec.Store(true)
+		}
+		if certs {
+			w.certs.Store(true)
 		}
 		select {
 		case w.ch <- struct{}{}:
@@ -80,7 +86,10 @@ func (h *hub) wakeAll() {
 	defer h.lock.Unlock()
 	for _, s := range h.sessions {
 		for w := range s {
+			// Notifications may have been lost: a spec and a certificate
+			// change among them.
 			w.spec.Store(true)
+			w.certs.Store(true)
 			select {
 			case w.ch <- struct{}{}:
 			default:
@@ -142,6 +151,6 @@ func (h *hub) listenOnce(ctx context.Context, pool *pgxpool.Pool, o *outage) (li
 			_ = conn.Conn().Close(context.Background())
 			return true, err
 		}
-		h.wake(w.NodeID, w.Spec)
+		h.wake(w.NodeID, w.Spec, w.Certs)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/better-compute/commands/controlplane/nodecerts"
 	agentv1 "github.com/better-compute/commands/proto/bc/agent/v1"
 )
 
@@ -70,6 +71,17 @@ func (s *session) run(ctx context.Context) error {
 				return nil
 			}
 		case <-s.wake.ch:
+			if s.wake.certs.Swap(false) {
+				if err := s.g.checkCert(ctx, s.id.NodeID, s.cert); err != nil {
+					if _, ok := status.FromError(err); ok {
+						s.logger.Warn("closing the session: its certificate no longer works", "serial", nodecerts.Serial(s.cert), "error", err)
+						return err
+					}
+					// The database could not answer: check again on the
+					// next wake-up.
+					s.wake.certs.Store(true)
+				}
+			}
 			if s.wake.spec.Swap(false) {
 				if err := s.sendSpec(ctx, s.specSent); err != nil {
 					return err
@@ -132,6 +144,8 @@ func (s *session) handle(ctx context.Context, m *agentv1.NodeMessage) error {
 		return s.sendSpec(ctx, msg.SpecRequest.GetHaveGeneration())
 	case *agentv1.NodeMessage_Status:
 		return s.status(ctx, msg.Status)
+	case *agentv1.NodeMessage_AllocationBound:
+		return s.allocationBound(ctx, msg.AllocationBound)
 	case *agentv1.NodeMessage_Hello:
 		return status.Error(codes.InvalidArgument, "Hello may only open a session")
 	}

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/better-compute/commands/controlplane/nodecerts"
 	"github.com/better-compute/commands/controlplane/queue"
 	"github.com/better-compute/commands/internal/trust"
 	agentv1 "github.com/better-compute/commands/proto/bc/agent/v1"
@@ -25,6 +26,7 @@ import (
 type session struct {
 	g      *Gateway
 	id     trust.Identity
+	cert   *x509.Certificate // the session's verified node certificate
 	hello  *agentv1.Hello
 	epoch  int64
 	stream grpc.BidiStreamingServer[agentv1.NodeMessage, agentv1.GatewayMessage]
@@ -60,30 +62,54 @@ type credit struct {
 
 // identityFromPeer reads the node identity from the verified mTLS client
 // certificate: no session without a valid node certificate.
-func identityFromPeer(ctx context.Context) (trust.Identity, error) {
+func identityFromPeer(ctx context.Context) (trust.Identity, *x509.Certificate, error) {
 	p, ok := peer.FromContext(ctx)
 	if !ok {
-		return trust.Identity{}, status.Error(codes.Unauthenticated, "no peer: connect with mTLS and a node certificate")
+		return trust.Identity{}, nil, status.Error(codes.Unauthenticated, "no peer: connect with mTLS and a node certificate")
 	}
 	ti, ok := p.AuthInfo.(credentials.TLSInfo)
 	if !ok || len(ti.State.VerifiedChains) == 0 || len(ti.State.VerifiedChains[0]) == 0 {
-		return trust.Identity{}, status.Error(codes.Unauthenticated, "no verified client certificate: join the node first (bcd join) and connect with its certificate")
+		return trust.Identity{}, nil, status.Error(codes.Unauthenticated, "no verified client certificate: join the node first (bcd join) and connect with its certificate")
 	}
 	var leaf *x509.Certificate = ti.State.VerifiedChains[0][0]
 	id, err := trust.IdentityOf(leaf)
 	if err != nil {
-		return trust.Identity{}, status.Errorf(codes.Unauthenticated, "client certificate: %v", err)
+		return trust.Identity{}, nil, status.Errorf(codes.Unauthenticated, "client certificate: %v", err)
 	}
-	return id, nil
+	return id, leaf, nil
+}
+
+// checkCert refuses a certificate that a later join superseded or that
+// an operator revoked; unreachable is true when the database could not
+// answer.
+func (g *Gateway) checkCert(ctx context.Context, nodeID string, cert *x509.Certificate) error {
+	err := nodecerts.Check(ctx, g.pool, nodeID, nodecerts.Serial(cert))
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, nodecerts.ErrSuperseded), errors.Is(err, nodecerts.ErrRevoked), errors.Is(err, nodecerts.ErrUnknown):
+		return status.Errorf(codes.PermissionDenied, "%v", err)
+	}
+	return err
 }
 
 // Connect serves one node's session: Hello, the settling of what the
 // reconnect proves, Welcome, then the session loop until the stream ends.
 func (g *Gateway) Connect(stream grpc.BidiStreamingServer[agentv1.NodeMessage, agentv1.GatewayMessage]) error {
 	ctx := stream.Context()
-	id, err := identityFromPeer(ctx)
+	id, leaf, err := identityFromPeer(ctx)
 	if err != nil {
 		return err
+	}
+	if err := g.checkCert(ctx, id.NodeID, leaf); err != nil {
+		if _, ok := status.FromError(err); ok {
+			g.logger.Warn("session refused: certificate", "node_id", id.NodeID, "serial", nodecerts.Serial(leaf), "error", err)
+			return err
+		}
+		if ctx.Err() == nil && unreachable(err) {
+			g.outage.failed("checking a node certificate", err)
+		}
+		return status.Errorf(codes.Unavailable, "checking the node certificate: %v", err)
 	}
 	first, err := stream.Recv()
 	if err != nil {
@@ -114,7 +140,7 @@ func (g *Gateway) Connect(stream grpc.BidiStreamingServer[agentv1.NodeMessage, a
 	}
 	g.outage.ok()
 	s := &session{
-		g: g, id: id, hello: hello, epoch: epoch, stream: stream,
+		g: g, id: id, cert: leaf, hello: hello, epoch: epoch, stream: stream,
 		logger:      g.logger.With("node_id", id.NodeID, "epoch", epoch),
 		kinds:       map[string]string{},
 		outstanding: map[string]credit{},
@@ -128,8 +154,17 @@ func (g *Gateway) Connect(stream grpc.BidiStreamingServer[agentv1.NodeMessage, a
 	defer g.hub.unregister(id.NodeID, s.wake)
 	defer s.held.stop()
 	s.logger.Info("session opened", "journal_id", hello.GetJournalId(), "boot_id", hello.GetBootId(), "role", id.Role)
+	var tb *agentv1.TrustBundle
+	if g.opts.TrustBundle != nil {
+		if tb, err = g.opts.TrustBundle.Current(ctx); err != nil {
+			// A failed read hands back the last bundle read; without any,
+			// the node keeps the one it holds (a Welcome without a bundle
+			// changes nothing on the node).
+			s.logger.Warn("reading the trust bundle for Welcome", "error", err)
+		}
+	}
 	if err := s.send(&agentv1.GatewayMessage{Msg: &agentv1.GatewayMessage_Welcome{Welcome: &agentv1.Welcome{
-		ServerTime: timestamppb.New(g.opts.Now()), SessionEpoch: epoch, TrustBundle: g.opts.TrustBundle,
+		ServerTime: timestamppb.New(g.opts.Now()), SessionEpoch: epoch, TrustBundle: tb,
 	}}}); err != nil {
 		return err
 	}

@@ -25,6 +25,6 @@ func (s *session) sendSpec(ctx context.Context, have int64) error {
 	}
 	s.specSent = spec.Generation
 	return s.send(&agentv1.GatewayMessage{Msg: &agentv1.GatewayMessage_Spec{Spec: &agentv1.Spec{
-		Generation: spec.Generation, Spec: spec.Spec, Signature: spec.Signature,
+		Generation: spec.Generation, Spec: spec.Spec, Signature: spec.Signature, WorkerCert: spec.WorkerCert, Signed: spec.Signed,
 	}}})
 }

@@ -30,6 +30,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/better-compute/commands/controlplane/nodecerts"
 	"github.com/better-compute/commands/controlplane/pki"
 	"github.com/better-compute/commands/controlplane/queue"
 	"github.com/better-compute/commands/controlplane/store"
@@ -74,13 +75,19 @@ type Service struct {
 	pool   *pgxpool.Pool
 	queue  *queue.Queue
 	ca     *pki.CA
-	trust  *agentv1.TrustBundle
+	trust  BundleSource
 	logger hclog.Logger
 }
 
-// New builds the join service on the node CA. trust, when set, is sent in
-// every JoinResponse.
-func New(pool *pgxpool.Pool, q *queue.Queue, ca *pki.CA, trust *agentv1.TrustBundle, logger hclog.Logger) *Service {
+// BundleSource hands out the newest published trust bundle (nil when none:
+// commands go unsigned). trustbundle.Source implements it.
+type BundleSource interface {
+	Current(ctx context.Context) (*agentv1.TrustBundle, error)
+}
+
+// New builds the join service on the node CA. trust, when set, is where the
+// trust bundle of every JoinResponse comes from.
+func New(pool *pgxpool.Pool, q *queue.Queue, ca *pki.CA, trust BundleSource, logger hclog.Logger) *Service {
 	if logger == nil {
 		logger = hclog.NewNullLogger()
 	}
@@ -154,7 +161,17 @@ func (s *Service) Join(ctx context.Context, req *agentv1.JoinRequest) (*agentv1.
 	var (
 		id   trust.Identity
 		cert []byte
+		tb   *agentv1.TrustBundle
 	)
+	if s.trust != nil {
+		// Read before the token is burned: a node that joins without the
+		// bundle would run unsigned commands until its first Welcome.
+		var err error
+		if tb, err = s.trust.Current(ctx); err != nil {
+			s.logger.Error("join: reading the trust bundle", "error", err)
+			return nil, status.Error(codes.Unavailable, "join: the trust bundle could not be read; retry")
+		}
+	}
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		// The guarded UPDATE is the whole check: a second join with the
 		// same token waits on the row lock, then finds used_at set.
@@ -181,6 +198,11 @@ func (s *Service) Join(ctx context.Context, req *agentv1.JoinRequest) (*agentv1.
 			}
 			return err
 		}
+		// Recorded in the same transaction: the new certificate supersedes
+		// the node's earlier ones, whose sessions close.
+		if _, err := nodecerts.Record(ctx, tx, cert); err != nil {
+			return err
+		}
 		return nil
 	})
 	if err != nil {
@@ -193,6 +215,6 @@ func (s *Service) Join(ctx context.Context, req *agentv1.JoinRequest) (*agentv1.
 		s.logger.Error("join failed", "error", err)
 		return nil, status.Error(codes.Unavailable, "join failed; retry")
 	}
-	s.logger.Info("node joined", "node_id", id.NodeID, "role", id.Role, "allowed_kinds", strings.Join(id.AllowedKinds, ","))
-	return &agentv1.JoinResponse{NodeId: id.NodeID, Certificate: cert, Ca: s.ca.CertPEM, TrustBundle: s.trust}, nil
+	s.logger.Info("node joined", "node_id", id.NodeID, "role", id.Role, "allowed_kinds", strings.Join(id.AllowedKinds, ","), "trust_version", tb.GetVersion())
+	return &agentv1.JoinResponse{NodeId: id.NodeID, Certificate: cert, Ca: s.ca.CertPEM, TrustBundle: tb}, nil
 }

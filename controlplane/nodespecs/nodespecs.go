@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/better-compute/commands/controlplane/store"
+	"github.com/better-compute/commands/internal/trust"
 	"github.com/better-compute/commands/sdk/nodespec"
 )
 
@@ -20,11 +21,21 @@ type Generation struct {
 	NodeID     string
 	Generation int64
 	Spec       json.RawMessage
-	Signature  []byte
+	// Signed, Signature and WorkerCert are the signed statement (node,
+	// generation, spec), the worker key's signature over it (purpose
+	// desired-state) and that key's certificate; nil while unsigned.
+	Signed, Signature, WorkerCert []byte
 }
 
-// Set validates spec and stores it as the node's next generation.
-func Set(ctx context.Context, db store.DBTX, nodeID string, spec json.RawMessage) (Generation, error) {
+// Signer signs a spec statement (controlplane/signing implements it).
+type Signer interface {
+	Sign(p trust.Purpose, body []byte) (sig, cert []byte, err error)
+}
+
+// Set validates spec and stores it as the node's next generation, signed
+// when signer is not nil: the statement names the node and the generation,
+// so a spec cannot be replayed to another node or as another generation.
+func Set(ctx context.Context, db store.DBTX, nodeID string, spec json.RawMessage, signer Signer) (Generation, error) {
 	if _, err := nodespec.Parse(spec); err != nil {
 		return Generation{}, err
 	}
@@ -36,6 +47,19 @@ func Set(ctx context.Context, db store.DBTX, nodeID string, spec json.RawMessage
 	if err != nil {
 		return Generation{}, fmt.Errorf("storing spec of %s: %w", nodeID, err)
 	}
+	if signer == nil {
+		return g, nil
+	}
+	if g.Signed, err = (trust.SpecStatement{NodeID: nodeID, Generation: g.Generation, Spec: spec}).Encode(); err != nil {
+		return Generation{}, err
+	}
+	if g.Signature, g.WorkerCert, err = signer.Sign(trust.PurposeDesiredState, g.Signed); err != nil {
+		return Generation{}, fmt.Errorf("signing spec %d of %s: %w", g.Generation, nodeID, err)
+	}
+	if _, err := db.Exec(ctx, `UPDATE node_specs SET signed = $3, signature = $4, worker_cert = $5 WHERE node_id = $1 AND generation = $2`,
+		nodeID, g.Generation, g.Signed, g.Signature, g.WorkerCert); err != nil {
+		return Generation{}, fmt.Errorf("storing the signature of spec %d of %s: %w", g.Generation, nodeID, err)
+	}
 	return g, nil
 }
 
@@ -43,8 +67,8 @@ func Set(ctx context.Context, db store.DBTX, nodeID string, spec json.RawMessage
 func Latest(ctx context.Context, db store.DBTX, nodeID string) (Generation, error) {
 	g := Generation{NodeID: nodeID}
 	var spec string
-	err := db.QueryRow(ctx, `SELECT generation, spec::text, signature FROM node_specs WHERE node_id = $1 ORDER BY generation DESC LIMIT 1`, nodeID).
-		Scan(&g.Generation, &spec, &g.Signature)
+	err := db.QueryRow(ctx, `SELECT generation, spec::text, signed, signature, worker_cert FROM node_specs WHERE node_id = $1 ORDER BY generation DESC LIMIT 1`, nodeID).
+		Scan(&g.Generation, &spec, &g.Signed, &g.Signature, &g.WorkerCert)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Generation{NodeID: nodeID}, nil
 	}

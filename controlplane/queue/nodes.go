@@ -136,6 +136,8 @@ type SessionHello struct {
 	JournalID, BootID string
 	// Role is the certificate's role.
 	Role string
+	// TrustVersion is the trust bundle version the node holds.
+	TrustVersion int64
 }
 
 // SessionStart is a new session's epoch and what the node row said before
@@ -152,7 +154,7 @@ const startSessionSQL = `
 WITH prev AS (
   SELECT id, journal_id, boot_id, role FROM nodes WHERE id = $1 AND deleted_at IS NULL FOR UPDATE
 )
-UPDATE nodes n SET session_epoch = n.session_epoch + 1, journal_id = $2, boot_id = $3, role = $4
+UPDATE nodes n SET session_epoch = n.session_epoch + 1, journal_id = $2, boot_id = $3, role = $4, trust_version = $5
 FROM prev WHERE n.id = prev.id
 RETURNING n.session_epoch, prev.journal_id, prev.boot_id, prev.role`
 
@@ -163,7 +165,7 @@ RETURNING n.session_epoch, prev.journal_id, prev.boot_id, prev.role`
 // transaction. A deleted or unknown node is NOT_FOUND.
 func (q *Queue) StartSession(ctx context.Context, tx pgx.Tx, h SessionHello) (SessionStart, error) {
 	var s SessionStart
-	err := tx.QueryRow(ctx, startSessionSQL, h.NodeID, h.JournalID, h.BootID, h.Role).
+	err := tx.QueryRow(ctx, startSessionSQL, h.NodeID, h.JournalID, h.BootID, h.Role, h.TrustVersion).
 		Scan(&s.Epoch, &s.PrevJournalID, &s.PrevBootID, &s.PrevRole)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return SessionStart{}, nodeNotFound(h.NodeID)

@@ -14,13 +14,28 @@ import (
 const (
 	dispatchChannel = "bc_dispatch"
 	specPrefix      = "spec:"
+	// CertsPrefix and the node id is sent when a node's certificates
+	// changed (a re-join superseded one, an operator revoked one): its
+	// sessions check theirs again.
+	CertsPrefix = "certs:"
 )
 
 // Wakeup is one dispatch notification: the node whose session should look at
-// its commands, and whether a new spec generation is the reason.
+// its commands, and whether a new spec generation or a change of its
+// certificates is the reason.
 type Wakeup struct {
 	NodeID string
 	Spec   bool
+	Certs  bool
+}
+
+// NotifyCerts wakes the sessions of nodeID to check their certificates
+// again, when tx commits.
+func NotifyCerts(ctx context.Context, tx DBTX, nodeID string) error {
+	if _, err := tx.Exec(ctx, `SELECT pg_notify($1, $2)`, dispatchChannel, CertsPrefix+nodeID); err != nil {
+		return fmt.Errorf("notifying a certificate change of %s: %w", nodeID, err)
+	}
+	return nil
 }
 
 // ListenDispatch subscribes conn to dispatch wake-ups. Hold the connection
@@ -42,6 +57,9 @@ func WaitDispatch(ctx context.Context, conn *pgx.Conn) (Wakeup, error) {
 	}
 	if node, ok := strings.CutPrefix(n.Payload, specPrefix); ok {
 		return Wakeup{NodeID: node, Spec: true}, nil
+	}
+	if node, ok := strings.CutPrefix(n.Payload, CertsPrefix); ok {
+		return Wakeup{NodeID: node, Certs: true}, nil
 	}
 	return Wakeup{NodeID: n.Payload}, nil
 }

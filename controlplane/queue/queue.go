@@ -31,6 +31,8 @@ type Queue struct {
 	// break-glass allowance exists: a destructive kind needs a batch id.
 	requireBatch atomic.Bool
 	nowFunc      func() time.Time
+	// signer signs commands at enqueue; nil while signing is off.
+	signer atomic.Pointer[Signer]
 }
 
 // New returns a queue that checks kinds and payloads against reg.

@@ -8,6 +8,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/better-compute/commands/internal/trust"
 	agentv1 "github.com/better-compute/commands/proto/bc/agent/v1"
 )
 
@@ -51,13 +52,46 @@ func (q *Queue) storeCommandBytes(ctx context.Context, tx pgx.Tx, cmd *Command) 
 	if err != nil {
 		return err
 	}
-	tag, err := tx.Exec(ctx, `UPDATE commands SET command_bytes = $2 WHERE id = $1 AND command_bytes IS NULL`, cmd.ID, b)
+	var sig, cert []byte
+	if s := q.Signer(); s != nil {
+		// Signed in the enqueue transaction: a command is never stored
+		// unsigned while signing is on, and the bytes signed are the bytes
+		// stored.
+		if sig, cert, err = s.Sign(trust.PurposeCommand, b); err != nil {
+			return fmt.Errorf("signing command %s: %w", cmd.ID, err)
+		}
+	}
+	tag, err := tx.Exec(ctx, `UPDATE commands SET command_bytes = $2, signature = $3, worker_cert = $4 WHERE id = $1 AND command_bytes IS NULL`, cmd.ID, b, sig, cert)
 	if err != nil {
 		return fmt.Errorf("storing the bytes of command %s: %w", cmd.ID, err)
 	}
 	if tag.RowsAffected() != 1 {
 		return fmt.Errorf("storing the bytes of command %s: the new row is gone or already has them", cmd.ID)
 	}
-	cmd.CommandBytes = b
+	cmd.CommandBytes, cmd.Signature, cmd.WorkerCert = b, sig, cert
+	return nil
+}
+
+// Signer signs what the queue stores: commands at enqueue (and, through
+// the same authority, node specs). controlplane/signing implements it.
+type Signer interface {
+	Sign(p trust.Purpose, body []byte) (sig, cert []byte, err error)
+}
+
+// SetSigner turns command signing on (nil turns it off): every command
+// queued after it is signed by the signer's worker key.
+func (q *Queue) SetSigner(s Signer) {
+	if s == nil {
+		q.signer.Store(nil)
+		return
+	}
+	q.signer.Store(&s)
+}
+
+// Signer is the signer commands are signed with, nil when unsigned.
+func (q *Queue) Signer() Signer {
+	if p := q.signer.Load(); p != nil {
+		return *p
+	}
 	return nil
 }

@@ -33,6 +33,8 @@ import (
 	"github.com/better-compute/commands/controlplane/kinds"
 	"github.com/better-compute/commands/controlplane/pki"
 	"github.com/better-compute/commands/controlplane/queue"
+	"github.com/better-compute/commands/controlplane/signing"
+	"github.com/better-compute/commands/controlplane/trustbundle"
 	"github.com/better-compute/commands/controlplane/store"
 	"github.com/better-compute/commands/controlplane/sweeper"
 	agentv1 "github.com/better-compute/commands/proto/bc/agent/v1"
@@ -55,6 +57,11 @@ type Server struct {
 	queue    *queue.Queue
 	// support is nil without supportBundles.
 	support *bundles.Bundles
+	// signer is the command-signing authority, nil without
+	// pki.commandSigning (or in a process without the api component); trust
+	// hands out the newest published trust bundle.
+	signer atomic.Pointer[signing.Authority]
+	trust  *trustbundle.Source
 
 	// The gateway's parts; nil when cfg.Gateway.Listen is empty.
 	ca      *pki.CA
@@ -145,13 +152,20 @@ func New(ctx context.Context, cfg Config, reg *kinds.Registry, logger hclog.Logg
 	q.RequireBatches(cfg.BatchQuorum)
 	s.queue = q
 	s.support = support
-	if cfg.Gateway.Listen != "" {
+	if err := cfg.ValidateComponents(); err != nil {
+		return closeOnErr(err)
+	}
+	if err := s.startSigning(ctx, cfg); err != nil {
+		return closeOnErr(err)
+	}
+	s.trust = trustbundle.NewSource(pool, 0)
+	if cfg.Gateway.Listen != "" && cfg.Runs(ComponentGateway) {
 		if err := s.newGateway(cfg.Gateway); err != nil {
 			return closeOnErr(err)
 		}
 	}
 	s.nodeWakers, s.workflowWakers = &sweeper.Wakers{}, &sweeper.Wakers{}
-	if !cfg.Sweeper.Disabled {
+	if !cfg.Sweeper.Disabled && cfg.Runs(ComponentSweeper) {
 		s.sweeper = sweeper.New(pool, q, sweeper.Options{Interval: time.Duration(cfg.Sweeper.Interval),
 			Nodes: s.nodeWakers, Workflows: s.workflowWakers, Logger: logger})
 	}
@@ -171,7 +185,9 @@ func New(ctx context.Context, cfg Config, reg *kinds.Registry, logger hclog.Logg
 		s.logger.Warn("the API serves plaintext: set tls.cert and tls.key outside loopback and tests")
 	}
 	s.grpc = grpc.NewServer(opts...)
-	s.api.Register(s.grpc)
+	if cfg.Runs(ComponentAPI) {
+		s.api.Register(s.grpc)
+	}
 	s.health = health.NewServer()
 	healthpb.RegisterHealthServer(s.grpc, s.health)
 	// Reflection lets grpcurl, Postman and any language's tooling use the
@@ -241,9 +257,9 @@ func (s *Server) newGateway(gc GatewayConfig) error {
 	s.gateway = gateway.New(s.pool, s.queue, s.logger, gateway.Options{
 		Poll: time.Duration(gc.Poll), CancelResend: time.Duration(gc.CancelResend),
 		BusyBackoffMin: time.Duration(gc.BusyBackoffMin), BusyBackoffMax: time.Duration(gc.BusyBackoffMax),
-		OnSettled: s.checkBundle,
+		OnSettled: s.checkBundle, TrustBundle: s.trust, NodeCA: ca.Pool(),
 	})
-	s.join = join.New(s.pool, s.queue, ca, nil, s.logger)
+	s.join = join.New(s.pool, s.queue, ca, s.trust, s.logger)
 	s.gwGRPC = grpc.NewServer(grpc.Creds(credentials.NewTLS(&tls.Config{
 		Certificates: []tls.Certificate{pair}, ClientCAs: ca.Pool(),
 		ClientAuth: tls.VerifyClientCertIfGiven, MinVersion: tls.VersionTLS12,

@@ -146,6 +146,13 @@ func run(ctx context.Context, args []string, stderr io.Writer) int {
 				if err := srv.ReloadAuth(next); err != nil {
 					logger.Error("reload refused", "error", err)
 				}
+				if *configPath != "" {
+					if fresh, err := server.LoadConfig(*configPath); err == nil {
+						if err := srv.ReloadPKI(ctx, fresh.PKI); err != nil {
+							logger.Error("pki reload refused", "error", err)
+						}
+					}
+				}
 			}
 		}
 	}()

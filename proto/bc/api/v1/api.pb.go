@@ -33,6 +33,497 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// ListNodeCertificatesRequest names a node.
+type ListNodeCertificatesRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	TenantId      string                 `protobuf:"bytes,1,opt,name=tenant_id,json=tenantId,proto3" json:"tenant_id,omitempty"`
+	NodeId        string                 `protobuf:"bytes,2,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListNodeCertificatesRequest) Reset() {
+	*x = ListNodeCertificatesRequest{}
+	mi := &file_bc_api_v1_api_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListNodeCertificatesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListNodeCertificatesRequest) ProtoMessage() {}
+
+func (x *ListNodeCertificatesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_bc_api_v1_api_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListNodeCertificatesRequest.ProtoReflect.Descriptor instead.
+func (*ListNodeCertificatesRequest) Descriptor() ([]byte, []int) {
+	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *ListNodeCertificatesRequest) GetTenantId() string {
+	if x != nil {
+		return x.TenantId
+	}
+	return ""
+}
+
+func (x *ListNodeCertificatesRequest) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+// RevokeNodeCertificatesRequest revokes one certificate (serial) or all.
+type RevokeNodeCertificatesRequest struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	TenantId string                 `protobuf:"bytes,1,opt,name=tenant_id,json=tenantId,proto3" json:"tenant_id,omitempty"`
+	NodeId   string                 `protobuf:"bytes,2,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	// serial (hex) revokes one certificate; empty revokes all of the node's.
+	Serial        string `protobuf:"bytes,3,opt,name=serial,proto3" json:"serial,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RevokeNodeCertificatesRequest) Reset() {
+	*x = RevokeNodeCertificatesRequest{}
+	mi := &file_bc_api_v1_api_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RevokeNodeCertificatesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RevokeNodeCertificatesRequest) ProtoMessage() {}
+
+func (x *RevokeNodeCertificatesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_bc_api_v1_api_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RevokeNodeCertificatesRequest.ProtoReflect.Descriptor instead.
+func (*RevokeNodeCertificatesRequest) Descriptor() ([]byte, []int) {
+	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *RevokeNodeCertificatesRequest) GetTenantId() string {
+	if x != nil {
+		return x.TenantId
+	}
+	return ""
+}
+
+func (x *RevokeNodeCertificatesRequest) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *RevokeNodeCertificatesRequest) GetSerial() string {
+	if x != nil {
+		return x.Serial
+	}
+	return ""
+}
+
+// NodeCertificate is one certificate the node CA issued to a node.
+type NodeCertificate struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// serial is the certificate's serial number, hex.
+	Serial       string                 `protobuf:"bytes,1,opt,name=serial,proto3" json:"serial,omitempty"`
+	Role         string                 `protobuf:"bytes,2,opt,name=role,proto3" json:"role,omitempty"`
+	AllowedKinds []string               `protobuf:"bytes,3,rep,name=allowed_kinds,json=allowedKinds,proto3" json:"allowed_kinds,omitempty"`
+	NotBefore    *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=not_before,json=notBefore,proto3" json:"not_before,omitempty"`
+	NotAfter     *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=not_after,json=notAfter,proto3" json:"not_after,omitempty"`
+	IssuedAt     *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=issued_at,json=issuedAt,proto3" json:"issued_at,omitempty"`
+	// state is current, superseded (a later join) or revoked.
+	State        string                 `protobuf:"bytes,7,opt,name=state,proto3" json:"state,omitempty"`
+	SupersededAt *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=superseded_at,json=supersededAt,proto3" json:"superseded_at,omitempty"`
+	RevokedAt    *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=revoked_at,json=revokedAt,proto3" json:"revoked_at,omitempty"`
+	// pem is the certificate, PEM.
+	Pem           []byte `protobuf:"bytes,10,opt,name=pem,proto3" json:"pem,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NodeCertificate) Reset() {
+	*x = NodeCertificate{}
+	mi := &file_bc_api_v1_api_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NodeCertificate) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NodeCertificate) ProtoMessage() {}
+
+func (x *NodeCertificate) ProtoReflect() protoreflect.Message {
+	mi := &file_bc_api_v1_api_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NodeCertificate.ProtoReflect.Descriptor instead.
+func (*NodeCertificate) Descriptor() ([]byte, []int) {
+	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *NodeCertificate) GetSerial() string {
+	if x != nil {
+		return x.Serial
+	}
+	return ""
+}
+
+func (x *NodeCertificate) GetRole() string {
+	if x != nil {
+		return x.Role
+	}
+	return ""
+}
+
+func (x *NodeCertificate) GetAllowedKinds() []string {
+	if x != nil {
+		return x.AllowedKinds
+	}
+	return nil
+}
+
+func (x *NodeCertificate) GetNotBefore() *timestamppb.Timestamp {
+	if x != nil {
+		return x.NotBefore
+	}
+	return nil
+}
+
+func (x *NodeCertificate) GetNotAfter() *timestamppb.Timestamp {
+	if x != nil {
+		return x.NotAfter
+	}
+	return nil
+}
+
+func (x *NodeCertificate) GetIssuedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.IssuedAt
+	}
+	return nil
+}
+
+func (x *NodeCertificate) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *NodeCertificate) GetSupersededAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.SupersededAt
+	}
+	return nil
+}
+
+func (x *NodeCertificate) GetRevokedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.RevokedAt
+	}
+	return nil
+}
+
+func (x *NodeCertificate) GetPem() []byte {
+	if x != nil {
+		return x.Pem
+	}
+	return nil
+}
+
+// NodeCertificates is a node's certificates and the node CA that issued them.
+type NodeCertificates struct {
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	Certificates []*NodeCertificate     `protobuf:"bytes,1,rep,name=certificates,proto3" json:"certificates,omitempty"`
+	// node_ca_pem is the node CA certificate (PEM).
+	NodeCaPem     []byte `protobuf:"bytes,2,opt,name=node_ca_pem,json=nodeCaPem,proto3" json:"node_ca_pem,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NodeCertificates) Reset() {
+	*x = NodeCertificates{}
+	mi := &file_bc_api_v1_api_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NodeCertificates) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NodeCertificates) ProtoMessage() {}
+
+func (x *NodeCertificates) ProtoReflect() protoreflect.Message {
+	mi := &file_bc_api_v1_api_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NodeCertificates.ProtoReflect.Descriptor instead.
+func (*NodeCertificates) Descriptor() ([]byte, []int) {
+	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *NodeCertificates) GetCertificates() []*NodeCertificate {
+	if x != nil {
+		return x.Certificates
+	}
+	return nil
+}
+
+func (x *NodeCertificates) GetNodeCaPem() []byte {
+	if x != nil {
+		return x.NodeCaPem
+	}
+	return nil
+}
+
+// ListAllocationBindingsRequest names a node.
+type ListAllocationBindingsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	TenantId      string                 `protobuf:"bytes,1,opt,name=tenant_id,json=tenantId,proto3" json:"tenant_id,omitempty"`
+	NodeId        string                 `protobuf:"bytes,2,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListAllocationBindingsRequest) Reset() {
+	*x = ListAllocationBindingsRequest{}
+	mi := &file_bc_api_v1_api_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListAllocationBindingsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListAllocationBindingsRequest) ProtoMessage() {}
+
+func (x *ListAllocationBindingsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_bc_api_v1_api_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListAllocationBindingsRequest.ProtoReflect.Descriptor instead.
+func (*ListAllocationBindingsRequest) Descriptor() ([]byte, []int) {
+	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *ListAllocationBindingsRequest) GetTenantId() string {
+	if x != nil {
+		return x.TenantId
+	}
+	return ""
+}
+
+func (x *ListAllocationBindingsRequest) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+// AllocationBinding is one allocation a node spec binds on a node.
+type AllocationBinding struct {
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Allocation string                 `protobuf:"bytes,1,opt,name=allocation,proto3" json:"allocation,omitempty"`
+	Generation int64                  `protobuf:"varint,2,opt,name=generation,proto3" json:"generation,omitempty"`
+	Gpus       []string               `protobuf:"bytes,3,rep,name=gpus,proto3" json:"gpus,omitempty"`
+	// state is pending (no attestation yet), bound (the node's signed
+	// AllocationBound verified) or refused (reason says why).
+	State  string `protobuf:"bytes,4,opt,name=state,proto3" json:"state,omitempty"`
+	Reason string `protobuf:"bytes,5,opt,name=reason,proto3" json:"reason,omitempty"`
+	// statement and node_sig are the node's AllocationBound, as received.
+	Statement     []byte                 `protobuf:"bytes,6,opt,name=statement,proto3" json:"statement,omitempty"`
+	NodeSig       []byte                 `protobuf:"bytes,7,opt,name=node_sig,json=nodeSig,proto3" json:"node_sig,omitempty"`
+	UpdatedAt     *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=updated_at,json=updatedAt,proto3" json:"updated_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AllocationBinding) Reset() {
+	*x = AllocationBinding{}
+	mi := &file_bc_api_v1_api_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AllocationBinding) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AllocationBinding) ProtoMessage() {}
+
+func (x *AllocationBinding) ProtoReflect() protoreflect.Message {
+	mi := &file_bc_api_v1_api_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AllocationBinding.ProtoReflect.Descriptor instead.
+func (*AllocationBinding) Descriptor() ([]byte, []int) {
+	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *AllocationBinding) GetAllocation() string {
+	if x != nil {
+		return x.Allocation
+	}
+	return ""
+}
+
+func (x *AllocationBinding) GetGeneration() int64 {
+	if x != nil {
+		return x.Generation
+	}
+	return 0
+}
+
+func (x *AllocationBinding) GetGpus() []string {
+	if x != nil {
+		return x.Gpus
+	}
+	return nil
+}
+
+func (x *AllocationBinding) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *AllocationBinding) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *AllocationBinding) GetStatement() []byte {
+	if x != nil {
+		return x.Statement
+	}
+	return nil
+}
+
+func (x *AllocationBinding) GetNodeSig() []byte {
+	if x != nil {
+		return x.NodeSig
+	}
+	return nil
+}
+
+func (x *AllocationBinding) GetUpdatedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.UpdatedAt
+	}
+	return nil
+}
+
+// AllocationBindings is a node's bindings.
+type AllocationBindings struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Bindings      []*AllocationBinding   `protobuf:"bytes,1,rep,name=bindings,proto3" json:"bindings,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AllocationBindings) Reset() {
+	*x = AllocationBindings{}
+	mi := &file_bc_api_v1_api_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AllocationBindings) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AllocationBindings) ProtoMessage() {}
+
+func (x *AllocationBindings) ProtoReflect() protoreflect.Message {
+	mi := &file_bc_api_v1_api_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AllocationBindings.ProtoReflect.Descriptor instead.
+func (*AllocationBindings) Descriptor() ([]byte, []int) {
+	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *AllocationBindings) GetBindings() []*AllocationBinding {
+	if x != nil {
+		return x.Bindings
+	}
+	return nil
+}
+
 // Command is a command as the API shows it.
 type Command struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -89,13 +580,16 @@ type Command struct {
 	// command_sha256 is the digest (hex) of the command's signed encoding,
 	// which an attested result names.
 	CommandSha256 string `protobuf:"bytes,26,opt,name=command_sha256,json=commandSha256,proto3" json:"command_sha256,omitempty"`
+	// result_bytes is an attested result exactly as the node sent it (the
+	// bytes whose SHA-256 the node signed); result is the same document.
+	ResultBytes   []byte `protobuf:"bytes,27,opt,name=result_bytes,json=resultBytes,proto3" json:"result_bytes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Command) Reset() {
 	*x = Command{}
-	mi := &file_bc_api_v1_api_proto_msgTypes[0]
+	mi := &file_bc_api_v1_api_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -107,7 +601,7 @@ func (x *Command) String() string {
 func (*Command) ProtoMessage() {}
 
 func (x *Command) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_api_v1_api_proto_msgTypes[0]
+	mi := &file_bc_api_v1_api_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -120,7 +614,7 @@ func (x *Command) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Command.ProtoReflect.Descriptor instead.
 func (*Command) Descriptor() ([]byte, []int) {
-	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{0}
+	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Command) GetId() string {
@@ -305,6 +799,13 @@ func (x *Command) GetCommandSha256() string {
 	return ""
 }
 
+func (x *Command) GetResultBytes() []byte {
+	if x != nil {
+		return x.ResultBytes
+	}
+	return nil
+}
+
 // RunCommandRequest queues a command.
 type RunCommandRequest struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
@@ -329,7 +830,7 @@ type RunCommandRequest struct {
 
 func (x *RunCommandRequest) Reset() {
 	*x = RunCommandRequest{}
-	mi := &file_bc_api_v1_api_proto_msgTypes[1]
+	mi := &file_bc_api_v1_api_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -341,7 +842,7 @@ func (x *RunCommandRequest) String() string {
 func (*RunCommandRequest) ProtoMessage() {}
 
 func (x *RunCommandRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_api_v1_api_proto_msgTypes[1]
+	mi := &file_bc_api_v1_api_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -354,7 +855,7 @@ func (x *RunCommandRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunCommandRequest.ProtoReflect.Descriptor instead.
 func (*RunCommandRequest) Descriptor() ([]byte, []int) {
-	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{1}
+	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *RunCommandRequest) GetTenantId() string {
@@ -418,7 +919,7 @@ type GetCommandRequest struct {
 
 func (x *GetCommandRequest) Reset() {
 	*x = GetCommandRequest{}
-	mi := &file_bc_api_v1_api_proto_msgTypes[2]
+	mi := &file_bc_api_v1_api_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -430,7 +931,7 @@ func (x *GetCommandRequest) String() string {
 func (*GetCommandRequest) ProtoMessage() {}
 
 func (x *GetCommandRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_api_v1_api_proto_msgTypes[2]
+	mi := &file_bc_api_v1_api_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -443,7 +944,7 @@ func (x *GetCommandRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetCommandRequest.ProtoReflect.Descriptor instead.
 func (*GetCommandRequest) Descriptor() ([]byte, []int) {
-	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{2}
+	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *GetCommandRequest) GetTenantId() string {
@@ -484,7 +985,7 @@ type ListCommandsRequest struct {
 
 func (x *ListCommandsRequest) Reset() {
 	*x = ListCommandsRequest{}
-	mi := &file_bc_api_v1_api_proto_msgTypes[3]
+	mi := &file_bc_api_v1_api_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -496,7 +997,7 @@ func (x *ListCommandsRequest) String() string {
 func (*ListCommandsRequest) ProtoMessage() {}
 
 func (x *ListCommandsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_api_v1_api_proto_msgTypes[3]
+	mi := &file_bc_api_v1_api_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -509,7 +1010,7 @@ func (x *ListCommandsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCommandsRequest.ProtoReflect.Descriptor instead.
 func (*ListCommandsRequest) Descriptor() ([]byte, []int) {
-	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{3}
+	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ListCommandsRequest) GetTenantId() string {
@@ -559,7 +1060,7 @@ type ListCommandsResponse struct {
 
 func (x *ListCommandsResponse) Reset() {
 	*x = ListCommandsResponse{}
-	mi := &file_bc_api_v1_api_proto_msgTypes[4]
+	mi := &file_bc_api_v1_api_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -571,7 +1072,7 @@ func (x *ListCommandsResponse) String() string {
 func (*ListCommandsResponse) ProtoMessage() {}
 
 func (x *ListCommandsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_api_v1_api_proto_msgTypes[4]
+	mi := &file_bc_api_v1_api_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -584,7 +1085,7 @@ func (x *ListCommandsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCommandsResponse.ProtoReflect.Descriptor instead.
 func (*ListCommandsResponse) Descriptor() ([]byte, []int) {
-	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{4}
+	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ListCommandsResponse) GetItems() []*Command {
@@ -613,7 +1114,7 @@ type CancelCommandRequest struct {
 
 func (x *CancelCommandRequest) Reset() {
 	*x = CancelCommandRequest{}
-	mi := &file_bc_api_v1_api_proto_msgTypes[5]
+	mi := &file_bc_api_v1_api_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -625,7 +1126,7 @@ func (x *CancelCommandRequest) String() string {
 func (*CancelCommandRequest) ProtoMessage() {}
 
 func (x *CancelCommandRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_api_v1_api_proto_msgTypes[5]
+	mi := &file_bc_api_v1_api_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -638,7 +1139,7 @@ func (x *CancelCommandRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelCommandRequest.ProtoReflect.Descriptor instead.
 func (*CancelCommandRequest) Descriptor() ([]byte, []int) {
-	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{5}
+	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *CancelCommandRequest) GetTenantId() string {
@@ -680,7 +1181,7 @@ type WatchEventsRequest struct {
 
 func (x *WatchEventsRequest) Reset() {
 	*x = WatchEventsRequest{}
-	mi := &file_bc_api_v1_api_proto_msgTypes[6]
+	mi := &file_bc_api_v1_api_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -692,7 +1193,7 @@ func (x *WatchEventsRequest) String() string {
 func (*WatchEventsRequest) ProtoMessage() {}
 
 func (x *WatchEventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_api_v1_api_proto_msgTypes[6]
+	mi := &file_bc_api_v1_api_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -705,7 +1206,7 @@ func (x *WatchEventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchEventsRequest.ProtoReflect.Descriptor instead.
 func (*WatchEventsRequest) Descriptor() ([]byte, []int) {
-	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{6}
+	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *WatchEventsRequest) GetTenantId() string {
@@ -754,7 +1255,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_bc_api_v1_api_proto_msgTypes[7]
+	mi := &file_bc_api_v1_api_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -766,7 +1267,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_api_v1_api_proto_msgTypes[7]
+	mi := &file_bc_api_v1_api_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -779,7 +1280,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{7}
+	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Event) GetCursor() string {
@@ -835,7 +1336,7 @@ type GetNodeRequest struct {
 
 func (x *GetNodeRequest) Reset() {
 	*x = GetNodeRequest{}
-	mi := &file_bc_api_v1_api_proto_msgTypes[8]
+	mi := &file_bc_api_v1_api_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -847,7 +1348,7 @@ func (x *GetNodeRequest) String() string {
 func (*GetNodeRequest) ProtoMessage() {}
 
 func (x *GetNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_api_v1_api_proto_msgTypes[8]
+	mi := &file_bc_api_v1_api_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -860,7 +1361,7 @@ func (x *GetNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetNodeRequest.ProtoReflect.Descriptor instead.
 func (*GetNodeRequest) Descriptor() ([]byte, []int) {
-	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{8}
+	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *GetNodeRequest) GetTenantId() string {
@@ -891,7 +1392,7 @@ type Condition struct {
 
 func (x *Condition) Reset() {
 	*x = Condition{}
-	mi := &file_bc_api_v1_api_proto_msgTypes[9]
+	mi := &file_bc_api_v1_api_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -903,7 +1404,7 @@ func (x *Condition) String() string {
 func (*Condition) ProtoMessage() {}
 
 func (x *Condition) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_api_v1_api_proto_msgTypes[9]
+	mi := &file_bc_api_v1_api_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -916,7 +1417,7 @@ func (x *Condition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Condition.ProtoReflect.Descriptor instead.
 func (*Condition) Descriptor() ([]byte, []int) {
-	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{9}
+	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Condition) GetType() string {
@@ -968,13 +1469,15 @@ type Node struct {
 	Conditions        []*Condition           `protobuf:"bytes,6,rep,name=conditions,proto3" json:"conditions,omitempty"`
 	AppliedGeneration int64                  `protobuf:"varint,7,opt,name=applied_generation,json=appliedGeneration,proto3" json:"applied_generation,omitempty"`
 	CreatedAt         *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// trust_version is the trust bundle version the node reported holding.
+	TrustVersion  int64 `protobuf:"varint,9,opt,name=trust_version,json=trustVersion,proto3" json:"trust_version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Node) Reset() {
 	*x = Node{}
-	mi := &file_bc_api_v1_api_proto_msgTypes[10]
+	mi := &file_bc_api_v1_api_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -986,7 +1489,7 @@ func (x *Node) String() string {
 func (*Node) ProtoMessage() {}
 
 func (x *Node) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_api_v1_api_proto_msgTypes[10]
+	mi := &file_bc_api_v1_api_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -999,7 +1502,7 @@ func (x *Node) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Node.ProtoReflect.Descriptor instead.
 func (*Node) Descriptor() ([]byte, []int) {
-	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{10}
+	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Node) GetId() string {
@@ -1058,6 +1561,13 @@ func (x *Node) GetCreatedAt() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *Node) GetTrustVersion() int64 {
+	if x != nil {
+		return x.TrustVersion
+	}
+	return 0
+}
+
 // CreateTenantRequest registers a tenant.
 type CreateTenantRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1070,7 +1580,7 @@ type CreateTenantRequest struct {
 
 func (x *CreateTenantRequest) Reset() {
 	*x = CreateTenantRequest{}
-	mi := &file_bc_api_v1_api_proto_msgTypes[11]
+	mi := &file_bc_api_v1_api_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1082,7 +1592,7 @@ func (x *CreateTenantRequest) String() string {
 func (*CreateTenantRequest) ProtoMessage() {}
 
 func (x *CreateTenantRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_api_v1_api_proto_msgTypes[11]
+	mi := &file_bc_api_v1_api_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1095,7 +1605,7 @@ func (x *CreateTenantRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTenantRequest.ProtoReflect.Descriptor instead.
 func (*CreateTenantRequest) Descriptor() ([]byte, []int) {
-	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{11}
+	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *CreateTenantRequest) GetTenantId() string {
@@ -1124,7 +1634,7 @@ type Tenant struct {
 
 func (x *Tenant) Reset() {
 	*x = Tenant{}
-	mi := &file_bc_api_v1_api_proto_msgTypes[12]
+	mi := &file_bc_api_v1_api_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1136,7 +1646,7 @@ func (x *Tenant) String() string {
 func (*Tenant) ProtoMessage() {}
 
 func (x *Tenant) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_api_v1_api_proto_msgTypes[12]
+	mi := &file_bc_api_v1_api_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1149,7 +1659,7 @@ func (x *Tenant) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Tenant.ProtoReflect.Descriptor instead.
 func (*Tenant) Descriptor() ([]byte, []int) {
-	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{12}
+	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *Tenant) GetId() string {
@@ -1189,7 +1699,7 @@ type CreateNodeRequest struct {
 
 func (x *CreateNodeRequest) Reset() {
 	*x = CreateNodeRequest{}
-	mi := &file_bc_api_v1_api_proto_msgTypes[13]
+	mi := &file_bc_api_v1_api_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1201,7 +1711,7 @@ func (x *CreateNodeRequest) String() string {
 func (*CreateNodeRequest) ProtoMessage() {}
 
 func (x *CreateNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_api_v1_api_proto_msgTypes[13]
+	mi := &file_bc_api_v1_api_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1214,7 +1724,7 @@ func (x *CreateNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateNodeRequest.ProtoReflect.Descriptor instead.
 func (*CreateNodeRequest) Descriptor() ([]byte, []int) {
-	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{13}
+	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *CreateNodeRequest) GetTenantId() string {
@@ -1263,7 +1773,7 @@ type CreateJoinTokenRequest struct {
 
 func (x *CreateJoinTokenRequest) Reset() {
 	*x = CreateJoinTokenRequest{}
-	mi := &file_bc_api_v1_api_proto_msgTypes[14]
+	mi := &file_bc_api_v1_api_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1275,7 +1785,7 @@ func (x *CreateJoinTokenRequest) String() string {
 func (*CreateJoinTokenRequest) ProtoMessage() {}
 
 func (x *CreateJoinTokenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_api_v1_api_proto_msgTypes[14]
+	mi := &file_bc_api_v1_api_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1288,7 +1798,7 @@ func (x *CreateJoinTokenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateJoinTokenRequest.ProtoReflect.Descriptor instead.
 func (*CreateJoinTokenRequest) Descriptor() ([]byte, []int) {
-	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{14}
+	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *CreateJoinTokenRequest) GetTenantId() string {
@@ -1338,7 +1848,7 @@ type JoinToken struct {
 
 func (x *JoinToken) Reset() {
 	*x = JoinToken{}
-	mi := &file_bc_api_v1_api_proto_msgTypes[15]
+	mi := &file_bc_api_v1_api_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1350,7 +1860,7 @@ func (x *JoinToken) String() string {
 func (*JoinToken) ProtoMessage() {}
 
 func (x *JoinToken) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_api_v1_api_proto_msgTypes[15]
+	mi := &file_bc_api_v1_api_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1363,7 +1873,7 @@ func (x *JoinToken) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinToken.ProtoReflect.Descriptor instead.
 func (*JoinToken) Descriptor() ([]byte, []int) {
-	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{15}
+	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *JoinToken) GetToken() string {
@@ -1400,7 +1910,7 @@ type SetNodeSpecRequest struct {
 
 func (x *SetNodeSpecRequest) Reset() {
 	*x = SetNodeSpecRequest{}
-	mi := &file_bc_api_v1_api_proto_msgTypes[16]
+	mi := &file_bc_api_v1_api_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1412,7 +1922,7 @@ func (x *SetNodeSpecRequest) String() string {
 func (*SetNodeSpecRequest) ProtoMessage() {}
 
 func (x *SetNodeSpecRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_api_v1_api_proto_msgTypes[16]
+	mi := &file_bc_api_v1_api_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1425,7 +1935,7 @@ func (x *SetNodeSpecRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetNodeSpecRequest.ProtoReflect.Descriptor instead.
 func (*SetNodeSpecRequest) Descriptor() ([]byte, []int) {
-	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{16}
+	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *SetNodeSpecRequest) GetTenantId() string {
@@ -1460,7 +1970,7 @@ type GetNodeSpecRequest struct {
 
 func (x *GetNodeSpecRequest) Reset() {
 	*x = GetNodeSpecRequest{}
-	mi := &file_bc_api_v1_api_proto_msgTypes[17]
+	mi := &file_bc_api_v1_api_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1472,7 +1982,7 @@ func (x *GetNodeSpecRequest) String() string {
 func (*GetNodeSpecRequest) ProtoMessage() {}
 
 func (x *GetNodeSpecRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_api_v1_api_proto_msgTypes[17]
+	mi := &file_bc_api_v1_api_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1485,7 +1995,7 @@ func (x *GetNodeSpecRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetNodeSpecRequest.ProtoReflect.Descriptor instead.
 func (*GetNodeSpecRequest) Descriptor() ([]byte, []int) {
-	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{17}
+	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *GetNodeSpecRequest) GetTenantId() string {
@@ -1515,7 +2025,7 @@ type NodeSpec struct {
 
 func (x *NodeSpec) Reset() {
 	*x = NodeSpec{}
-	mi := &file_bc_api_v1_api_proto_msgTypes[18]
+	mi := &file_bc_api_v1_api_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1527,7 +2037,7 @@ func (x *NodeSpec) String() string {
 func (*NodeSpec) ProtoMessage() {}
 
 func (x *NodeSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_api_v1_api_proto_msgTypes[18]
+	mi := &file_bc_api_v1_api_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1540,7 +2050,7 @@ func (x *NodeSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeSpec.ProtoReflect.Descriptor instead.
 func (*NodeSpec) Descriptor() ([]byte, []int) {
-	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{18}
+	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *NodeSpec) GetNodeId() string {
@@ -1568,7 +2078,50 @@ var File_bc_api_v1_api_proto protoreflect.FileDescriptor
 
 const file_bc_api_v1_api_proto_rawDesc = "" +
 	"\n" +
-	"\x13bc/api/v1/api.proto\x12\tbc.api.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x85\b\n" +
+	"\x13bc/api/v1/api.proto\x12\tbc.api.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"S\n" +
+	"\x1bListNodeCertificatesRequest\x12\x1b\n" +
+	"\ttenant_id\x18\x01 \x01(\tR\btenantId\x12\x17\n" +
+	"\anode_id\x18\x02 \x01(\tR\x06nodeId\"m\n" +
+	"\x1dRevokeNodeCertificatesRequest\x12\x1b\n" +
+	"\ttenant_id\x18\x01 \x01(\tR\btenantId\x12\x17\n" +
+	"\anode_id\x18\x02 \x01(\tR\x06nodeId\x12\x16\n" +
+	"\x06serial\x18\x03 \x01(\tR\x06serial\"\xb3\x03\n" +
+	"\x0fNodeCertificate\x12\x16\n" +
+	"\x06serial\x18\x01 \x01(\tR\x06serial\x12\x12\n" +
+	"\x04role\x18\x02 \x01(\tR\x04role\x12#\n" +
+	"\rallowed_kinds\x18\x03 \x03(\tR\fallowedKinds\x129\n" +
+	"\n" +
+	"not_before\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\tnotBefore\x127\n" +
+	"\tnot_after\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\bnotAfter\x127\n" +
+	"\tissued_at\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\bissuedAt\x12\x14\n" +
+	"\x05state\x18\a \x01(\tR\x05state\x12?\n" +
+	"\rsuperseded_at\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\fsupersededAt\x129\n" +
+	"\n" +
+	"revoked_at\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\trevokedAt\x12\x10\n" +
+	"\x03pem\x18\n" +
+	" \x01(\fR\x03pem\"r\n" +
+	"\x10NodeCertificates\x12>\n" +
+	"\fcertificates\x18\x01 \x03(\v2\x1a.bc.api.v1.NodeCertificateR\fcertificates\x12\x1e\n" +
+	"\vnode_ca_pem\x18\x02 \x01(\fR\tnodeCaPem\"U\n" +
+	"\x1dListAllocationBindingsRequest\x12\x1b\n" +
+	"\ttenant_id\x18\x01 \x01(\tR\btenantId\x12\x17\n" +
+	"\anode_id\x18\x02 \x01(\tR\x06nodeId\"\x89\x02\n" +
+	"\x11AllocationBinding\x12\x1e\n" +
+	"\n" +
+	"allocation\x18\x01 \x01(\tR\n" +
+	"allocation\x12\x1e\n" +
+	"\n" +
+	"generation\x18\x02 \x01(\x03R\n" +
+	"generation\x12\x12\n" +
+	"\x04gpus\x18\x03 \x03(\tR\x04gpus\x12\x14\n" +
+	"\x05state\x18\x04 \x01(\tR\x05state\x12\x16\n" +
+	"\x06reason\x18\x05 \x01(\tR\x06reason\x12\x1c\n" +
+	"\tstatement\x18\x06 \x01(\fR\tstatement\x12\x19\n" +
+	"\bnode_sig\x18\a \x01(\fR\anodeSig\x129\n" +
+	"\n" +
+	"updated_at\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAt\"N\n" +
+	"\x12AllocationBindings\x128\n" +
+	"\bbindings\x18\x01 \x03(\v2\x1c.bc.api.v1.AllocationBindingR\bbindings\"\xa8\b\n" +
 	"\aCommand\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1b\n" +
 	"\ttenant_id\x18\x02 \x01(\tR\btenantId\x12\x17\n" +
@@ -1602,7 +2155,8 @@ const file_bc_api_v1_api_proto_rawDesc = "" +
 	"\rresult_sha256\x18\x17 \x01(\tR\fresultSha256\x12\x19\n" +
 	"\bnode_sig\x18\x18 \x01(\fR\anodeSig\x12\x16\n" +
 	"\x06signed\x18\x19 \x01(\bR\x06signed\x12%\n" +
-	"\x0ecommand_sha256\x18\x1a \x01(\tR\rcommandSha256B\r\n" +
+	"\x0ecommand_sha256\x18\x1a \x01(\tR\rcommandSha256\x12!\n" +
+	"\fresult_bytes\x18\x1b \x01(\fR\vresultBytesB\r\n" +
 	"\v_retry_safe\"\x9b\x02\n" +
 	"\x11RunCommandRequest\x12\x1b\n" +
 	"\ttenant_id\x18\x01 \x01(\tR\btenantId\x12\x17\n" +
@@ -1655,7 +2209,7 @@ const file_bc_api_v1_api_proto_rawDesc = "" +
 	"\x06status\x18\x02 \x01(\tR\x06status\x12\x16\n" +
 	"\x06reason\x18\x03 \x01(\tR\x06reason\x12\x18\n" +
 	"\amessage\x18\x04 \x01(\tR\amessage\x120\n" +
-	"\x05since\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\x05since\"\xc3\x02\n" +
+	"\x05since\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\x05since\"\xe8\x02\n" +
 	"\x04Node\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1b\n" +
 	"\ttenant_id\x18\x02 \x01(\tR\btenantId\x12\x12\n" +
@@ -1667,7 +2221,8 @@ const file_bc_api_v1_api_proto_rawDesc = "" +
 	"conditions\x12-\n" +
 	"\x12applied_generation\x18\a \x01(\x03R\x11appliedGeneration\x129\n" +
 	"\n" +
-	"created_at\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\"F\n" +
+	"created_at\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12#\n" +
+	"\rtrust_version\x18\t \x01(\x03R\ftrustVersion\"F\n" +
 	"\x13CreateTenantRequest\x12\x1b\n" +
 	"\ttenant_id\x18\x01 \x01(\tR\btenantId\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\"g\n" +
@@ -1712,14 +2267,17 @@ const file_bc_api_v1_api_proto_rawDesc = "" +
 	"\x04List\x12\x1e.bc.api.v1.ListCommandsRequest\x1a\x1f.bc.api.v1.ListCommandsResponse\x12=\n" +
 	"\x06Cancel\x12\x1f.bc.api.v1.CancelCommandRequest\x1a\x12.bc.api.v1.Command2D\n" +
 	"\x06Events\x12:\n" +
-	"\x05Watch\x12\x1d.bc.api.v1.WatchEventsRequest\x1a\x10.bc.api.v1.Event0\x012\x80\x03\n" +
+	"\x05Watch\x12\x1d.bc.api.v1.WatchEventsRequest\x1a\x10.bc.api.v1.Event0\x012\x8f\x05\n" +
 	"\x05Nodes\x121\n" +
 	"\x03Get\x12\x19.bc.api.v1.GetNodeRequest\x1a\x0f.bc.api.v1.Node\x12A\n" +
 	"\fCreateTenant\x12\x1e.bc.api.v1.CreateTenantRequest\x1a\x11.bc.api.v1.Tenant\x127\n" +
 	"\x06Create\x12\x1c.bc.api.v1.CreateNodeRequest\x1a\x0f.bc.api.v1.Node\x12J\n" +
 	"\x0fCreateJoinToken\x12!.bc.api.v1.CreateJoinTokenRequest\x1a\x14.bc.api.v1.JoinToken\x12=\n" +
 	"\aSetSpec\x12\x1d.bc.api.v1.SetNodeSpecRequest\x1a\x13.bc.api.v1.NodeSpec\x12=\n" +
-	"\aGetSpec\x12\x1d.bc.api.v1.GetNodeSpecRequest\x1a\x13.bc.api.v1.NodeSpecB:Z8github.com/better-compute/commands/proto/bc/api/v1;apiv1b\x06proto3"
+	"\aGetSpec\x12\x1d.bc.api.v1.GetNodeSpecRequest\x1a\x13.bc.api.v1.NodeSpec\x12W\n" +
+	"\x10ListCertificates\x12&.bc.api.v1.ListNodeCertificatesRequest\x1a\x1b.bc.api.v1.NodeCertificates\x12[\n" +
+	"\x12RevokeCertificates\x12(.bc.api.v1.RevokeNodeCertificatesRequest\x1a\x1b.bc.api.v1.NodeCertificates\x12W\n" +
+	"\fListBindings\x12(.bc.api.v1.ListAllocationBindingsRequest\x1a\x1d.bc.api.v1.AllocationBindingsB:Z8github.com/better-compute/commands/proto/bc/api/v1;apiv1b\x06proto3"
 
 var (
 	file_bc_api_v1_api_proto_rawDescOnce sync.Once
@@ -1733,80 +2291,101 @@ func file_bc_api_v1_api_proto_rawDescGZIP() []byte {
 	return file_bc_api_v1_api_proto_rawDescData
 }
 
-var file_bc_api_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
+var file_bc_api_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
 var file_bc_api_v1_api_proto_goTypes = []any{
-	(*Command)(nil),                // 0: bc.api.v1.Command
-	(*RunCommandRequest)(nil),      // 1: bc.api.v1.RunCommandRequest
-	(*GetCommandRequest)(nil),      // 2: bc.api.v1.GetCommandRequest
-	(*ListCommandsRequest)(nil),    // 3: bc.api.v1.ListCommandsRequest
-	(*ListCommandsResponse)(nil),   // 4: bc.api.v1.ListCommandsResponse
-	(*CancelCommandRequest)(nil),   // 5: bc.api.v1.CancelCommandRequest
-	(*WatchEventsRequest)(nil),     // 6: bc.api.v1.WatchEventsRequest
-	(*Event)(nil),                  // 7: bc.api.v1.Event
-	(*GetNodeRequest)(nil),         // 8: bc.api.v1.GetNodeRequest
-	(*Condition)(nil),              // 9: bc.api.v1.Condition
-	(*Node)(nil),                   // 10: bc.api.v1.Node
-	(*CreateTenantRequest)(nil),    // 11: bc.api.v1.CreateTenantRequest
-	(*Tenant)(nil),                 // 12: bc.api.v1.Tenant
-	(*CreateNodeRequest)(nil),      // 13: bc.api.v1.CreateNodeRequest
-	(*CreateJoinTokenRequest)(nil), // 14: bc.api.v1.CreateJoinTokenRequest
-	(*JoinToken)(nil),              // 15: bc.api.v1.JoinToken
-	(*SetNodeSpecRequest)(nil),     // 16: bc.api.v1.SetNodeSpecRequest
-	(*GetNodeSpecRequest)(nil),     // 17: bc.api.v1.GetNodeSpecRequest
-	(*NodeSpec)(nil),               // 18: bc.api.v1.NodeSpec
-	(*structpb.Struct)(nil),        // 19: google.protobuf.Struct
-	(*timestamppb.Timestamp)(nil),  // 20: google.protobuf.Timestamp
-	(*structpb.Value)(nil),         // 21: google.protobuf.Value
+	(*ListNodeCertificatesRequest)(nil),   // 0: bc.api.v1.ListNodeCertificatesRequest
+	(*RevokeNodeCertificatesRequest)(nil), // 1: bc.api.v1.RevokeNodeCertificatesRequest
+	(*NodeCertificate)(nil),               // 2: bc.api.v1.NodeCertificate
+	(*NodeCertificates)(nil),              // 3: bc.api.v1.NodeCertificates
+	(*ListAllocationBindingsRequest)(nil), // 4: bc.api.v1.ListAllocationBindingsRequest
+	(*AllocationBinding)(nil),             // 5: bc.api.v1.AllocationBinding
+	(*AllocationBindings)(nil),            // 6: bc.api.v1.AllocationBindings
+	(*Command)(nil),                       // 7: bc.api.v1.Command
+	(*RunCommandRequest)(nil),             // 8: bc.api.v1.RunCommandRequest
+	(*GetCommandRequest)(nil),             // 9: bc.api.v1.GetCommandRequest
+	(*ListCommandsRequest)(nil),           // 10: bc.api.v1.ListCommandsRequest
+	(*ListCommandsResponse)(nil),          // 11: bc.api.v1.ListCommandsResponse
+	(*CancelCommandRequest)(nil),          // 12: bc.api.v1.CancelCommandRequest
+	(*WatchEventsRequest)(nil),            // 13: bc.api.v1.WatchEventsRequest
+	(*Event)(nil),                         // 14: bc.api.v1.Event
+	(*GetNodeRequest)(nil),                // 15: bc.api.v1.GetNodeRequest
+	(*Condition)(nil),                     // 16: bc.api.v1.Condition
+	(*Node)(nil),                          // 17: bc.api.v1.Node
+	(*CreateTenantRequest)(nil),           // 18: bc.api.v1.CreateTenantRequest
+	(*Tenant)(nil),                        // 19: bc.api.v1.Tenant
+	(*CreateNodeRequest)(nil),             // 20: bc.api.v1.CreateNodeRequest
+	(*CreateJoinTokenRequest)(nil),        // 21: bc.api.v1.CreateJoinTokenRequest
+	(*JoinToken)(nil),                     // 22: bc.api.v1.JoinToken
+	(*SetNodeSpecRequest)(nil),            // 23: bc.api.v1.SetNodeSpecRequest
+	(*GetNodeSpecRequest)(nil),            // 24: bc.api.v1.GetNodeSpecRequest
+	(*NodeSpec)(nil),                      // 25: bc.api.v1.NodeSpec
+	(*timestamppb.Timestamp)(nil),         // 26: google.protobuf.Timestamp
+	(*structpb.Struct)(nil),               // 27: google.protobuf.Struct
+	(*structpb.Value)(nil),                // 28: google.protobuf.Value
 }
 var file_bc_api_v1_api_proto_depIdxs = []int32{
-	19, // 0: bc.api.v1.Command.payload:type_name -> google.protobuf.Struct
-	20, // 1: bc.api.v1.Command.not_after:type_name -> google.protobuf.Timestamp
-	20, // 2: bc.api.v1.Command.not_before:type_name -> google.protobuf.Timestamp
-	20, // 3: bc.api.v1.Command.created_at:type_name -> google.protobuf.Timestamp
-	20, // 4: bc.api.v1.Command.updated_at:type_name -> google.protobuf.Timestamp
-	20, // 5: bc.api.v1.Command.settled_at:type_name -> google.protobuf.Timestamp
-	20, // 6: bc.api.v1.Command.cancel_requested_at:type_name -> google.protobuf.Timestamp
-	21, // 7: bc.api.v1.Command.result:type_name -> google.protobuf.Value
-	21, // 8: bc.api.v1.Command.progress:type_name -> google.protobuf.Value
-	19, // 9: bc.api.v1.RunCommandRequest.payload:type_name -> google.protobuf.Struct
-	0,  // 10: bc.api.v1.ListCommandsResponse.items:type_name -> bc.api.v1.Command
-	20, // 11: bc.api.v1.Event.occurred_at:type_name -> google.protobuf.Timestamp
-	19, // 12: bc.api.v1.Event.data:type_name -> google.protobuf.Struct
-	20, // 13: bc.api.v1.Condition.since:type_name -> google.protobuf.Timestamp
-	19, // 14: bc.api.v1.Node.inventory:type_name -> google.protobuf.Struct
-	9,  // 15: bc.api.v1.Node.conditions:type_name -> bc.api.v1.Condition
-	20, // 16: bc.api.v1.Node.created_at:type_name -> google.protobuf.Timestamp
-	20, // 17: bc.api.v1.Tenant.created_at:type_name -> google.protobuf.Timestamp
-	20, // 18: bc.api.v1.JoinToken.expires_at:type_name -> google.protobuf.Timestamp
-	19, // 19: bc.api.v1.SetNodeSpecRequest.spec:type_name -> google.protobuf.Struct
-	19, // 20: bc.api.v1.NodeSpec.spec:type_name -> google.protobuf.Struct
-	1,  // 21: bc.api.v1.Commands.Run:input_type -> bc.api.v1.RunCommandRequest
-	2,  // 22: bc.api.v1.Commands.Get:input_type -> bc.api.v1.GetCommandRequest
-	3,  // 23: bc.api.v1.Commands.List:input_type -> bc.api.v1.ListCommandsRequest
-	5,  // 24: bc.api.v1.Commands.Cancel:input_type -> bc.api.v1.CancelCommandRequest
-	6,  // 25: bc.api.v1.Events.Watch:input_type -> bc.api.v1.WatchEventsRequest
-	8,  // 26: bc.api.v1.Nodes.Get:input_type -> bc.api.v1.GetNodeRequest
-	11, // 27: bc.api.v1.Nodes.CreateTenant:input_type -> bc.api.v1.CreateTenantRequest
-	13, // 28: bc.api.v1.Nodes.Create:input_type -> bc.api.v1.CreateNodeRequest
-	14, // 29: bc.api.v1.Nodes.CreateJoinToken:input_type -> bc.api.v1.CreateJoinTokenRequest
-	16, // 30: bc.api.v1.Nodes.SetSpec:input_type -> bc.api.v1.SetNodeSpecRequest
-	17, // 31: bc.api.v1.Nodes.GetSpec:input_type -> bc.api.v1.GetNodeSpecRequest
-	0,  // 32: bc.api.v1.Commands.Run:output_type -> bc.api.v1.Command
-	0,  // 33: bc.api.v1.Commands.Get:output_type -> bc.api.v1.Command
-	4,  // 34: bc.api.v1.Commands.List:output_type -> bc.api.v1.ListCommandsResponse
-	0,  // 35: bc.api.v1.Commands.Cancel:output_type -> bc.api.v1.Command
-	7,  // 36: bc.api.v1.Events.Watch:output_type -> bc.api.v1.Event
-	10, // 37: bc.api.v1.Nodes.Get:output_type -> bc.api.v1.Node
-	12, // 38: bc.api.v1.Nodes.CreateTenant:output_type -> bc.api.v1.Tenant
-	10, // 39: bc.api.v1.Nodes.Create:output_type -> bc.api.v1.Node
-	15, // 40: bc.api.v1.Nodes.CreateJoinToken:output_type -> bc.api.v1.JoinToken
-	18, // 41: bc.api.v1.Nodes.SetSpec:output_type -> bc.api.v1.NodeSpec
-	18, // 42: bc.api.v1.Nodes.GetSpec:output_type -> bc.api.v1.NodeSpec
-	32, // [32:43] is the sub-list for method output_type
-	21, // [21:32] is the sub-list for method input_type
-	21, // [21:21] is the sub-list for extension type_name
-	21, // [21:21] is the sub-list for extension extendee
-	0,  // [0:21] is the sub-list for field type_name
+	26, // 0: bc.api.v1.NodeCertificate.not_before:type_name -> google.protobuf.Timestamp
+	26, // 1: bc.api.v1.NodeCertificate.not_after:type_name -> google.protobuf.Timestamp
+	26, // 2: bc.api.v1.NodeCertificate.issued_at:type_name -> google.protobuf.Timestamp
+	26, // 3: bc.api.v1.NodeCertificate.superseded_at:type_name -> google.protobuf.Timestamp
+	26, // 4: bc.api.v1.NodeCertificate.revoked_at:type_name -> google.protobuf.Timestamp
+	2,  // 5: bc.api.v1.NodeCertificates.certificates:type_name -> bc.api.v1.NodeCertificate
+	26, // 6: bc.api.v1.AllocationBinding.updated_at:type_name -> google.protobuf.Timestamp
+	5,  // 7: bc.api.v1.AllocationBindings.bindings:type_name -> bc.api.v1.AllocationBinding
+	27, // 8: bc.api.v1.Command.payload:type_name -> google.protobuf.Struct
+	26, // 9: bc.api.v1.Command.not_after:type_name -> google.protobuf.Timestamp
+	26, // 10: bc.api.v1.Command.not_before:type_name -> google.protobuf.Timestamp
+	26, // 11: bc.api.v1.Command.created_at:type_name -> google.protobuf.Timestamp
+	26, // 12: bc.api.v1.Command.updated_at:type_name -> google.protobuf.Timestamp
+	26, // 13: bc.api.v1.Command.settled_at:type_name -> google.protobuf.Timestamp
+	26, // 14: bc.api.v1.Command.cancel_requested_at:type_name -> google.protobuf.Timestamp
+	28, // 15: bc.api.v1.Command.result:type_name -> google.protobuf.Value
+	28, // 16: bc.api.v1.Command.progress:type_name -> google.protobuf.Value
+	27, // 17: bc.api.v1.RunCommandRequest.payload:type_name -> google.protobuf.Struct
+	7,  // 18: bc.api.v1.ListCommandsResponse.items:type_name -> bc.api.v1.Command
+	26, // 19: bc.api.v1.Event.occurred_at:type_name -> google.protobuf.Timestamp
+	27, // 20: bc.api.v1.Event.data:type_name -> google.protobuf.Struct
+	26, // 21: bc.api.v1.Condition.since:type_name -> google.protobuf.Timestamp
+	27, // 22: bc.api.v1.Node.inventory:type_name -> google.protobuf.Struct
+	16, // 23: bc.api.v1.Node.conditions:type_name -> bc.api.v1.Condition
+	26, // 24: bc.api.v1.Node.created_at:type_name -> google.protobuf.Timestamp
+	26, // 25: bc.api.v1.Tenant.created_at:type_name -> google.protobuf.Timestamp
+	26, // 26: bc.api.v1.JoinToken.expires_at:type_name -> google.protobuf.Timestamp
+	27, // 27: bc.api.v1.SetNodeSpecRequest.spec:type_name -> google.protobuf.Struct
+	27, // 28: bc.api.v1.NodeSpec.spec:type_name -> google.protobuf.Struct
+	8,  // 29: bc.api.v1.Commands.Run:input_type -> bc.api.v1.RunCommandRequest
+	9,  // 30: bc.api.v1.Commands.Get:input_type -> bc.api.v1.GetCommandRequest
+	10, // 31: bc.api.v1.Commands.List:input_type -> bc.api.v1.ListCommandsRequest
+	12, // 32: bc.api.v1.Commands.Cancel:input_type -> bc.api.v1.CancelCommandRequest
+	13, // 33: bc.api.v1.Events.Watch:input_type -> bc.api.v1.WatchEventsRequest
+	15, // 34: bc.api.v1.Nodes.Get:input_type -> bc.api.v1.GetNodeRequest
+	18, // 35: bc.api.v1.Nodes.CreateTenant:input_type -> bc.api.v1.CreateTenantRequest
+	20, // 36: bc.api.v1.Nodes.Create:input_type -> bc.api.v1.CreateNodeRequest
+	21, // 37: bc.api.v1.Nodes.CreateJoinToken:input_type -> bc.api.v1.CreateJoinTokenRequest
+	23, // 38: bc.api.v1.Nodes.SetSpec:input_type -> bc.api.v1.SetNodeSpecRequest
+	24, // 39: bc.api.v1.Nodes.GetSpec:input_type -> bc.api.v1.GetNodeSpecRequest
+	0,  // 40: bc.api.v1.Nodes.ListCertificates:input_type -> bc.api.v1.ListNodeCertificatesRequest
+	1,  // 41: bc.api.v1.Nodes.RevokeCertificates:input_type -> bc.api.v1.RevokeNodeCertificatesRequest
+	4,  // 42: bc.api.v1.Nodes.ListBindings:input_type -> bc.api.v1.ListAllocationBindingsRequest
+	7,  // 43: bc.api.v1.Commands.Run:output_type -> bc.api.v1.Command
+	7,  // 44: bc.api.v1.Commands.Get:output_type -> bc.api.v1.Command
+	11, // 45: bc.api.v1.Commands.List:output_type -> bc.api.v1.ListCommandsResponse
+	7,  // 46: bc.api.v1.Commands.Cancel:output_type -> bc.api.v1.Command
+	14, // 47: bc.api.v1.Events.Watch:output_type -> bc.api.v1.Event
+	17, // 48: bc.api.v1.Nodes.Get:output_type -> bc.api.v1.Node
+	19, // 49: bc.api.v1.Nodes.CreateTenant:output_type -> bc.api.v1.Tenant
+	17, // 50: bc.api.v1.Nodes.Create:output_type -> bc.api.v1.Node
+	22, // 51: bc.api.v1.Nodes.CreateJoinToken:output_type -> bc.api.v1.JoinToken
+	25, // 52: bc.api.v1.Nodes.SetSpec:output_type -> bc.api.v1.NodeSpec
+	25, // 53: bc.api.v1.Nodes.GetSpec:output_type -> bc.api.v1.NodeSpec
+	3,  // 54: bc.api.v1.Nodes.ListCertificates:output_type -> bc.api.v1.NodeCertificates
+	3,  // 55: bc.api.v1.Nodes.RevokeCertificates:output_type -> bc.api.v1.NodeCertificates
+	6,  // 56: bc.api.v1.Nodes.ListBindings:output_type -> bc.api.v1.AllocationBindings
+	43, // [43:57] is the sub-list for method output_type
+	29, // [29:43] is the sub-list for method input_type
+	29, // [29:29] is the sub-list for extension type_name
+	29, // [29:29] is the sub-list for extension extendee
+	0,  // [0:29] is the sub-list for field type_name
 }
 
 func init() { file_bc_api_v1_api_proto_init() }
@@ -1814,16 +2393,16 @@ func file_bc_api_v1_api_proto_init() {
 	if File_bc_api_v1_api_proto != nil {
 		return
 	}
-	file_bc_api_v1_api_proto_msgTypes[0].OneofWrappers = []any{}
-	file_bc_api_v1_api_proto_msgTypes[1].OneofWrappers = []any{}
-	file_bc_api_v1_api_proto_msgTypes[3].OneofWrappers = []any{}
+	file_bc_api_v1_api_proto_msgTypes[7].OneofWrappers = []any{}
+	file_bc_api_v1_api_proto_msgTypes[8].OneofWrappers = []any{}
+	file_bc_api_v1_api_proto_msgTypes[10].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_bc_api_v1_api_proto_rawDesc), len(file_bc_api_v1_api_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   19,
+			NumMessages:   26,
 			NumExtensions: 0,
 			NumServices:   3,
 		},

@@ -376,12 +376,15 @@ var Events_ServiceDesc = grpc.ServiceDesc{
 }
 
 const (
-	Nodes_Get_FullMethodName             = "/bc.api.v1.Nodes/Get"
-	Nodes_CreateTenant_FullMethodName    = "/bc.api.v1.Nodes/CreateTenant"
-	Nodes_Create_FullMethodName          = "/bc.api.v1.Nodes/Create"
-	Nodes_CreateJoinToken_FullMethodName = "/bc.api.v1.Nodes/CreateJoinToken"
-	Nodes_SetSpec_FullMethodName         = "/bc.api.v1.Nodes/SetSpec"
-	Nodes_GetSpec_FullMethodName         = "/bc.api.v1.Nodes/GetSpec"
+	Nodes_Get_FullMethodName                = "/bc.api.v1.Nodes/Get"
+	Nodes_CreateTenant_FullMethodName       = "/bc.api.v1.Nodes/CreateTenant"
+	Nodes_Create_FullMethodName             = "/bc.api.v1.Nodes/Create"
+	Nodes_CreateJoinToken_FullMethodName    = "/bc.api.v1.Nodes/CreateJoinToken"
+	Nodes_SetSpec_FullMethodName            = "/bc.api.v1.Nodes/SetSpec"
+	Nodes_GetSpec_FullMethodName            = "/bc.api.v1.Nodes/GetSpec"
+	Nodes_ListCertificates_FullMethodName   = "/bc.api.v1.Nodes/ListCertificates"
+	Nodes_RevokeCertificates_FullMethodName = "/bc.api.v1.Nodes/RevokeCertificates"
+	Nodes_ListBindings_FullMethodName       = "/bc.api.v1.Nodes/ListBindings"
 )
 
 // NodesClient is the client API for Nodes service.
@@ -409,6 +412,18 @@ type NodesClient interface {
 	// GetSpec returns the node's latest spec generation
 	// (compute:nodes:read on compute-node/{nodeId}).
 	GetSpec(ctx context.Context, in *GetNodeSpecRequest, opts ...grpc.CallOption) (*NodeSpec, error)
+	// ListCertificates returns every certificate the node CA issued to the
+	// node, newest first, with the node CA, for verifying attested results
+	// (compute:nodes:read on compute-node/{nodeId}).
+	ListCertificates(ctx context.Context, in *ListNodeCertificatesRequest, opts ...grpc.CallOption) (*NodeCertificates, error)
+	// RevokeCertificates revokes the node's certificates (one, by serial, or
+	// all): sessions using them close and none starts again until the node
+	// re-joins (compute:nodes:admin on compute-node/{nodeId}).
+	RevokeCertificates(ctx context.Context, in *RevokeNodeCertificatesRequest, opts ...grpc.CallOption) (*NodeCertificates, error)
+	// ListBindings returns the allocations the node's spec binds and whether
+	// the node's signed AllocationBound verified
+	// (compute:nodes:read on compute-node/{nodeId}).
+	ListBindings(ctx context.Context, in *ListAllocationBindingsRequest, opts ...grpc.CallOption) (*AllocationBindings, error)
 }
 
 type nodesClient struct {
@@ -479,6 +494,36 @@ func (c *nodesClient) GetSpec(ctx context.Context, in *GetNodeSpecRequest, opts 
 	return out, nil
 }
 
+func (c *nodesClient) ListCertificates(ctx context.Context, in *ListNodeCertificatesRequest, opts ...grpc.CallOption) (*NodeCertificates, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(NodeCertificates)
+	err := c.cc.Invoke(ctx, Nodes_ListCertificates_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *nodesClient) RevokeCertificates(ctx context.Context, in *RevokeNodeCertificatesRequest, opts ...grpc.CallOption) (*NodeCertificates, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(NodeCertificates)
+	err := c.cc.Invoke(ctx, Nodes_RevokeCertificates_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *nodesClient) ListBindings(ctx context.Context, in *ListAllocationBindingsRequest, opts ...grpc.CallOption) (*AllocationBindings, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(AllocationBindings)
+	err := c.cc.Invoke(ctx, Nodes_ListBindings_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // NodesServer is the server API for Nodes service.
 // All implementations must embed UnimplementedNodesServer
 // for forward compatibility.
@@ -504,6 +549,18 @@ type NodesServer interface {
 	// GetSpec returns the node's latest spec generation
 	// (compute:nodes:read on compute-node/{nodeId}).
 	GetSpec(context.Context, *GetNodeSpecRequest) (*NodeSpec, error)
+	// ListCertificates returns every certificate the node CA issued to the
+	// node, newest first, with the node CA, for verifying attested results
+	// (compute:nodes:read on compute-node/{nodeId}).
+	ListCertificates(context.Context, *ListNodeCertificatesRequest) (*NodeCertificates, error)
+	// RevokeCertificates revokes the node's certificates (one, by serial, or
+	// all): sessions using them close and none starts again until the node
+	// re-joins (compute:nodes:admin on compute-node/{nodeId}).
+	RevokeCertificates(context.Context, *RevokeNodeCertificatesRequest) (*NodeCertificates, error)
+	// ListBindings returns the allocations the node's spec binds and whether
+	// the node's signed AllocationBound verified
+	// (compute:nodes:read on compute-node/{nodeId}).
+	ListBindings(context.Context, *ListAllocationBindingsRequest) (*AllocationBindings, error)
 	mustEmbedUnimplementedNodesServer()
 }
 
@@ -531,6 +588,15 @@ func (UnimplementedNodesServer) SetSpec(context.Context, *SetNodeSpecRequest) (*
 }
 func (UnimplementedNodesServer) GetSpec(context.Context, *GetNodeSpecRequest) (*NodeSpec, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetSpec not implemented")
+}
+func (UnimplementedNodesServer) ListCertificates(context.Context, *ListNodeCertificatesRequest) (*NodeCertificates, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListCertificates not implemented")
+}
+func (UnimplementedNodesServer) RevokeCertificates(context.Context, *RevokeNodeCertificatesRequest) (*NodeCertificates, error) {
+	return nil, status.Error(codes.Unimplemented, "method RevokeCertificates not implemented")
+}
+func (UnimplementedNodesServer) ListBindings(context.Context, *ListAllocationBindingsRequest) (*AllocationBindings, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListBindings not implemented")
 }
 func (UnimplementedNodesServer) mustEmbedUnimplementedNodesServer() {}
 func (UnimplementedNodesServer) testEmbeddedByValue()               {}
@@ -661,6 +727,60 @@ func _Nodes_GetSpec_Handler(srv interface{}, ctx context.Context, dec func(inter
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Nodes_ListCertificates_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListNodeCertificatesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(NodesServer).ListCertificates(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Nodes_ListCertificates_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(NodesServer).ListCertificates(ctx, req.(*ListNodeCertificatesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Nodes_RevokeCertificates_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RevokeNodeCertificatesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(NodesServer).RevokeCertificates(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Nodes_RevokeCertificates_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(NodesServer).RevokeCertificates(ctx, req.(*RevokeNodeCertificatesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Nodes_ListBindings_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListAllocationBindingsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(NodesServer).ListBindings(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Nodes_ListBindings_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(NodesServer).ListBindings(ctx, req.(*ListAllocationBindingsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Nodes_ServiceDesc is the grpc.ServiceDesc for Nodes service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -691,6 +811,18 @@ var Nodes_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetSpec",
 			Handler:    _Nodes_GetSpec_Handler,
+		},
+		{
+			MethodName: "ListCertificates",
+			Handler:    _Nodes_ListCertificates_Handler,
+		},
+		{
+			MethodName: "RevokeCertificates",
+			Handler:    _Nodes_RevokeCertificates_Handler,
+		},
+		{
+			MethodName: "ListBindings",
+			Handler:    _Nodes_ListBindings_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

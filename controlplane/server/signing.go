@@ -1,0 +1,90 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/better-compute/commands/controlplane/serverconfig"
+	"github.com/better-compute/commands/controlplane/signing"
+	"github.com/better-compute/commands/controlplane/trustbundle"
+)
+
+// The components, as the config names them.
+const (
+	ComponentAPI     = serverconfig.ComponentAPI
+	ComponentGateway = serverconfig.ComponentGateway
+	ComponentSweeper = serverconfig.ComponentSweeper
+)
+
+// startSigning turns command signing on with pki.commandSigning: the
+// authority signs every command the queue stores and every node spec, and
+// the trust bundle is published (a new version when its content changed).
+// Only a process running the api component reads the root: a gateway-only
+// process relays what the database holds and never sees a key.
+func (s *Server) startSigning(ctx context.Context, cfg Config) error {
+	pc := cfg.PKI
+	if pc.CommandSigning == "" {
+		if len(pc.CommandSigningRoots) > 0 {
+			return fmt.Errorf("pki.commandSigningRoots needs pki.commandSigning: the current root signs the bundle that carries them")
+		}
+		return nil
+	}
+	if !cfg.Runs(ComponentAPI) {
+		s.logger.Info("pki.commandSigning is not read: this process runs no api component; the gateway relays the signed commands and bundle the api stored", "components", cfg.Components)
+		return nil
+	}
+	a, err := signing.Load(pc.CommandSigning, signing.Options{Lifetime: time.Duration(pc.WorkerKeyLifetime), Logger: s.logger})
+	if err != nil {
+		return err
+	}
+	content, err := trustbundle.Content(pc, a.RootPublic())
+	if err != nil {
+		return err
+	}
+	tb, err := trustbundle.Publish(ctx, s.pool, content, a, pc.TrustVersion, time.Now())
+	if err != nil {
+		return fmt.Errorf("publishing the trust bundle: %w", err)
+	}
+	s.signer.Store(a)
+	s.queue.SetSigner(a)
+	s.logger.Info("command signing on", "trust_version", tb.GetVersion(), "roots", len(content.Roots), "approvers", len(content.Approvers))
+	return nil
+}
+
+// Signer is the command-signing authority, nil when commands go unsigned.
+func (s *Server) Signer() *signing.Authority { return s.signer.Load() }
+
+// ReloadPKI applies changed pki settings on SIGHUP: a new signing root (a
+// rotation's switch), rotation roots or approvers publish a new trust
+// bundle version, and commands are signed with the new root from then on.
+// A process started without pki.commandSigning cannot turn it on here
+// (restart it); a bad setting changes nothing and is returned.
+func (s *Server) ReloadPKI(ctx context.Context, pc serverconfig.PKIConfig) error {
+	if s.signer.Load() == nil {
+		if pc.CommandSigning != "" {
+			return fmt.Errorf("pki.commandSigning was set after start: restart bc-server to turn command signing on")
+		}
+		return nil
+	}
+	if pc.CommandSigning == "" {
+		return fmt.Errorf("pki.commandSigning was removed: nodes that hold the trust bundle refuse unsigned commands; keep signing (see the operator guide on turning signing off)")
+	}
+	a, err := signing.Load(pc.CommandSigning, signing.Options{Lifetime: time.Duration(pc.WorkerKeyLifetime), Logger: s.logger})
+	if err != nil {
+		return err
+	}
+	content, err := trustbundle.Content(pc, a.RootPublic())
+	if err != nil {
+		return err
+	}
+	tb, err := trustbundle.Publish(ctx, s.pool, content, a, pc.TrustVersion, time.Now())
+	if err != nil {
+		return fmt.Errorf("publishing the trust bundle: %w", err)
+	}
+	s.signer.Store(a)
+	s.queue.SetSigner(a)
+	s.trust.Invalidate()
+	s.logger.Info("pki reloaded", "trust_version", tb.GetVersion(), "roots", len(content.Roots), "approvers", len(content.Approvers))
+	return nil
+}
