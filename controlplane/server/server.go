@@ -34,9 +34,9 @@ import (
 	"github.com/better-compute/commands/controlplane/pki"
 	"github.com/better-compute/commands/controlplane/queue"
 	"github.com/better-compute/commands/controlplane/signing"
-	"github.com/better-compute/commands/controlplane/trustbundle"
 	"github.com/better-compute/commands/controlplane/store"
 	"github.com/better-compute/commands/controlplane/sweeper"
+	"github.com/better-compute/commands/controlplane/trustbundle"
 	agentv1 "github.com/better-compute/commands/proto/bc/agent/v1"
 )
 
