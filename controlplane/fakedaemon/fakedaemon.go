@@ -70,6 +70,15 @@ type Daemon struct {
 	AppliedGeneration int64
 	// RequestSpec sends a SpecRequest right after Hello.
 	RequestSpec bool
+	// AfterHello are sent right after Hello (and Status): an
+	// AllocationBound, say.
+	AfterHello []*agentv1.NodeMessage
+	// Verify, when set, is check 4: an envelope it refuses is rejected
+	// BAD_SIGNATURE (and journaled), never run, whatever its kind.
+	Verify func(env *agentv1.CommandEnvelope) error
+	// Attest, when set, signs each terminal update of a command (given the
+	// command's exact bytes), as bcd does for attested kinds.
+	Attest func(commandBytes []byte, u *agentv1.CommandUpdate)
 
 	// mu guards everything below.
 	mu        sync.Mutex
@@ -82,6 +91,7 @@ type Daemon struct {
 	acks      map[string]int
 	specs     []*agentv1.Spec
 	onCommand func(*agentv1.Command)
+	envelopes []*agentv1.CommandEnvelope
 }
 
 // New returns a fake node with fresh journal and boot ids.
@@ -198,6 +208,11 @@ func (d *Daemon) Run(ctx context.Context, conn grpc.ClientConnInterface) error {
 			return fmt.Errorf("status: %w", err)
 		}
 	}
+	for _, m := range d.AfterHello {
+		if err := send(m); err != nil {
+			return fmt.Errorf("after hello: %w", err)
+		}
+	}
 	if d.RequestSpec {
 		if err := send(&agentv1.NodeMessage{Msg: &agentv1.NodeMessage_SpecRequest{SpecRequest: &agentv1.SpecRequest{HaveGeneration: d.AppliedGeneration}}}); err != nil {
 			return fmt.Errorf("spec request: %w", err)
@@ -228,10 +243,14 @@ func (d *Daemon) Run(ctx context.Context, conn grpc.ClientConnInterface) error {
 				return fmt.Errorf("command envelope: %w", err)
 			}
 			epoch := m.Command.GetSessionEpoch()
+			env := m.Command
+			d.mu.Lock()
+			d.envelopes = append(d.envelopes, env)
+			d.mu.Unlock()
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				d.handle(sctx, &cmd, epoch, send)
+				d.handle(sctx, &cmd, env, epoch, send)
 			}()
 		case *agentv1.GatewayMessage_Spec:
 			d.mu.Lock()
@@ -252,7 +271,14 @@ func (d *Daemon) Run(ctx context.Context, conn grpc.ClientConnInterface) error {
 	}
 }
 
-func (d *Daemon) handle(ctx context.Context, cmd *agentv1.Command, epoch int64, send func(*agentv1.NodeMessage) error) {
+// Envelopes returns every command envelope received, as received.
+func (d *Daemon) Envelopes() []*agentv1.CommandEnvelope {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return append([]*agentv1.CommandEnvelope(nil), d.envelopes...)
+}
+
+func (d *Daemon) handle(ctx context.Context, cmd *agentv1.Command, env *agentv1.CommandEnvelope, epoch int64, send func(*agentv1.NodeMessage) error) {
 	update := func(u *agentv1.CommandUpdate) {
 		u.CommandId = cmd.GetId()
 		u.SessionEpoch = epoch
@@ -278,6 +304,20 @@ func (d *Daemon) handle(ctx context.Context, cmd *agentv1.Command, epoch int64, 
 		return
 	}
 	script := d.Script
+	if d.Verify != nil {
+		if err := d.Verify(env); err != nil {
+			u := &agentv1.CommandUpdate{CommandId: cmd.GetId(), State: agentv1.CommandState_COMMAND_STATE_REJECTED,
+				RejectCode: agentv1.RejectCode_REJECT_CODE_BAD_SIGNATURE, Reason: "BAD_SIGNATURE", Message: err.Error()}
+			d.journal[cmd.GetId()] = u
+			d.mu.Unlock()
+			if hook != nil {
+				hook(cmd)
+			}
+			update(proto.Clone(u).(*agentv1.CommandUpdate))
+			return
+		}
+	}
+	attest := d.Attest
 	// Reserve the id so that a concurrent duplicate re-attaches; the script
 	// runs outside the lock, since it may block (tests hold it on purpose).
 	runCtx, cancel := context.WithCancel(ctx)
@@ -301,6 +341,10 @@ func (d *Daemon) handle(ctx context.Context, cmd *agentv1.Command, epoch int64, 
 		if len(u.Result) > 0 {
 			sum := sha256.Sum256(u.Result)
 			u.ResultSha256 = sum[:]
+		}
+		if attest != nil {
+			u.CommandId = cmd.GetId()
+			attest(env.GetCommand(), u)
 		}
 		d.mu.Lock()
 		delete(d.running, cmd.GetId())

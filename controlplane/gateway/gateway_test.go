@@ -66,6 +66,8 @@ type setupOptions struct {
 	proxy bool
 	// logs keeps the gateways' log lines (at debug) in env.logs.
 	logs bool
+	// trust is where Welcome's trust bundle comes from.
+	trust gateway.BundleSource
 }
 
 func setup(t *testing.T, gateways int) *env { return setupWith(t, setupOptions{gateways: gateways}) }
@@ -107,7 +109,7 @@ func setupWith(t *testing.T, o setupOptions) *env {
 	require.NoError(t, err)
 	for i := 0; i < max(o.gateways, 1); i++ {
 		gw := gateway.New(gwPool, q, logger, gateway.Options{Poll: 200 * time.Millisecond, CancelResend: 100 * time.Millisecond,
-			BusyBackoffMin: 50 * time.Millisecond, BusyBackoffMax: 100 * time.Millisecond})
+			BusyBackoffMin: 50 * time.Millisecond, BusyBackoffMax: 100 * time.Millisecond, TrustBundle: o.trust, NodeCA: ca.Pool()})
 		go gw.Run(ctx)
 		srv := grpc.NewServer(grpc.Creds(credentials.NewTLS(&tls.Config{
 			Certificates: []tls.Certificate{cert}, ClientAuth: tls.RequireAndVerifyClientCert, ClientCAs: ca.Pool(), MinVersion: tls.VersionTLS13,
@@ -144,6 +146,13 @@ func (b *syncBuffer) String() string {
 // dial connects as a node with a certificate for id.
 func (e *env) dial(id trust.Identity, gw int) *grpc.ClientConn {
 	e.t.Helper()
+	conn, _, _ := e.dialCert(id, gw)
+	return conn
+}
+
+// dialCert is dial that also returns the certificate and key it used.
+func (e *env) dialCert(id trust.Identity, gw int) (*grpc.ClientConn, []byte, []byte) {
+	e.t.Helper()
 	keyPEM, csr, err := trust.NewKeyAndCSR(id.NodeID)
 	require.NoError(e.t, err)
 	certPEM, err := e.ca.IssueNode(csr, id)
@@ -155,7 +164,7 @@ func (e *env) dial(id trust.Identity, gw int) *grpc.ClientConn {
 	})))
 	require.NoError(e.t, err)
 	e.t.Cleanup(func() { _ = conn.Close() })
-	return conn
+	return conn, certPEM, keyPEM
 }
 
 // run starts a fake daemon session; the returned stop ends it like a crash.
