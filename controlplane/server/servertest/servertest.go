@@ -213,6 +213,20 @@ func (r *Running) JoinToken(t testing.TB, nodeID string, allowedKinds ...string)
 // credentials that open sessions on the gateway with the new certificate.
 func (r *Running) JoinNode(t testing.TB, nodeID string, allowedKinds ...string) credentials.TransportCredentials {
 	t.Helper()
+	j := r.Join(t, nodeID, allowedKinds...)
+	return j.Creds
+}
+
+// Joined is what a join hands the node.
+type Joined struct {
+	Creds    credentials.TransportCredentials
+	Response *agentv1.JoinResponse
+	KeyPEM   []byte
+}
+
+// Join is JoinNode with the join answer and the node key.
+func (r *Running) Join(t testing.TB, nodeID string, allowedKinds ...string) Joined {
+	t.Helper()
 	keyPEM, csr, err := trust.NewKeyAndCSR(nodeID)
 	require.NoError(t, err)
 	conn, err := grpc.NewClient(r.Gateway, grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{
@@ -227,7 +241,21 @@ func (r *Running) JoinNode(t testing.TB, nodeID string, allowedKinds ...string) 
 	require.NoError(t, err)
 	roots := x509.NewCertPool()
 	require.True(t, roots.AppendCertsFromPEM(resp.GetCa()))
-	return credentials.NewTLS(&tls.Config{Certificates: []tls.Certificate{cert}, RootCAs: roots, MinVersion: tls.VersionTLS12})
+	return Joined{Creds: credentials.NewTLS(&tls.Config{Certificates: []tls.Certificate{cert}, RootCAs: roots, MinVersion: tls.VersionTLS12}),
+		Response: resp, KeyPEM: keyPEM}
+}
+
+// Signing returns an adjust that turns command signing on with a new root
+// written under a temp dir, and the root's path.
+func Signing(t testing.TB) (func(*server.Config), string) {
+	t.Helper()
+	_, root, err := trust.NewEd25519()
+	require.NoError(t, err)
+	pemBytes, err := trust.MarshalPrivateKeyPEM(root)
+	require.NoError(t, err)
+	path := filepath.Join(t.TempDir(), "command-root.pem")
+	require.NoError(t, os.WriteFile(path, pemBytes, 0o600))
+	return func(c *server.Config) { c.PKI.CommandSigning = path }, path
 }
 
 // SetProgress records a progress report as the gateway would.
