@@ -76,6 +76,9 @@ type Daemon struct {
 	// Verify, when set, is check 4: an envelope it refuses is rejected
 	// BAD_SIGNATURE (and journaled), never run, whatever its kind.
 	Verify func(env *agentv1.CommandEnvelope) error
+	// OnWelcome, when set, sees every Welcome (the first, and those that
+	// bring a newer trust bundle).
+	OnWelcome func(*agentv1.Welcome)
 	// Attest, when set, signs each terminal update of a command (given the
 	// command's exact bytes), as bcd does for attested kinds.
 	Attest func(commandBytes []byte, u *agentv1.CommandUpdate)
@@ -236,7 +239,11 @@ func (d *Daemon) Run(ctx context.Context, conn grpc.ClientConnInterface) error {
 		case *agentv1.GatewayMessage_Welcome:
 			d.mu.Lock()
 			d.welcome = m.Welcome
+			hook := d.OnWelcome
 			d.mu.Unlock()
+			if hook != nil {
+				hook(m.Welcome)
+			}
 		case *agentv1.GatewayMessage_Command:
 			var cmd agentv1.Command
 			if err := proto.Unmarshal(m.Command.GetCommand(), &cmd); err != nil {

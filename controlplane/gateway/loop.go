@@ -95,6 +95,9 @@ func (s *session) run(ctx context.Context) error {
 				return err
 			}
 		case <-tick.C:
+			if err := s.refreshTrust(ctx); err != nil {
+				return err
+			}
 			if s.specDue {
 				if err := s.sendSpec(ctx, s.specSent); err != nil {
 					return err

@@ -40,6 +40,9 @@ type session struct {
 	perLane     map[kind.Lane]int
 	cancelSent  map[string]time.Time
 	specSent    int64
+	// trustSent is the trust bundle version the node was last sent; a
+	// newer published one goes out in another Welcome.
+	trustSent int64
 	// specDue is set when a spec push failed on the database: the next
 	// tick tries again rather than waiting for a new generation.
 	specDue  bool
@@ -168,5 +171,6 @@ func (g *Gateway) Connect(stream grpc.BidiStreamingServer[agentv1.NodeMessage, a
 	}}}); err != nil {
 		return err
 	}
+	s.trustSent = tb.GetVersion()
 	return s.run(ctx)
 }

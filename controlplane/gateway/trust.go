@@ -1,0 +1,31 @@
+package gateway
+
+import (
+	"context"
+
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	agentv1 "github.com/better-compute/commands/proto/bc/agent/v1"
+)
+
+// refreshTrust sends an open session another Welcome (same epoch) when a
+// newer trust bundle was published since its last one, so that nodes take a
+// rotation's bundle while they stay online. The source caches, so this costs
+// a read per cache period per process, not per session.
+func (s *session) refreshTrust(ctx context.Context) error {
+	if s.g.opts.TrustBundle == nil {
+		return nil
+	}
+	tb, err := s.g.opts.TrustBundle.Current(ctx)
+	if err != nil || tb == nil || tb.GetVersion() <= s.trustSent {
+		return nil
+	}
+	s.logger.Info("sending the node a newer trust bundle", "trust_version", tb.GetVersion(), "previous", s.trustSent)
+	if err := s.send(&agentv1.GatewayMessage{Msg: &agentv1.GatewayMessage_Welcome{Welcome: &agentv1.Welcome{
+		ServerTime: timestamppb.New(s.g.opts.Now()), SessionEpoch: s.epoch, TrustBundle: tb,
+	}}}); err != nil {
+		return err
+	}
+	s.trustSent = tb.GetVersion()
+	return nil
+}
