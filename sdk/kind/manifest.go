@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"sort"
 	"strings"
 	"time"
 
@@ -171,19 +172,49 @@ func (m Manifest) CompileSchema() (*jsonschema.Schema, error) {
 
 // Digest is the SHA-256 of the manifest's canonical JSON, hex encoded. bcd
 // reports it in Hello; the gateway dispatches a kind only to a node whose
-// digest matches the registry's.
+// digest matches the registry's. The payload schema is canonicalised the
+// way RFC 8785 does (object keys sorted, no insignificant space, numbers in
+// their shortest ES6 form, no HTML escaping), and the roles are sorted, so
+// a manifest written as YAML or JSON, pretty or compact, in any key order,
+// hashes the same on the node and in the registry.
 func (m Manifest) Digest() string {
 	c := m
 	c.Roles = append([]string(nil), m.Roles...)
+	sort.Strings(c.Roles)
 	if len(c.PayloadSchema) > 0 {
-		var buf bytes.Buffer
-		if err := json.Compact(&buf, c.PayloadSchema); err == nil {
-			c.PayloadSchema = buf.Bytes()
+		if canon, err := CanonicalJSON(c.PayloadSchema); err == nil {
+			c.PayloadSchema = canon
 		}
 	}
-	b, _ := json.Marshal(c)
+	b, err := canonicalMarshal(c)
+	if err != nil {
+		b, _ = json.Marshal(c)
+	}
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:])
+}
+
+// CanonicalJSON re-encodes a JSON document in canonical form: object keys
+// sorted, no insignificant whitespace, numbers as encoding/json writes a
+// float64 (the shortest form that round-trips, as ES6 and RFC 8785 do),
+// strings without HTML escaping. Two documents that mean the same have the
+// same canonical form.
+func CanonicalJSON(b []byte) ([]byte, error) {
+	var v any
+	if err := json.Unmarshal(b, &v); err != nil {
+		return nil, fmt.Errorf("canonical json: %w", err)
+	}
+	return canonicalMarshal(v)
+}
+
+func canonicalMarshal(v any) ([]byte, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
 }
 
 // AllowsRole reports whether an agent of role may run the kind.
