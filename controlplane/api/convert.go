@@ -42,6 +42,8 @@ func (s *Server) toProto(c queue.Command) *apiv1.Command {
 		NodeSig:           c.NodeSig,
 		Signed:            len(c.Signature) > 0,
 		ResultBytes:       c.ResultBytes,
+		WaitingReason:     c.WaitingReason,
+		WaitingMessage:    c.WaitingMessage,
 	}
 	if len(c.ResultSHA256) > 0 {
 		out.ResultSha256 = hex.EncodeToString(c.ResultSHA256)

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -42,9 +44,10 @@ func (n *nodesServer) Get(ctx context.Context, req *apiv1.GetNodeRequest) (*apiv
 		inv, conds []byte
 		created    time.Time
 	)
-	err := s.pool.QueryRow(ctx, `SELECT role, allowed_kinds, inventory, conditions, applied_generation, created_at, trust_version
+	var mismatches []byte
+	err := s.pool.QueryRow(ctx, `SELECT role, allowed_kinds, inventory, conditions, applied_generation, created_at, trust_version, kind_mismatches
 		FROM nodes WHERE id = $1 AND tenant_id = $2 AND deleted_at IS NULL`, req.GetNodeId(), req.GetTenantId()).
-		Scan(&out.Role, &allowed, &inv, &conds, &out.AppliedGeneration, &created, &out.TrustVersion)
+		Scan(&out.Role, &allowed, &inv, &conds, &out.AppliedGeneration, &created, &out.TrustVersion, &mismatches)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, apierr.New(apierr.NotFound, "node "+req.GetNodeId()+" not found", map[string]string{"nodeId": req.GetNodeId()})
 	}
@@ -63,6 +66,9 @@ func (n *nodesServer) Get(ctx context.Context, req *apiv1.GetNodeRequest) (*apiv
 			}
 			out.Conditions = append(out.Conditions, pc)
 		}
+	}
+	if c := kindsCondition(mismatches); c != nil {
+		out.Conditions = append(out.Conditions, c)
 	}
 	return out, nil
 }
@@ -115,4 +121,28 @@ func (n *nodesServer) Create(ctx context.Context, req *apiv1.CreateNodeRequest) 
 	}
 	return &apiv1.Node{Id: node.ID, TenantId: node.TenantID, Role: node.Role, AllowedKinds: node.AllowedKinds,
 		AppliedGeneration: node.AppliedGeneration, CreatedAt: timestamppb.New(node.CreatedAt)}, nil
+}
+
+// ConditionKindsMatchRegistry is the control plane's own condition of a
+// node: False while a kind the node runs has another manifest than the
+// registry's, whose commands are then held (waitingReason kind-mismatch).
+const ConditionKindsMatchRegistry = "KindsMatchRegistry"
+
+// kindsCondition reads the node's kind mismatches (from its last Hello) as
+// a condition; nil when the node never reported any.
+func kindsCondition(b []byte) *apiv1.Condition {
+	if len(b) == 0 {
+		return nil
+	}
+	var ms []queue.KindMismatch
+	if json.Unmarshal(b, &ms) != nil || len(ms) == 0 {
+		return nil
+	}
+	var parts []string
+	for _, m := range ms {
+		short := func(d string) string { return d[:min(12, len(d))] }
+		parts = append(parts, fmt.Sprintf("%s: node %s, registry %s (%s)", m.Kind, short(m.NodeDigest), short(m.RegistryDigest), m.RegistryVer))
+	}
+	return &apiv1.Condition{Type: ConditionKindsMatchRegistry, Status: "False", Reason: "kind-mismatch",
+		Message: "the node runs other manifests than the registry; their commands wait: " + strings.Join(parts, "; ")}
 }

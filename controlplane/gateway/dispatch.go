@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/better-compute/commands/controlplane/queue"
@@ -72,7 +73,18 @@ func (s *session) dispatch(ctx context.Context, c queue.Command, now time.Time) 
 	}
 	if d, ok := s.kinds[c.Kind]; ok && d != "" {
 		if m, registered := s.g.queue.Registry().Get(c.Kind); registered && m.Digest() != d {
-			s.logger.Warn("node runs another manifest of this kind; not dispatching", "kind", c.Kind, "command_id", c.ID)
+			// Held, and it says why in the API (commands get/list show
+			// waitingReason and waitingMessage), written once per change.
+			msg := fmt.Sprintf("node %s runs another manifest of %s (digest %s) than the registry's %s (digest %s): register the node's manifest in kindsDir, or upgrade the node's plugin; see nodes get",
+				s.id.NodeID, c.Kind, short(d), m.Version, short(m.Digest()))
+			wrote, err := s.g.queue.SetWaiting(ctx, s.g.pool, s.id.NodeID, c.ID, ReasonKindMismatch, msg)
+			if err != nil {
+				return s.dbErr(ctx, "recording why a command waits", err)
+			}
+			if wrote && !s.mismatchLogged[c.Kind] {
+				s.mismatchLogged[c.Kind] = true
+				s.logger.Warn("node runs another manifest of this kind; holding its commands", "kind", c.Kind, "node_digest", d, "registry_digest", m.Digest(), "registry_version", m.Version)
+			}
 			return nil
 		}
 	}

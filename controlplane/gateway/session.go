@@ -43,6 +43,8 @@ type session struct {
 	// trustSent is the trust bundle version the node was last sent; a
 	// newer published one goes out in another Welcome.
 	trustSent int64
+	// mismatchLogged holds the kinds whose manifest mismatch was logged.
+	mismatchLogged map[string]bool
 	// specDue is set when a spec push failed on the database: the next
 	// tick tries again rather than waiting for a new generation.
 	specDue  bool
@@ -149,6 +151,8 @@ func (g *Gateway) Connect(stream grpc.BidiStreamingServer[agentv1.NodeMessage, a
 		outstanding: map[string]credit{},
 		perLane:     map[kind.Lane]int{},
 		cancelSent:  map[string]time.Time{},
+
+		mismatchLogged: map[string]bool{},
 	}
 	for _, k := range hello.GetKinds() {
 		s.kinds[k.GetKind()] = k.GetDigest()
@@ -172,5 +176,8 @@ func (g *Gateway) Connect(stream grpc.BidiStreamingServer[agentv1.NodeMessage, a
 		return err
 	}
 	s.trustSent = tb.GetVersion()
+	if err := s.recordKinds(ctx); err != nil {
+		return err
+	}
 	return s.run(ctx)
 }

@@ -101,6 +101,10 @@ type Command struct {
 	// Message says in words what Reason codes (a refusal's explanation, a
 	// failure's detail).
 	Message string
+	// WaitingReason and WaitingMessage say why a pending command is held
+	// back (kind-mismatch: the node runs another manifest of its kind);
+	// empty once it leaves pending.
+	WaitingReason, WaitingMessage string
 	// NotAfter is the deadline for the node to accept it.
 	NotAfter time.Time
 	// NotBefore, when set, holds the command until then.

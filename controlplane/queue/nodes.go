@@ -198,3 +198,42 @@ func isUniqueViolation(err error) bool {
 	var pe *pgconn.PgError
 	return errors.As(err, &pe) && pe.Code == "23505"
 }
+
+// SetWaiting says why a pending command is held back (reason a bare code,
+// message the words); it writes only when that changes and only while the
+// command is pending, so a gateway that re-checks every poll writes once
+// per change. It reports whether it wrote.
+func (q *Queue) SetWaiting(ctx context.Context, db DBTX, nodeID, commandID, reason, message string) (bool, error) {
+	tag, err := db.Exec(ctx, `UPDATE commands SET waiting_reason = $3, waiting_message = $4
+		WHERE id = $2 AND node_id = $1 AND state = 'pending' AND (waiting_reason, waiting_message) IS DISTINCT FROM ($3, $4)`,
+		nodeID, commandID, reason, message)
+	if err != nil {
+		return false, fmt.Errorf("recording why %s waits: %w", commandID, err)
+	}
+	return tag.RowsAffected() > 0, nil
+}
+
+// KindMismatch is a kind whose manifest a node runs differs from the
+// registry's.
+type KindMismatch struct {
+	Kind           string `json:"kind"`
+	NodeDigest     string `json:"nodeDigest"`
+	RegistryDigest string `json:"registryDigest"`
+	RegistryVer    string `json:"registryVersion,omitempty"`
+}
+
+// RecordKindMismatches stores the node's mismatching kinds (none clears).
+func (q *Queue) RecordKindMismatches(ctx context.Context, db DBTX, nodeID string, ms []KindMismatch) error {
+	var v any
+	if len(ms) > 0 {
+		b, err := json.Marshal(ms)
+		if err != nil {
+			return fmt.Errorf("encoding kind mismatches: %w", err)
+		}
+		v = string(b)
+	}
+	if _, err := db.Exec(ctx, `UPDATE nodes SET kind_mismatches = $2::jsonb WHERE id = $1`, nodeID, v); err != nil {
+		return fmt.Errorf("recording the kind mismatches of %s: %w", nodeID, err)
+	}
+	return nil
+}

@@ -20,6 +20,7 @@ WITH u AS (
     state = $2,
     reason = CASE WHEN $3 <> '' THEN $3 ELSE c.reason END,
     message = CASE WHEN $11 <> '' THEN $11 ELSE c.message END,
+    waiting_reason = '', waiting_message = '',
     result_bytes = coalesce($12, c.result_bytes),
     result = coalesce($4::jsonb, c.result),
     result_sha256 = coalesce($5, c.result_sha256),

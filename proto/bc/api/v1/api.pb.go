@@ -582,9 +582,15 @@ type Command struct {
 	CommandSha256 string `protobuf:"bytes,26,opt,name=command_sha256,json=commandSha256,proto3" json:"command_sha256,omitempty"`
 	// result_bytes is an attested result exactly as the node sent it (the
 	// bytes whose SHA-256 the node signed); result is the same document.
-	ResultBytes   []byte `protobuf:"bytes,27,opt,name=result_bytes,json=resultBytes,proto3" json:"result_bytes,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	ResultBytes []byte `protobuf:"bytes,27,opt,name=result_bytes,json=resultBytes,proto3" json:"result_bytes,omitempty"`
+	// waiting_reason says why a pending command is held back (a bare code:
+	// kind-mismatch when the node runs another manifest of the kind than the
+	// registry's); waiting_message says it in words (the kind, both digests,
+	// what to do). Both stay on a command that expired waiting.
+	WaitingReason  string `protobuf:"bytes,28,opt,name=waiting_reason,json=waitingReason,proto3" json:"waiting_reason,omitempty"`
+	WaitingMessage string `protobuf:"bytes,29,opt,name=waiting_message,json=waitingMessage,proto3" json:"waiting_message,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *Command) Reset() {
@@ -804,6 +810,20 @@ func (x *Command) GetResultBytes() []byte {
 		return x.ResultBytes
 	}
 	return nil
+}
+
+func (x *Command) GetWaitingReason() string {
+	if x != nil {
+		return x.WaitingReason
+	}
+	return ""
+}
+
+func (x *Command) GetWaitingMessage() string {
+	if x != nil {
+		return x.WaitingMessage
+	}
+	return ""
 }
 
 // RunCommandRequest queues a command.
@@ -2121,7 +2141,7 @@ const file_bc_api_v1_api_proto_rawDesc = "" +
 	"\n" +
 	"updated_at\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAt\"N\n" +
 	"\x12AllocationBindings\x128\n" +
-	"\bbindings\x18\x01 \x03(\v2\x1c.bc.api.v1.AllocationBindingR\bbindings\"\xa8\b\n" +
+	"\bbindings\x18\x01 \x03(\v2\x1c.bc.api.v1.AllocationBindingR\bbindings\"\xf8\b\n" +
 	"\aCommand\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1b\n" +
 	"\ttenant_id\x18\x02 \x01(\tR\btenantId\x12\x17\n" +
@@ -2156,7 +2176,9 @@ const file_bc_api_v1_api_proto_rawDesc = "" +
 	"\bnode_sig\x18\x18 \x01(\fR\anodeSig\x12\x16\n" +
 	"\x06signed\x18\x19 \x01(\bR\x06signed\x12%\n" +
 	"\x0ecommand_sha256\x18\x1a \x01(\tR\rcommandSha256\x12!\n" +
-	"\fresult_bytes\x18\x1b \x01(\fR\vresultBytesB\r\n" +
+	"\fresult_bytes\x18\x1b \x01(\fR\vresultBytes\x12%\n" +
+	"\x0ewaiting_reason\x18\x1c \x01(\tR\rwaitingReason\x12'\n" +
+	"\x0fwaiting_message\x18\x1d \x01(\tR\x0ewaitingMessageB\r\n" +
 	"\v_retry_safe\"\x9b\x02\n" +
 	"\x11RunCommandRequest\x12\x1b\n" +
 	"\ttenant_id\x18\x01 \x01(\tR\btenantId\x12\x17\n" +
