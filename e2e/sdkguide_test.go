@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -112,4 +113,46 @@ func TestE2E_AKindManifestMismatchIsVisible(t *testing.T) {
 	require.NotNil(t, cond, "the node shows a condition")
 	require.Equal(t, "False", cond.GetStatus())
 	require.Contains(t, cond.GetMessage(), "example.echo")
+}
+
+// "Progress reported after running reaches commands.get and better-compute
+// commands run --wait (throttled, at most about one write per second per
+// command)": example.echo reports ten steps over its sleepMs; commands.get
+// shows a step while it runs (before, a step after running was dropped:
+// the guarded transition to running changed nothing).
+func TestE2E_ProgressAfterRunningReachesCommandsGet(t *testing.T) {
+	if _, err := exec.LookPath("jq"); err != nil {
+		t.Skip("jq is not installed")
+	}
+	c, kindsDir := exampleCluster(t)
+	n := c.join()
+	out, _, code := n.bcd("kinds", "--json")
+	require.Equal(t, 0, code)
+	var ms []map[string]any
+	require.NoError(t, json.Unmarshal([]byte(out), &ms))
+	var keep []map[string]any
+	for _, m := range ms {
+		if m["kind"] == "example.echo" {
+			delete(m, "digest")
+			keep = append(keep, m)
+		}
+	}
+	doc, err := json.Marshal(keep)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(filepath.Join(kindsDir, "acme.json"), doc, 0o600))
+	c.restartControlPlane()
+	n.start()
+
+	cmd := c.run("example.echo", map[string]any{"message": "slow", "sleepMs": 4000})
+	var seen *apiv1.Command
+	testutil.WaitFor(t, 30*time.Second, "a progress step in commands.get while it runs", func() bool {
+		got := c.get(cmd.GetId())
+		if got.GetState() == "running" && got.GetProgress() != nil && strings.Contains(got.GetProgress().String(), "step") {
+			seen = got
+			return true
+		}
+		return false
+	})
+	require.Contains(t, seen.GetProgress().String(), "of 10")
+	c.waitState(cmd.GetId(), "succeeded")
 }

@@ -51,6 +51,10 @@ type Action struct {
 	Result json.RawMessage
 	// Delay is waited before the outcome is reported (after running).
 	Delay time.Duration
+	// Steps are progress reports sent after running, StepEvery apart
+	// (back to back when zero), before the Delay and the outcome.
+	Steps     int
+	StepEvery time.Duration
 }
 
 // Script decides per command; nil means Succeed for everything.
@@ -374,6 +378,16 @@ func (d *Daemon) handle(ctx context.Context, cmd *agentv1.Command, env *agentv1.
 	if act.Kind != SkipToResult {
 		update(&agentv1.CommandUpdate{State: agentv1.CommandState_COMMAND_STATE_ACKED})
 		update(&agentv1.CommandUpdate{State: agentv1.CommandState_COMMAND_STATE_RUNNING})
+	}
+	for i := 1; i <= act.Steps; i++ {
+		if act.StepEvery > 0 && i > 1 {
+			select {
+			case <-time.After(act.StepEvery):
+			case <-runCtx.Done():
+			}
+		}
+		update(&agentv1.CommandUpdate{State: agentv1.CommandState_COMMAND_STATE_RUNNING, ProgressPercent: int32(i * 100 / act.Steps),
+			ProgressMessage: fmt.Sprintf("step %d of %d", i, act.Steps)})
 	}
 	if act.Kind == Hang {
 		<-runCtx.Done()

@@ -98,6 +98,9 @@ func (s *session) run(ctx context.Context) error {
 			if err := s.refreshTrust(ctx); err != nil {
 				return err
 			}
+			if err := s.flushProgress(ctx); err != nil {
+				return err
+			}
 			if s.specDue {
 				if err := s.sendSpec(ctx, s.specSent); err != nil {
 					return err

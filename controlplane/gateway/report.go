@@ -107,7 +107,14 @@ func (s *session) land(ctx context.Context, u *agentv1.CommandUpdate) (outcome, 
 		return s.landErr(ctx, "storing a report", u, err)
 	}
 	s.g.outage.ok()
+	if !changed && t.Progress != nil && !cur.State.Terminal() {
+		// A step of a command already running: the transition changed
+		// nothing, so store the progress itself, throttled.
+		return s.progress(ctx, cur.ID, t.Progress)
+	}
 	if cur.State.Terminal() {
+		delete(s.progressDue, cur.ID)
+		delete(s.progressAt, cur.ID)
 		if changed && s.g.opts.OnSettled != nil {
 			s.g.opts.OnSettled(ctx, cur)
 		}

@@ -45,6 +45,10 @@ type session struct {
 	trustSent int64
 	// mismatchLogged holds the kinds whose manifest mismatch was logged.
 	mismatchLogged map[string]bool
+	// progressAt is when each running command's progress was last written;
+	// progressDue holds the newest step not yet written (throttled).
+	progressAt  map[string]time.Time
+	progressDue map[string][]byte
 	// specDue is set when a spec push failed on the database: the next
 	// tick tries again rather than waiting for a new generation.
 	specDue  bool
@@ -153,6 +157,8 @@ func (g *Gateway) Connect(stream grpc.BidiStreamingServer[agentv1.NodeMessage, a
 		cancelSent:  map[string]time.Time{},
 
 		mismatchLogged: map[string]bool{},
+		progressAt:     map[string]time.Time{},
+		progressDue:    map[string][]byte{},
 	}
 	for _, k := range hello.GetKinds() {
 		s.kinds[k.GetKind()] = k.GetDigest()

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"encoding/pem"
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -268,4 +269,34 @@ func TestGateway_AttestedResultStoredAsSentAndVerified(t *testing.T) {
 	moved := attest.FromCommand(got)
 	moved.CommandID, moved.CommandBytes = other.ID, other.CommandBytes
 	require.Error(t, attest.NodeSignedResults(e.ctx, e.pool, e.ca.Pool(), moved), "a result relayed for another command")
+}
+
+// "Progress reported after running reaches commands.get ... (throttled, at
+// most about one write per second per command)": a burst of 200 steps is
+// written at most a few times, and the newest step is the one stored.
+func TestGateway_ProgressAfterRunningIsStoredThrottled(t *testing.T) {
+	e := setup(t, 1)
+	d := fakedaemon.New(e.node.ID)
+	d.Script = func(*agentv1.Command) fakedaemon.Action {
+		return fakedaemon.Action{Kind: fakedaemon.Hang, Steps: 40, StepEvery: 25 * time.Millisecond}
+	}
+	// Count the row writes that change progress, in this test's own
+	// database.
+	_, err := e.pool.Exec(e.ctx, `
+		CREATE TABLE progress_writes (at timestamptz DEFAULT now());
+		CREATE FUNCTION count_progress() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN INSERT INTO progress_writes DEFAULT VALUES; RETURN NULL; END $$;
+		CREATE TRIGGER count_progress AFTER UPDATE OF progress ON commands
+		  FOR EACH ROW WHEN (NEW.progress IS DISTINCT FROM OLD.progress) EXECUTE FUNCTION count_progress();`)
+	require.NoError(t, err)
+	defer e.run(d, e.dial(trust.Identity{NodeID: e.node.ID, Role: "node"}, 0))()
+	c := e.enqueue("test.ctl", "progress")
+	e.waitState(c.ID, queue.Running)
+	testutil.WaitFor(t, 10*time.Second, "the newest step to be stored", func() bool {
+		got := e.get(c.ID)
+		return strings.Contains(string(got.Progress), "step 40 of 40")
+	})
+	var writes int
+	require.NoError(t, e.pool.QueryRow(e.ctx, `SELECT count(*) FROM progress_writes`).Scan(&writes))
+	require.Less(t, writes, 8, "40 steps were not written one by one")
 }
