@@ -44,6 +44,7 @@ func (s *Server) toProto(c queue.Command) *apiv1.Command {
 		ResultBytes:       c.ResultBytes,
 		WaitingReason:     c.WaitingReason,
 		WaitingMessage:    c.WaitingMessage,
+		KindVersion:       c.KindVersion,
 	}
 	if len(c.ResultSHA256) > 0 {
 		out.ResultSha256 = hex.EncodeToString(c.ResultSHA256)

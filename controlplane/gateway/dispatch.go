@@ -71,8 +71,11 @@ func (s *session) dispatch(ctx context.Context, c queue.Command, now time.Time) 
 		s.starved = true
 		return nil // no credit: it stays pending until one returns
 	}
+	version := ""
 	if d, ok := s.kinds[c.Kind]; ok && d != "" {
-		if m, registered := s.g.queue.Registry().Get(c.Kind); registered && m.Digest() != d {
+		if mv, runs := s.g.queue.Registry().Matching(c.Kind, d); runs {
+			version = mv.Version
+		} else if m, registered := s.g.queue.Registry().Get(c.Kind); registered {
 			// Held, and it says why in the API (commands get/list show
 			// waitingReason and waitingMessage), written once per change.
 			msg := fmt.Sprintf("node %s runs another manifest of %s (digest %s) than the registry's %s (digest %s): register the node's manifest in kindsDir, or upgrade the node's plugin; see nodes get",
@@ -95,7 +98,7 @@ func (s *session) dispatch(ctx context.Context, c queue.Command, now time.Time) 
 		})
 		return s.dbErr(ctx, "rejecting a kind the certificate does not allow", err)
 	}
-	cur, changed, err := s.g.queue.Transition(ctx, s.g.pool, queue.Transition{CommandID: c.ID, NodeID: s.id.NodeID, To: queue.Dispatched, Epoch: s.epoch})
+	cur, changed, err := s.g.queue.Transition(ctx, s.g.pool, queue.Transition{CommandID: c.ID, NodeID: s.id.NodeID, To: queue.Dispatched, Epoch: s.epoch, KindVersion: version})
 	if err != nil {
 		return s.dbErr(ctx, "dispatching", err)
 	}

@@ -17,7 +17,10 @@ func (s *session) recordKinds(ctx context.Context) error {
 	var ms []queue.KindMismatch
 	for k, d := range s.kinds {
 		m, ok := s.g.queue.Registry().Get(k)
-		if !ok || d == "" || m.Digest() == d {
+		if !ok || d == "" {
+			continue
+		}
+		if _, runs := s.g.queue.Registry().Matching(k, d); runs {
 			continue
 		}
 		ms = append(ms, queue.KindMismatch{Kind: k, NodeDigest: d, RegistryDigest: m.Digest(), RegistryVer: m.Version})

@@ -141,3 +141,51 @@ func TestFirstPartyBuiltIns(t *testing.T) {
 	require.True(t, reboot.Flags.Destructive)
 	require.True(t, reboot.Flags.SelfTerminating)
 }
+
+// "The registry may hold several versions of a kind; a node that runs any
+// registered version is dispatched to" and "bc-server reloads kinds.d on
+// SIGHUP": v2 is registered beside v1, both match, Get is the newest, and
+// removing v1's file on reload leaves v2 alone.
+func TestRegistry_VersionsAndReload(t *testing.T) {
+	dir := t.TempDir()
+	v1 := kind.Manifest{Kind: "acme.flash", Lane: kind.LaneBulk, Timeout: kind.Duration(time.Minute), Roles: []string{"node"}, Version: "1.0.0"}
+	v2 := v1
+	v2.Version, v2.Timeout = "2.0.0", kind.Duration(2*time.Minute)
+	write := func(name string, m kind.Manifest) {
+		b, err := json.Marshal(m)
+		require.NoError(t, err)
+		require.NoError(t, os.WriteFile(filepath.Join(dir, name), b, 0o600))
+	}
+	write("v1.json", v1)
+	r, err := kinds.NewRegistry()
+	require.NoError(t, err)
+	require.NoError(t, r.LoadDir(dir))
+	write("v2.json", v2)
+	added, removed, err := r.Reload(dir)
+	require.NoError(t, err)
+	require.Equal(t, []string{"acme.flash@2.0.0"}, added)
+	require.Empty(t, removed)
+	got, ok := r.Get("acme.flash")
+	require.True(t, ok)
+	require.Equal(t, "2.0.0", got.Version)
+	for _, m := range []kind.Manifest{v1, v2} {
+		mm, ok := r.Matching("acme.flash", m.Digest())
+		require.True(t, ok, m.Version)
+		require.Equal(t, m.Version, mm.Version)
+	}
+	require.Len(t, r.Versions("acme.flash"), 2)
+
+	require.NoError(t, os.Remove(filepath.Join(dir, "v1.json")))
+	_, removed, err = r.Reload(dir)
+	require.NoError(t, err)
+	require.Equal(t, []string{"acme.flash@1.0.0"}, removed)
+	_, ok = r.Matching("acme.flash", v1.Digest())
+	require.False(t, ok)
+
+	// A bad directory changes nothing.
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "bad.yaml"), []byte("kind: [oops"), 0o600))
+	_, _, err = r.Reload(dir)
+	require.Error(t, err)
+	_, ok = r.Matching("acme.flash", v2.Digest())
+	require.True(t, ok)
+}

@@ -105,6 +105,9 @@ type Command struct {
 	// back (kind-mismatch: the node runs another manifest of its kind);
 	// empty once it leaves pending.
 	WaitingReason, WaitingMessage string
+	// KindVersion is the version of the kind's manifest that the node it
+	// was dispatched to runs; "" before dispatch.
+	KindVersion string
 	// NotAfter is the deadline for the node to accept it.
 	NotAfter time.Time
 	// NotBefore, when set, holds the command until then.
@@ -202,6 +205,9 @@ type Transition struct {
 	Rebooted     bool
 	// Progress, when set, replaces the stored progress.
 	Progress json.RawMessage
+	// KindVersion, with To dispatched, records the kind version the node
+	// runs.
+	KindVersion string
 	// Epoch, when non-zero, fences the report: it lands only while the node's
 	// session_epoch equals it, so a superseded session cannot move state.
 	Epoch int64

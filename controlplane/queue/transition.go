@@ -21,6 +21,7 @@ WITH u AS (
     reason = CASE WHEN $3 <> '' THEN $3 ELSE c.reason END,
     message = CASE WHEN $11 <> '' THEN $11 ELSE c.message END,
     waiting_reason = '', waiting_message = '',
+    kind_version = CASE WHEN $2 = 'dispatched' AND $13 <> '' THEN $13 ELSE c.kind_version END,
     result_bytes = coalesce($12, c.result_bytes),
     result = coalesce($4::jsonb, c.result),
     result_sha256 = coalesce($5, c.result_sha256),
@@ -59,7 +60,7 @@ func (q *Queue) Transition(ctx context.Context, db DBTX, t Transition) (Command,
 		progress = string(t.Progress)
 	}
 	cmd, err := scanCommand(db.QueryRow(ctx, transitionSQL,
-		t.CommandID, string(t.To), t.Reason, result, t.ResultSHA256, t.NodeSig, t.Rebooted, t.Epoch, progress, t.NodeID, t.Message, t.ResultBytes))
+		t.CommandID, string(t.To), t.Reason, result, t.ResultSHA256, t.NodeSig, t.Rebooted, t.Epoch, progress, t.NodeID, t.Message, t.ResultBytes, t.KindVersion))
 	if errors.Is(err, pgx.ErrNoRows) {
 		cur, gerr := q.Get(ctx, db, t.NodeID, t.CommandID)
 		if gerr != nil {

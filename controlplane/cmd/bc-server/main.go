@@ -153,6 +153,9 @@ func run(ctx context.Context, args []string, stderr io.Writer) int {
 						}
 					}
 				}
+				if err := srv.ReloadKinds(next.KindsDir); err != nil {
+					logger.Error("kinds reload refused", "error", err)
+				}
 			}
 		}
 	}()

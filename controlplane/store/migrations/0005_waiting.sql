@@ -10,3 +10,7 @@ ALTER TABLE commands
   ADD COLUMN waiting_message text NOT NULL DEFAULT '';
 
 ALTER TABLE nodes ADD COLUMN kind_mismatches jsonb;
+
+-- kind_version is the version of the kind's manifest that the node the
+-- command was dispatched to runs (a fleet mid-upgrade runs several).
+ALTER TABLE commands ADD COLUMN kind_version text NOT NULL DEFAULT '';

@@ -589,8 +589,12 @@ type Command struct {
 	// what to do). Both stay on a command that expired waiting.
 	WaitingReason  string `protobuf:"bytes,28,opt,name=waiting_reason,json=waitingReason,proto3" json:"waiting_reason,omitempty"`
 	WaitingMessage string `protobuf:"bytes,29,opt,name=waiting_message,json=waitingMessage,proto3" json:"waiting_message,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// kind_version is the version of the kind's manifest that the node the
+	// command went to runs (a fleet mid-upgrade runs several); empty before
+	// dispatch.
+	KindVersion   string `protobuf:"bytes,30,opt,name=kind_version,json=kindVersion,proto3" json:"kind_version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Command) Reset() {
@@ -822,6 +826,13 @@ func (x *Command) GetWaitingReason() string {
 func (x *Command) GetWaitingMessage() string {
 	if x != nil {
 		return x.WaitingMessage
+	}
+	return ""
+}
+
+func (x *Command) GetKindVersion() string {
+	if x != nil {
+		return x.KindVersion
 	}
 	return ""
 }
@@ -2141,7 +2152,7 @@ const file_bc_api_v1_api_proto_rawDesc = "" +
 	"\n" +
 	"updated_at\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAt\"N\n" +
 	"\x12AllocationBindings\x128\n" +
-	"\bbindings\x18\x01 \x03(\v2\x1c.bc.api.v1.AllocationBindingR\bbindings\"\xf8\b\n" +
+	"\bbindings\x18\x01 \x03(\v2\x1c.bc.api.v1.AllocationBindingR\bbindings\"\x9b\t\n" +
 	"\aCommand\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1b\n" +
 	"\ttenant_id\x18\x02 \x01(\tR\btenantId\x12\x17\n" +
@@ -2178,7 +2189,8 @@ const file_bc_api_v1_api_proto_rawDesc = "" +
 	"\x0ecommand_sha256\x18\x1a \x01(\tR\rcommandSha256\x12!\n" +
 	"\fresult_bytes\x18\x1b \x01(\fR\vresultBytes\x12%\n" +
 	"\x0ewaiting_reason\x18\x1c \x01(\tR\rwaitingReason\x12'\n" +
-	"\x0fwaiting_message\x18\x1d \x01(\tR\x0ewaitingMessageB\r\n" +
+	"\x0fwaiting_message\x18\x1d \x01(\tR\x0ewaitingMessage\x12!\n" +
+	"\fkind_version\x18\x1e \x01(\tR\vkindVersionB\r\n" +
 	"\v_retry_safe\"\x9b\x02\n" +
 	"\x11RunCommandRequest\x12\x1b\n" +
 	"\ttenant_id\x18\x01 \x01(\tR\btenantId\x12\x17\n" +

@@ -1,0 +1,21 @@
+package server
+
+import "fmt"
+
+// ReloadKinds re-reads the kinds directory (bc-server calls it on SIGHUP):
+// kinds and versions added there are registered, removed ones are gone, the
+// first-party kinds stay. A bad directory changes nothing and is returned.
+// Register a kind's new version beside the old one, upgrade the nodes'
+// plugins, then remove the old version: commands keep going to nodes that
+// run either.
+func (s *Server) ReloadKinds(dir string) error {
+	if dir == "" {
+		return nil
+	}
+	added, removed, err := s.queue.Registry().Reload(dir)
+	if err != nil {
+		return fmt.Errorf("reloading kinds from %s: %w", dir, err)
+	}
+	s.logger.Info("kinds reloaded", "dir", dir, "added", added, "removed", removed)
+	return nil
+}
