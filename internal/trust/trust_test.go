@@ -325,3 +325,16 @@ func TestVerifySpec_OnlyTheSignedStatementForThisNode(t *testing.T) {
 	_, err = VerifySpec(b, w.Cert, st, w.Sign(PurposeCommand, st), "node_a", t0)
 	require.ErrorIs(t, err, ErrBadSignature)
 }
+
+// Without command-signing roots the gateway is trusted anyway: "the daemon
+// keeps the offset from Welcome.server_time", however large.
+func TestClock_ApplyServerTimeKeepsAnyOffset(t *testing.T) {
+	now := t0
+	c := &Clock{Now: func() time.Time { return now }}
+	require.Equal(t, -48*time.Hour, c.ApplyServerTime(t0.Add(-48*time.Hour)))
+	require.Equal(t, t0.Add(-48*time.Hour), c.ServerNow())
+	applied, refused := c.Offset()
+	require.Equal(t, -48*time.Hour, applied)
+	require.Zero(t, refused)
+	require.Equal(t, DefaultClockSkew, c.MaxOffset())
+}
