@@ -1,12 +1,17 @@
 // Package session is bcd's side of the control plane session: one gRPC
 // bidirectional stream (bc.agent.v1.Session) over mTLS with the node
-// certificate from `bcd join`. It opens each session with Hello, keeps the
-// server-time offset from Welcome, hands received commands to the daemon
-// (which answers duplicates from its journal or re-attaches to the running
-// command), relays Cancel and Spec, forwards every command update with an
-// update_seq and resends the ones not acknowledged after a reconnect, and
-// reports the node's inventory and conditions. When the stream breaks it
-// reconnects with exponential backoff and jitter.
+// certificate from `bcd join`. It opens each session with Hello, takes
+// from Welcome its server time (bounded by maxClockSkew once the trust
+// bundle holds command-signing roots) and its trust bundle (which the
+// truststore takes only when a root it trusts signed a higher version),
+// hands received commands to the daemon (which verifies them and answers
+// duplicates from its journal or re-attaches to the running command),
+// relays Cancel, applies a Spec only when it verifies (and then the signed
+// statement) and attests the GPU bindings it applied (AllocationBound),
+// forwards every command update with an update_seq and resends the ones not
+// acknowledged, and reports the node's inventory and conditions, among them
+// what it refused of the gateway (TrustBundle, ClockSkew, NodeSpec). When
+// the stream breaks it reconnects with exponential backoff and jitter.
 package session
 
 import (
