@@ -127,13 +127,24 @@ func (c *Client) serverTime(server time.Time) {
 	c.own.put(cd)
 }
 
-// describeOffset says how far the server's clock is from the node's.
+// describeOffset says how far the server's clock is from the node's: to
+// the millisecond within a minute, to the second beyond, where the round
+// trip's milliseconds are noise.
 func describeOffset(off time.Duration) string {
-	switch {
-	case off > 0:
-		return fmt.Sprintf("%s ahead of this node's clock", off.Round(time.Millisecond))
-	case off < 0:
-		return fmt.Sprintf("%s behind this node's clock", (-off).Round(time.Millisecond))
+	abs := off
+	if abs < 0 {
+		abs = -abs
 	}
-	return "equal to this node's clock"
+	if abs >= time.Minute {
+		abs = abs.Round(time.Second)
+	} else {
+		abs = abs.Round(time.Millisecond)
+	}
+	switch {
+	case abs == 0:
+		return "equal to this node's clock"
+	case off > 0:
+		return fmt.Sprintf("%s ahead of this node's clock", abs)
+	}
+	return fmt.Sprintf("%s behind this node's clock", abs)
 }
