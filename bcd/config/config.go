@@ -205,6 +205,7 @@ type Flags struct {
 	startTimeout  time.Duration
 	bootIDFile    string
 	trustAnchors  []string
+	maxClockSkew  time.Duration
 	pathSpecified bool
 }
 
@@ -229,6 +230,7 @@ func RegisterFlags(fs *pflag.FlagSet) *Flags {
 	fs.DurationVar(&f.startTimeout, "plugin-start-timeout", 0, "bound one plugin start (pluginStartTimeout)")
 	fs.StringVar(&f.bootIDFile, "boot-id-file", "", "file holding the boot id (bootIdFile)")
 	fs.StringArrayVar(&f.trustAnchors, "trust-anchor", nil, "a command-signing root public key file (trustAnchors), repeatable")
+	fs.DurationVar(&f.maxClockSkew, "max-clock-skew", 0, "the largest offset a Welcome's server time may apply once commands are signed (maxClockSkew)")
 	return f
 }
 
@@ -267,6 +269,7 @@ func (f *Flags) Apply(c *Config) error {
 	set("plugin-start-timeout", func() { c.PluginStartTimeout = kind.Duration(f.startTimeout) })
 	set("boot-id-file", func() { c.BootIDFile = f.bootIDFile })
 	set("trust-anchor", func() { c.TrustAnchors = append([]string(nil), f.trustAnchors...) })
+	set("max-clock-skew", func() { c.MaxClockSkew = kind.Duration(f.maxClockSkew) })
 	var errs []error
 	pairs := func(flag string, vals []string, into *map[string]string) {
 		for _, v := range vals {

@@ -62,7 +62,8 @@ func TestFlags_OverrideTheFile(t *testing.T) {
 	require.NoError(t, os.WriteFile(path, []byte(sample), 0o600))
 	fs := pflag.NewFlagSet("bcd", pflag.ContinueOnError)
 	f := RegisterFlags(fs)
-	require.NoError(t, fs.Parse([]string{"--config", path, "--node-id", "node_flag", "--lane-bulk", "3", "--plugin-env", "A=b", "--log-level", "warn"}))
+	require.NoError(t, fs.Parse([]string{"--config", path, "--node-id", "node_flag", "--lane-bulk", "3", "--plugin-env", "A=b", "--log-level", "warn",
+		"--max-clock-skew", "2m", "--trust-anchor", "/etc/bcd/root.pub"}))
 	c, err := f.Load()
 	require.NoError(t, err)
 	require.Equal(t, "node_flag", c.NodeID, "the flag wins")
@@ -71,6 +72,8 @@ func TestFlags_OverrideTheFile(t *testing.T) {
 	require.Equal(t, "8", c.PluginEnv["BCD_EXPECTED_GPUS"])
 	require.Equal(t, "b", c.PluginEnv["A"])
 	require.Equal(t, "mock:dgxh200", c.NVMLSource)
+	require.Equal(t, 2*time.Minute, c.MaxClockSkew.D())
+	require.Equal(t, []string{"/etc/bcd/root.pub"}, c.TrustAnchors)
 }
 
 func TestFlags_MissingFiles(t *testing.T) {

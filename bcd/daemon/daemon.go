@@ -8,6 +8,7 @@ package daemon
 
 import (
 	"context"
+	"crypto"
 	"errors"
 	"fmt"
 	"os"
@@ -20,6 +21,7 @@ import (
 	"github.com/better-compute/commands/bcd/accept"
 	"github.com/better-compute/commands/bcd/journal"
 	"github.com/better-compute/commands/bcd/lanes"
+	"github.com/better-compute/commands/internal/trust"
 	"github.com/better-compute/commands/sdk/kind"
 )
 
@@ -61,6 +63,14 @@ type Config struct {
 	// OnSpecRequest is called when a command needs a newer node spec than
 	// the applied one (the session client sends SpecRequest).
 	OnSpecRequest func(haveGeneration int64)
+	// Clock is the node's view of server time, in which not_after is
+	// judged; the session client feeds it each Welcome's server time and
+	// check 4 raises its floor. A new Clock over Now when nil.
+	Clock *trust.Clock
+	// NodeKey is the node's key (the one its certificate names): it signs
+	// the outcome of every attested kind. Nil sends them unsigned (a local
+	// node that never joined).
+	NodeKey crypto.Signer
 	// CompactEvery is how often the journal is compacted; 1 h when 0.
 	CompactEvery time.Duration
 	// Now is the clock; time.Now when nil.
@@ -84,11 +94,10 @@ type Daemon struct {
 	// runs counts the goroutines that run or wait for commands.
 	runs sync.WaitGroup
 
-	// lock guards active, closing and offset.
+	// lock guards active and closing.
 	lock    sync.Mutex
 	active  map[string]*entry
 	closing bool
-	offset  time.Duration
 
 	compactDone chan struct{}
 }
@@ -135,6 +144,9 @@ func New(logger hclog.Logger, cfg Config, j *journal.Journal, state *State, exec
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
+	if cfg.Clock == nil {
+		cfg.Clock = &trust.Clock{Now: cfg.Now}
+	}
 	if cfg.CompactEvery <= 0 {
 		cfg.CompactEvery = time.Hour
 	}
@@ -180,13 +192,17 @@ func (d *Daemon) State() *State { return d.state }
 // Lanes is the lane worker pool.
 func (d *Daemon) Lanes() *lanes.Pool { return d.pool }
 
+// Clock is the node's view of server time, in which not_after is judged.
+func (d *Daemon) Clock() *trust.Clock { return d.cfg.Clock }
+
 // SetServerTime keeps the offset between the server's clock
-// (Welcome.server_time) and the node's; not_after is judged in server time.
-func (d *Daemon) SetServerTime(server time.Time) {
-	d.lock.Lock()
-	d.offset = server.Sub(d.cfg.Now())
-	d.lock.Unlock()
-}
+// (Welcome.server_time) and the node's, whatever its size: what a node
+// without command-signing roots does. The session client bounds it once
+// the trust bundle holds roots (trust.Clock.ObserveServerTime).
+func (d *Daemon) SetServerTime(server time.Time) { d.cfg.Clock.ApplyServerTime(server) }
+
+// serverNow is the time not_after is judged in.
+func (d *Daemon) serverNow() time.Time { return d.cfg.Clock.ServerNow() }
 
 // InFlight lists the commands bcd holds as not finished, for Hello.
 func (d *Daemon) InFlight() []string {

@@ -39,9 +39,6 @@ func (d *Daemon) Recover(ctx context.Context) (RecoverReport, error) {
 	if err != nil {
 		return rep, fmt.Errorf("recover: %w", err)
 	}
-	d.lock.Lock()
-	offset := d.offset
-	d.lock.Unlock()
 	for _, rec := range recs {
 		if err := ctx.Err(); err != nil {
 			return rep, fmt.Errorf("recover: %w", err)
@@ -52,7 +49,7 @@ func (d *Daemon) Recover(ctx context.Context) (RecoverReport, error) {
 			if err := d.journal.Update(rec); err != nil {
 				d.logger.Error("cannot journal the recovered outcome", "command_id", rec.ID, "error", err)
 			}
-			d.subs.publish(updateOf(rec))
+			d.subs.publish(d.updateOf(rec))
 			d.logger.Info("command finished", "command_id", rec.ID, "kind", rec.Kind, "state", rec.State, "reason", rec.Reason, "recovered", true)
 		}
 		switch {
@@ -72,7 +69,7 @@ func (d *Daemon) Recover(ctx context.Context) (RecoverReport, error) {
 			case !ok:
 				settle(journal.StateFailed, journal.ReasonInterrupted, "bcd stopped while the command ran, and its kind is no longer loaded")
 				rep.Interrupted = append(rep.Interrupted, rec.ID)
-			case !now.Add(offset).Before(rec.NotAfter):
+			case !d.serverNow().Before(rec.NotAfter):
 				settle(journal.StateFailed, journal.ReasonInterrupted, "bcd stopped while the command ran, and not_after passed before it could run again")
 				rep.Interrupted = append(rep.Interrupted, rec.ID)
 			default:

@@ -172,25 +172,27 @@ func (s *State) SpecChanged() <-chan struct{} {
 }
 
 // ApplySpec records a node spec generation (already verified by the
-// caller). A generation at or below the applied one changes nothing: specs
-// only move forward. Commands waiting for the generation are woken.
-func (s *State) ApplySpec(generation int64, spec json.RawMessage) error {
+// caller) and reports whether it did. A generation at or below the applied
+// one changes nothing, since specs only move forward, and applied is false
+// so the caller never says it applied what it dropped. Commands waiting for
+// the generation are woken.
+func (s *State) ApplySpec(generation int64, spec json.RawMessage) (applied bool, err error) {
 	if len(spec) > 0 && !json.Valid(spec) {
-		return errors.New("node spec is not valid JSON")
+		return false, errors.New("node spec is not valid JSON")
 	}
 	s.lock.Lock()
 	defer s.lock.Unlock()
 	if generation <= s.generation {
-		return nil
+		return false, nil
 	}
 	doc := specDoc{Generation: generation, Spec: append(json.RawMessage(nil), spec...)}
 	if err := writeJSON(filepath.Join(s.dir, specFile), doc); err != nil {
-		return err
+		return false, err
 	}
 	s.generation, s.spec = doc.Generation, doc.Spec
 	close(s.specChanged)
 	s.specChanged = make(chan struct{})
-	return nil
+	return true, nil
 }
 
 // Conditions returns the node's conditions, sorted by type.

@@ -17,9 +17,16 @@ func TestState_PersistsAndSpecOnlyMovesForward(t *testing.T) {
 	require.NoError(t, s.PutInventory(ctx, []byte(`{"gpus":[1]}`)))
 	require.Error(t, s.PutInventory(ctx, []byte(`{`)))
 	changed := s.SpecChanged()
-	require.NoError(t, s.ApplySpec(3, []byte(`{"holds":[]}`)))
+	applied, err := s.ApplySpec(3, []byte(`{"holds":[]}`))
+	require.NoError(t, err)
+	require.True(t, applied)
 	<-changed
-	require.NoError(t, s.ApplySpec(2, []byte(`{"old":true}`)), "an older generation changes nothing")
+	applied, err = s.ApplySpec(2, []byte(`{"old":true}`))
+	require.NoError(t, err)
+	require.False(t, applied, "an older generation changes nothing, and says so")
+	applied, err = s.ApplySpec(3, []byte(`{"holds":[]}`))
+	require.NoError(t, err)
+	require.False(t, applied, "nor does the applied one again")
 	require.NoError(t, s.SetCondition(kind.Condition{Type: "RebootRequired", Status: true, Reason: "hugepages"}))
 
 	s, err = NewState(dir, nil)
@@ -41,7 +48,8 @@ func TestState_PersistsAndSpecOnlyMovesForward(t *testing.T) {
 func TestState_ServedToPlugins(t *testing.T) {
 	// The plugins ask bcd for what only bcd knows, over go-plugin's broker.
 	n := start(t, "", nil)
-	require.NoError(t, n.state.ApplySpec(4, []byte(`{"holds":[]}`)))
+	_, err := n.state.ApplySpec(4, []byte(`{"holds":[]}`))
+	require.NoError(t, err)
 	ch, err := n.d.Submit(context.Background(), cmd("cmd_journal_host", "example.noop", map[string]any{}))
 	require.NoError(t, err)
 	collect(t, ch)

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"time"
@@ -9,6 +10,7 @@ import (
 	"github.com/better-compute/commands/bcd/accept"
 	"github.com/better-compute/commands/bcd/journal"
 	"github.com/better-compute/commands/bcd/lanes"
+	"github.com/better-compute/commands/internal/trust"
 	"github.com/better-compute/commands/sdk/kind"
 )
 
@@ -58,7 +60,7 @@ func (d *Daemon) Submit(ctx context.Context, cmd accept.Command) (<-chan Update,
 	}
 	if found {
 		d.lock.Unlock()
-		u := updateOf(rec)
+		u := d.updateOf(rec)
 		u.Duplicate = true
 		w.ch <- u
 		close(w.ch)
@@ -93,9 +95,7 @@ func (d *Daemon) attach(e *entry, w *watcher) {
 
 // check runs the acceptance checks over what the daemon knows now.
 func (d *Daemon) check(cmd accept.Command) accept.Decision {
-	d.lock.Lock()
-	offset := d.offset
-	d.lock.Unlock()
+	now := d.cfg.Now()
 	kinds := map[string]kind.Manifest{}
 	if m, ok := d.exec.Manifest(cmd.Kind); ok {
 		kinds[cmd.Kind] = m
@@ -107,8 +107,8 @@ func (d *Daemon) check(cmd accept.Command) accept.Decision {
 		AllowedKinds:      d.cfg.AllowedKinds,
 		Kinds:             kinds,
 		AppliedGeneration: d.state.Generation(),
-		Now:               d.cfg.Now(),
-		ServerOffset:      offset,
+		Now:               now,
+		ServerOffset:      d.serverNow().Sub(now),
 		Trust:             d.cfg.Trust,
 		Batches:           d.cfg.Batches,
 		Lanes:             d.pool,
@@ -129,9 +129,7 @@ func (d *Daemon) waitForSpec(e *entry) {
 			d.decide(e, dec)
 			return
 		}
-		d.lock.Lock()
-		left := e.cmd.NotAfter.Sub(d.cfg.Now().Add(d.offset))
-		d.lock.Unlock()
+		left := e.cmd.NotAfter.Sub(d.serverNow())
 		timer := time.NewTimer(max(left, 0))
 		select {
 		case <-changed:
@@ -213,7 +211,13 @@ func (d *Daemon) decide(e *entry, dec accept.Decision) {
 }
 
 func (d *Daemon) newRecord(cmd accept.Command, m kind.Manifest) journal.Record {
+	digest := ""
+	if cmd.Envelope != nil && len(cmd.Envelope.GetCommand()) > 0 {
+		sum := trust.CommandDigest(cmd.Envelope.GetCommand())
+		digest = hex.EncodeToString(sum[:])
+	}
 	return journal.Record{
+		CommandDigest: digest,
 		ID:            cmd.ID,
 		Kind:          cmd.Kind,
 		NodeID:        cmd.NodeID,
@@ -342,7 +346,7 @@ func (d *Daemon) finish(e *entry, rec journal.Record) {
 	if e.release != nil {
 		e.release()
 	}
-	u := updateOf(rec)
+	u := d.updateOf(rec)
 	d.lock.Lock()
 	e.rec, e.last = rec, &u
 	ws := e.watchers

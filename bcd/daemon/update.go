@@ -31,6 +31,9 @@ type Update struct {
 	ResultSHA256 string          `json:"resultSha256,omitempty"`
 	// Rebooted is set when a new boot completed a self-terminating kind.
 	Rebooted bool `json:"rebooted,omitempty"`
+	// NodeSig is the node key's signature over the outcome of an attested
+	// kind (a trust.ResultStatement); nil otherwise.
+	NodeSig []byte `json:"nodeSig,omitempty"`
 	// Progress is set on progress steps, nil on state changes.
 	Progress *Progress `json:"progress,omitempty"`
 	// Duplicate is set when the update answers a duplicate delivery from

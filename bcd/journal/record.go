@@ -61,6 +61,11 @@ type Record struct {
 	RejectCode string `json:"rejectCode,omitempty"`
 	// Message is a readable explanation of the outcome.
 	Message string `json:"message,omitempty"`
+	// CommandDigest is the hex trust.CommandDigest of the exact command
+	// bytes the command arrived as (empty for a local bcd exec): an
+	// attested result names it, so a result re-sent from the journal after
+	// a restart is signed for the same command bytes.
+	CommandDigest string `json:"commandDigest,omitempty"`
 	// Payload is the command's payload, kept so a retry-safe command can run
 	// again after a crash.
 	Payload json.RawMessage `json:"payload,omitempty"`

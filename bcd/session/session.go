@@ -1,16 +1,22 @@
 // Package session is bcd's side of the control plane session: one gRPC
 // bidirectional stream (bc.agent.v1.Session) over mTLS with the node
-// certificate from `bcd join`. It opens each session with Hello, keeps the
-// server-time offset from Welcome, hands received commands to the daemon
-// (which answers duplicates from its journal or re-attaches to the running
-// command), relays Cancel and Spec, forwards every command update with an
-// update_seq and resends the ones not acknowledged after a reconnect, and
-// reports the node's inventory and conditions. When the stream breaks it
-// reconnects with exponential backoff and jitter.
+// certificate from `bcd join`. It opens each session with Hello, takes
+// from Welcome its server time (bounded by maxClockSkew once the trust
+// bundle holds command-signing roots) and its trust bundle (which the
+// truststore takes only when a root it trusts signed a higher version),
+// hands received commands to the daemon (which verifies them and answers
+// duplicates from its journal or re-attaches to the running command),
+// relays Cancel, applies a Spec only when it verifies (and then the signed
+// statement) and attests the GPU bindings it applied (AllocationBound),
+// forwards every command update with an update_seq and resends the ones not
+// acknowledged, and reports the node's inventory and conditions, among them
+// what it refused of the gateway (TrustBundle, ClockSkew, NodeSpec). When
+// the stream breaks it reconnects with exponential backoff and jitter.
 package session
 
 import (
 	"context"
+	"crypto"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -25,6 +31,7 @@ import (
 
 	"github.com/better-compute/commands/bcd/conditions"
 	"github.com/better-compute/commands/bcd/daemon"
+	"github.com/better-compute/commands/bcd/truststore"
 	agentv1 "github.com/better-compute/commands/proto/bc/agent/v1"
 	"github.com/better-compute/commands/sdk/kind"
 )
@@ -66,6 +73,15 @@ type Config struct {
 	// StatusEvery is how often the inventory and conditions are checked
 	// for a change beside the checks after each outcome (30 s).
 	StatusEvery time.Duration
+	// Trust is the node's trust bundle: each Welcome's bundle is offered to
+	// it and Hello names its version; once it holds command-signing roots,
+	// a Welcome's server time moves the clock only within maxClockSkew and
+	// a node spec is applied only when signed. Nil: no bundle, as before
+	// signing (commands and specs unsigned, the offset kept whatever it is).
+	Trust *truststore.Store
+	// NodeKey is the node's key: it signs the AllocationBound statements of
+	// applied specs. Nil sends none.
+	NodeKey crypto.Signer
 	// Logger logs; nil discards.
 	Logger hclog.Logger
 }
@@ -92,6 +108,13 @@ type Client struct {
 	lastInv  time.Time
 	lastCond string
 	sentOnce bool
+
+	// own are the conditions the client finds itself (TrustBundle,
+	// ClockSkew, NodeSpec).
+	own ownConditions
+	// lastRefusal is the last trust bundle refusal logged; only the
+	// session loop (one session at a time) reads or writes it.
+	lastRefusal string
 
 	statusKick chan struct{}
 	// acked is signalled when an ack took updates off unacked.
@@ -256,6 +279,7 @@ func (c *Client) session(ctx context.Context, conn *grpc.ClientConn) (welcomed b
 			}
 			welcomed = true
 			c.welcome(stream, m.Welcome)
+			c.resendAllocationBounds(sctx)
 			wg.Add(2)
 			go func() {
 				defer wg.Done()
@@ -273,13 +297,7 @@ func (c *Client) session(ctx context.Context, conn *grpc.ClientConn) (welcomed b
 				c.logger.Warn("cancel", "command_id", id, "error", err)
 			}
 		case *agentv1.GatewayMessage_Spec:
-			sp := m.Spec
-			if err := c.d.State().ApplySpec(sp.GetGeneration(), sp.GetSpec()); err != nil {
-				c.logger.Error("cannot apply the node spec", "generation", sp.GetGeneration(), "error", err)
-				continue
-			}
-			c.logger.Info("node spec applied", "generation", c.d.State().Generation())
-			c.kickStatus()
+			c.spec(m.Spec)
 		case *agentv1.GatewayMessage_Ack:
 			c.ack(m.Ack)
 		}
@@ -290,6 +308,9 @@ func (c *Client) hello() *agentv1.Hello {
 	h := &agentv1.Hello{
 		NodeId: c.cfg.NodeID, JournalId: c.d.JournalID(), BootId: c.d.BootID(), Role: c.cfg.Role,
 		DaemonVersion: c.cfg.Version, AppliedGeneration: c.d.State().Generation(), InFlight: c.d.InFlight(),
+	}
+	if c.cfg.Trust != nil {
+		h.TrustVersion = c.cfg.Trust.Version()
 	}
 	if c.cfg.Kinds != nil {
 		for _, m := range c.cfg.Kinds() {
@@ -303,9 +324,7 @@ func (c *Client) hello() *agentv1.Hello {
 // the gateway has not acknowledged: a report lost with the last session is
 // never lost for good.
 func (c *Client) welcome(stream agentv1.Session_ConnectClient, w *agentv1.Welcome) {
-	if w.GetServerTime() != nil {
-		c.d.SetServerTime(w.GetServerTime().AsTime())
-	}
+	c.welcomeTrust(w)
 	c.sendLock.Lock()
 	defer c.sendLock.Unlock()
 	c.lock.Lock()

@@ -77,7 +77,7 @@ func (c *Client) conditions(ctx context.Context) []kind.Condition {
 			spec = s
 		}
 	}
-	out := c.cfg.Conditions.Current(ctx, spec)
+	out := append(c.cfg.Conditions.Current(ctx, spec), c.own.list()...)
 	seen := map[string]bool{}
 	for _, cd := range out {
 		seen[cd.Type] = true

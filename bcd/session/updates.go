@@ -140,6 +140,7 @@ func ToProto(u daemon.Update) *agentv1.CommandUpdate {
 		Reason:    u.Reason,
 		Message:   u.Message,
 		Rebooted:  u.Rebooted,
+		NodeSig:   append([]byte(nil), u.NodeSig...),
 	}
 	if u.State == journal.StateRejected {
 		cu.RejectCode = codeOf[u.RejectCode]

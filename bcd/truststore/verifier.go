@@ -20,6 +20,10 @@ type Verifier struct {
 	// Clock is the node's bounded view of server time; a verified command's
 	// signing time raises its floor.
 	Clock *trust.Clock
+
+	// certs remembers the worker-key certificates verified against the
+	// bundle held, so each command costs one signature check, not two.
+	certs trust.WorkerCache
 }
 
 var _ accept.Trust = (*Verifier)(nil)
@@ -33,7 +37,7 @@ func (v *Verifier) HasCommandSigningRoots() bool { return v.Store.HasCommandSign
 // against what verified, so a caller that built cmd another way cannot run
 // anything unsigned.
 func (v *Verifier) VerifyCommand(cmd accept.Command) error {
-	c, err := trust.VerifyCommand(v.Store.Bundle(), cmd.Envelope, v.NodeID, v.Clock.ServerNow())
+	c, err := v.certs.VerifyCommand(v.Store.Bundle(), cmd.Envelope, v.NodeID, v.Clock.ServerNow())
 	if err != nil {
 		return err
 	}

@@ -56,6 +56,23 @@ func (c *Clock) ObserveServerTime(server time.Time) (applied, refused time.Durat
 	return off, 0
 }
 
+// ApplyServerTime takes a Welcome's server time whatever the offset, for a
+// node whose trust bundle holds no command-signing root: there the gateway
+// is trusted anyway, and the spec's "the daemon keeps the offset from
+// Welcome.server_time" holds as it did before signing. It returns the
+// offset applied.
+func (c *Clock) ApplyServerTime(server time.Time) time.Duration {
+	off := server.Sub(c.now())
+	c.lock.Lock()
+	defer c.lock.Unlock()
+	c.observed = true
+	c.offset, c.refused = off, 0
+	return off
+}
+
+// MaxOffset is the largest offset ObserveServerTime applies.
+func (c *Clock) MaxOffset() time.Duration { return c.maxSkew() }
+
 // Offset is the applied offset and the last refused one.
 func (c *Clock) Offset() (applied, refused time.Duration) {
 	c.lock.Lock()

@@ -18,10 +18,21 @@ import (
 // certificate. It returns the command decoded from the verified bytes, so
 // the kind and the payload that run are the signed ones.
 func VerifyCommand(b *Bundle, env *agentv1.CommandEnvelope, nodeID string, now time.Time) (*agentv1.Command, error) {
+	return verifyCommand(b, env, nodeID, now, VerifyWorkerSigned)
+}
+
+// VerifyCommand is the package's VerifyCommand, with the worker-key
+// certificate's chain to the bundle remembered.
+func (wc *WorkerCache) VerifyCommand(b *Bundle, env *agentv1.CommandEnvelope, nodeID string, now time.Time) (*agentv1.Command, error) {
+	return verifyCommand(b, env, nodeID, now, wc.VerifyWorkerSigned)
+}
+
+func verifyCommand(b *Bundle, env *agentv1.CommandEnvelope, nodeID string, now time.Time,
+	workerSigned func(*Bundle, []byte, Purpose, []byte, []byte, time.Time) (WorkerCert, error)) (*agentv1.Command, error) {
 	if env == nil {
 		return nil, fmt.Errorf("%w: no envelope", ErrMalformed)
 	}
-	if _, err := VerifyWorkerSigned(b, env.GetWorkerCert(), PurposeCommand, env.GetCommand(), env.GetSignature(), now); err != nil {
+	if _, err := workerSigned(b, env.GetWorkerCert(), PurposeCommand, env.GetCommand(), env.GetSignature(), now); err != nil {
 		return nil, err
 	}
 	var c agentv1.Command

@@ -325,3 +325,83 @@ func TestVerifySpec_OnlyTheSignedStatementForThisNode(t *testing.T) {
 	_, err = VerifySpec(b, w.Cert, st, w.Sign(PurposeCommand, st), "node_a", t0)
 	require.ErrorIs(t, err, ErrBadSignature)
 }
+
+// Without command-signing roots the gateway is trusted anyway: "the daemon
+// keeps the offset from Welcome.server_time", however large.
+func TestClock_ApplyServerTimeKeepsAnyOffset(t *testing.T) {
+	now := t0
+	c := &Clock{Now: func() time.Time { return now }}
+	require.Equal(t, -48*time.Hour, c.ApplyServerTime(t0.Add(-48*time.Hour)))
+	require.Equal(t, t0.Add(-48*time.Hour), c.ServerNow())
+	applied, refused := c.Offset()
+	require.Equal(t, -48*time.Hour, applied)
+	require.Zero(t, refused)
+	require.Equal(t, DefaultClockSkew, c.MaxOffset())
+}
+
+// A WorkerCache verifies one signature per command, but refuses all that
+// VerifyCommand refuses, with the certificate already remembered: other
+// bytes, another node, the certificate's window closed, the root's window
+// closed, the root removed by a new bundle.
+func TestWorkerCache_RefusesWhatVerifyCommandRefuses(t *testing.T) {
+	root, other := key(t), key(t)
+	w, err := NewWorkerKey(root, t0.Add(-time.Hour), 24*time.Hour)
+	require.NoError(t, err)
+	b := bundleOf(1, root)
+	var wc WorkerCache
+	good := signedCommand(t, w, testCommand("node_a"))
+	_, err = wc.VerifyCommand(b, good, "node_a", t0)
+	require.NoError(t, err)
+	_, err = wc.VerifyCommand(b, good, "node_a", t0)
+	require.NoError(t, err, "again, from the cache")
+
+	widened := proto.Clone(good).(*agentv1.CommandEnvelope)
+	c := testCommand("node_a")
+	c.Payload = []byte(`{"gpus":["GPU-1","GPU-2"]}`)
+	widened.Command, _ = proto.Marshal(c)
+	_, err = wc.VerifyCommand(b, widened, "node_a", t0)
+	require.ErrorIs(t, err, ErrBadSignature)
+	_, err = wc.VerifyCommand(b, signedCommand(t, w, testCommand("node_b")), "node_a", t0)
+	require.ErrorIs(t, err, ErrBadSignature)
+	_, err = wc.VerifyCommand(b, good, "node_a", t0.Add(24*time.Hour))
+	require.ErrorIs(t, err, ErrExpired, "the certificate's window is checked on every use")
+	closing := &Bundle{Version: 1, Roots: []Root{{PublicKey: pub(root), Window: Window{NotAfter: t0.Add(time.Hour)}}}}
+	_, err = wc.VerifyCommand(closing, good, "node_a", t0)
+	require.NoError(t, err)
+	_, err = wc.VerifyCommand(closing, good, "node_a", t0.Add(2*time.Hour))
+	require.ErrorIs(t, err, ErrExpired, "the root's window is checked on every use")
+	_, err = wc.VerifyCommand(bundleOf(2, other), good, "node_a", t0)
+	require.ErrorIs(t, err, ErrUnknownKey, "a new bundle without the root forgets the certificate")
+	_, err = wc.VerifyCommand(b, &agentv1.CommandEnvelope{Command: good.Command, WorkerCert: good.WorkerCert}, "node_a", t0)
+	require.ErrorIs(t, err, ErrBadSignature, "unsigned")
+}
+
+// BenchmarkVerifyCommand is check 4 with the worker-key certificate
+// remembered (WorkerCache, what bcd runs) beside the floor measured in the
+// same run: the uncached VerifyCommand, which checks two signatures.
+func BenchmarkVerifyCommand(b *testing.B) {
+	root := key(b)
+	w, err := NewWorkerKey(root, t0.Add(-time.Hour), 24*time.Hour)
+	require.NoError(b, err)
+	env := signedCommand(b, w, testCommand("node_a"))
+	bd := bundleOf(1, root)
+	var wc WorkerCache
+	var cached, uncached time.Duration
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		start := time.Now()
+		if _, err := wc.VerifyCommand(bd, env, "node_a", t0); err != nil {
+			b.Fatal(err)
+		}
+		cached += time.Since(start)
+		start = time.Now()
+		if _, err := VerifyCommand(bd, env, "node_a", t0); err != nil {
+			b.Fatal(err)
+		}
+		uncached += time.Since(start)
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(cached.Nanoseconds())/float64(b.N), "cached-ns")
+	b.ReportMetric(float64(uncached.Nanoseconds())/float64(b.N), "floor-uncached-ns")
+	b.ReportMetric(float64(cached)/float64(uncached), "ratio")
+}

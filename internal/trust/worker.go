@@ -11,21 +11,31 @@ import (
 // own window (both with DefaultClockSkew), for purpose p; sig is the worker
 // key's signature over body for p. body is verified as received.
 func VerifyWorkerSigned(b *Bundle, certWire []byte, p Purpose, body, sig []byte, now time.Time) (WorkerCert, error) {
-	if !b.HasRoots() {
-		return WorkerCert{}, fmt.Errorf("%w: the trust bundle holds no command-signing root", ErrUnknownKey)
-	}
-	if len(certWire) == 0 {
-		return WorkerCert{}, fmt.Errorf("%w: no worker-key certificate", ErrMalformed)
-	}
-	if len(sig) == 0 {
-		return WorkerCert{}, fmt.Errorf("%w: unsigned", ErrBadSignature)
-	}
-	c, s, err := DecodeWorkerCert(certWire)
+	c, _, err := verifyWorkerCert(b, certWire, sig, now)
 	if err != nil {
 		return c, err
 	}
+	return c, c.verifySigned(p, body, sig, now)
+}
+
+// verifyWorkerCert is the certificate half of VerifyWorkerSigned: the
+// certificate decodes and a root in b that is valid at now signed it. It
+// returns the certificate and the key id of the root that signed it.
+func verifyWorkerCert(b *Bundle, certWire, sig []byte, now time.Time) (WorkerCert, string, error) {
+	if !b.HasRoots() {
+		return WorkerCert{}, "", fmt.Errorf("%w: the trust bundle holds no command-signing root", ErrUnknownKey)
+	}
+	if len(certWire) == 0 {
+		return WorkerCert{}, "", fmt.Errorf("%w: no worker-key certificate", ErrMalformed)
+	}
+	if len(sig) == 0 {
+		return WorkerCert{}, "", fmt.Errorf("%w: unsigned", ErrBadSignature)
+	}
+	c, s, err := DecodeWorkerCert(certWire)
+	if err != nil {
+		return c, "", err
+	}
 	var certErr error = fmt.Errorf("worker key %s: %w: its certificate names no root of trust bundle version %d", short(c.KeyID()), ErrUnknownKey, b.Version)
-	verified := false
 	for _, cs := range s.Signatures {
 		r, err := b.Root(cs.KeyID, now, DefaultClockSkew)
 		if err != nil {
@@ -36,22 +46,24 @@ func VerifyWorkerSigned(b *Bundle, certWire []byte, p Purpose, body, sig []byte,
 			certErr = fmt.Errorf("worker key %s: certificate by root %s: %w", short(c.KeyID()), short(cs.KeyID), err)
 			continue
 		}
-		verified = true
-		break
+		return c, cs.KeyID, nil
 	}
-	if !verified {
-		return c, certErr
-	}
+	return c, "", certErr
+}
+
+// verifySigned is the signature half: the certificate is within its window
+// at now and covers p, and its key signed body for p.
+func (c WorkerCert) verifySigned(p Purpose, body, sig []byte, now time.Time) error {
 	if !c.Contains(now, DefaultClockSkew) {
-		return c, fmt.Errorf("worker key %s: %w (%s..%s, now %s)", short(c.KeyID()), ErrExpired, fmtTime(c.NotBefore), fmtTime(c.NotAfter), fmtTime(now))
+		return fmt.Errorf("worker key %s: %w (%s..%s, now %s)", short(c.KeyID()), ErrExpired, fmtTime(c.NotBefore), fmtTime(c.NotAfter), fmtTime(now))
 	}
 	if !c.Allows(p) {
-		return c, fmt.Errorf("worker key %s: %w: not certified for %s", short(c.KeyID()), ErrUnknownKey, p)
+		return fmt.Errorf("worker key %s: %w: not certified for %s", short(c.KeyID()), ErrUnknownKey, p)
 	}
 	if err := VerifyEd25519(c.PublicKey, p, body, sig); err != nil {
-		return c, fmt.Errorf("worker key %s: %w", short(c.KeyID()), err)
+		return fmt.Errorf("worker key %s: %w", short(c.KeyID()), err)
 	}
-	return c, nil
+	return nil
 }
 
 // WorkerKey is a worker key and its certificate: what bc-server signs

@@ -8,8 +8,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/better-compute/commands/bcd/truststore"
-	"github.com/better-compute/commands/internal/trust"
 	"io"
 	"os"
 	"path/filepath"
@@ -18,6 +16,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 
+	"github.com/better-compute/commands/bcd/truststore"
+	"github.com/better-compute/commands/internal/trust"
 	agentv1 "github.com/better-compute/commands/proto/bc/agent/v1"
 )
 

@@ -55,9 +55,21 @@ func cmdRun(args []string, stderr io.Writer) error {
 	logger := newLogger(cfg, stderr)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	key, err := signerOf(j)
+	if err != nil {
+		return &exitError{code: 2, err: err}
+	}
+	nt, err := openTrust(cfg, cfg.NodeID, key, logger)
+	if err != nil {
+		return &exitError{code: 2, err: err}
+	}
+	if len(j.id.AllowedKinds) > 0 {
+		logger.Info("restricted identity: the node certificate allows only some kinds", "allowed_kinds", j.id.AllowedKinds)
+	}
 	var client atomic.Pointer[session.Client]
 	opts := stackOptions{
 		allowed: j.id.AllowedKinds,
+		trust:   nt,
 		onSpec: func(have int64) {
 			if c := client.Load(); c != nil {
 				c.RequestSpec(have)
@@ -70,6 +82,7 @@ func cmdRun(args []string, stderr io.Writer) error {
 			client.Store(session.New(session.Config{
 				Address: cfg.ControlPlane, TLS: j.tls, NodeID: cfg.NodeID, Role: cfg.Role, Version: version.Version,
 				Kinds: s.host.Manifests, Conditions: conditions.New(conditions.Config{Logger: logger}), Logger: logger,
+				Trust: nt.store, NodeKey: nt.key,
 			}, s.d))
 		},
 	}

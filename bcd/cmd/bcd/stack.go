@@ -79,6 +79,9 @@ func readBootID(path string) (string, error) {
 type stackOptions struct {
 	// allowed are the kinds a restricted node certificate allows.
 	allowed []string
+	// trust is check 4, the clock and the node key; nil for a local
+	// bcd exec, which takes its command from the operator, not a gateway.
+	trust *nodeTrust
 	// onSpec asks the control plane for a newer node spec.
 	onSpec func(haveGeneration int64)
 	// beforeRecover runs once the daemon exists, before Recover settles the
@@ -104,8 +107,12 @@ func openStack(ctx context.Context, cfg config.Config, logger hclog.Logger, opts
 		return nil, rep, err
 	}
 	host := startPlugins(ctx, logger, cfg, state)
-	d, err := daemon.New(logger, daemon.Config{NodeID: cfg.NodeID, Role: cfg.Role, BootID: boot, Lanes: cfg.Lanes,
-		AllowedKinds: opts.allowed, OnSpecRequest: opts.onSpec}, j, state, host)
+	dcfg := daemon.Config{NodeID: cfg.NodeID, Role: cfg.Role, BootID: boot, Lanes: cfg.Lanes,
+		AllowedKinds: opts.allowed, OnSpecRequest: opts.onSpec}
+	if opts.trust != nil {
+		dcfg.Trust, dcfg.Clock, dcfg.NodeKey = opts.trust.verifier, opts.trust.clock, opts.trust.key
+	}
+	d, err := daemon.New(logger, dcfg, j, state, host)
 	if err != nil {
 		_ = host.Close()
 		_ = j.Close()

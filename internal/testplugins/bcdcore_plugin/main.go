@@ -119,6 +119,9 @@ func main() {
 		kind.Kind{Manifest: manifest("bcdcore.holdonce", kind.LaneControl, kind.Flags{}), Handler: kind.HandlerFunc(hold)},
 		kind.Kind{Manifest: manifest("bcdcore.bulk", kind.LaneBulk, kind.Flags{RetrySafe: true}), Handler: kind.HandlerFunc(hold)},
 		kind.Kind{Manifest: manifest("bcdcore.reboot", kind.LaneControl, kind.Flags{SelfTerminating: true, Destructive: true}), Handler: kind.HandlerFunc(reboot)},
+		// bcdcore.attested is hold for an attested kind: bcd signs its
+		// outcome with the node key.
+		kind.Kind{Manifest: manifest("bcdcore.attested", kind.LaneControl, kind.Flags{RetrySafe: true, Attested: true}), Handler: kind.HandlerFunc(hold)},
 		// The e2e kinds are the same, runnable through commands.run, so the
 		// end-to-end tests (e2e/) can register them with the control plane.
 		kind.Kind{Manifest: runnable(manifest("e2e.hold", kind.LaneControl, kind.Flags{RetrySafe: true})), Handler: kind.HandlerFunc(hold)},
