@@ -33,6 +33,608 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// BatchLeaf is one (subject, kind) the batch allows, optionally bound to
+// one exact payload.
+type BatchLeaf struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// subject is the node id for a node's own kinds.
+	Subject string `protobuf:"bytes,1,opt,name=subject,proto3" json:"subject,omitempty"`
+	Kind    string `protobuf:"bytes,2,opt,name=kind,proto3" json:"kind,omitempty"`
+	// payload_sha256 (hex), when set, binds the leaf to one exact payload:
+	// the SHA-256 of the payload JSON as the command carries it.
+	PayloadSha256 string `protobuf:"bytes,3,opt,name=payload_sha256,json=payloadSha256,proto3" json:"payload_sha256,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BatchLeaf) Reset() {
+	*x = BatchLeaf{}
+	mi := &file_bc_api_v1_api_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BatchLeaf) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BatchLeaf) ProtoMessage() {}
+
+func (x *BatchLeaf) ProtoReflect() protoreflect.Message {
+	mi := &file_bc_api_v1_api_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BatchLeaf.ProtoReflect.Descriptor instead.
+func (*BatchLeaf) Descriptor() ([]byte, []int) {
+	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *BatchLeaf) GetSubject() string {
+	if x != nil {
+		return x.Subject
+	}
+	return ""
+}
+
+func (x *BatchLeaf) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *BatchLeaf) GetPayloadSha256() string {
+	if x != nil {
+		return x.PayloadSha256
+	}
+	return ""
+}
+
+type CreateCommandBatchRequest struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	TenantId string                 `protobuf:"bytes,1,opt,name=tenant_id,json=tenantId,proto3" json:"tenant_id,omitempty"`
+	// reason says why, in words approvers read.
+	Reason         string       `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	Scope          []*BatchLeaf `protobuf:"bytes,3,rep,name=scope,proto3" json:"scope,omitempty"`
+	IdempotencyKey string       `protobuf:"bytes,4,opt,name=idempotency_key,json=idempotencyKey,proto3" json:"idempotency_key,omitempty"`
+	// deadline_seconds (60 to 86,400, default 3,600) bounds how long the batch
+	// may wait for approvals and how long its approval is valid; its held
+	// commands expire with it.
+	DeadlineSeconds *int32 `protobuf:"varint,5,opt,name=deadline_seconds,json=deadlineSeconds,proto3,oneof" json:"deadline_seconds,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *CreateCommandBatchRequest) Reset() {
+	*x = CreateCommandBatchRequest{}
+	mi := &file_bc_api_v1_api_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateCommandBatchRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateCommandBatchRequest) ProtoMessage() {}
+
+func (x *CreateCommandBatchRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_bc_api_v1_api_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateCommandBatchRequest.ProtoReflect.Descriptor instead.
+func (*CreateCommandBatchRequest) Descriptor() ([]byte, []int) {
+	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *CreateCommandBatchRequest) GetTenantId() string {
+	if x != nil {
+		return x.TenantId
+	}
+	return ""
+}
+
+func (x *CreateCommandBatchRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *CreateCommandBatchRequest) GetScope() []*BatchLeaf {
+	if x != nil {
+		return x.Scope
+	}
+	return nil
+}
+
+func (x *CreateCommandBatchRequest) GetIdempotencyKey() string {
+	if x != nil {
+		return x.IdempotencyKey
+	}
+	return ""
+}
+
+func (x *CreateCommandBatchRequest) GetDeadlineSeconds() int32 {
+	if x != nil && x.DeadlineSeconds != nil {
+		return *x.DeadlineSeconds
+	}
+	return 0
+}
+
+type GetCommandBatchRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	TenantId      string                 `protobuf:"bytes,1,opt,name=tenant_id,json=tenantId,proto3" json:"tenant_id,omitempty"`
+	BatchId       string                 `protobuf:"bytes,2,opt,name=batch_id,json=batchId,proto3" json:"batch_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetCommandBatchRequest) Reset() {
+	*x = GetCommandBatchRequest{}
+	mi := &file_bc_api_v1_api_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetCommandBatchRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetCommandBatchRequest) ProtoMessage() {}
+
+func (x *GetCommandBatchRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_bc_api_v1_api_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetCommandBatchRequest.ProtoReflect.Descriptor instead.
+func (*GetCommandBatchRequest) Descriptor() ([]byte, []int) {
+	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *GetCommandBatchRequest) GetTenantId() string {
+	if x != nil {
+		return x.TenantId
+	}
+	return ""
+}
+
+func (x *GetCommandBatchRequest) GetBatchId() string {
+	if x != nil {
+		return x.BatchId
+	}
+	return ""
+}
+
+type ListCommandBatchesRequest struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	TenantId string                 `protobuf:"bytes,1,opt,name=tenant_id,json=tenantId,proto3" json:"tenant_id,omitempty"`
+	// state filters: awaiting-approval, approved, expired.
+	State         string `protobuf:"bytes,2,opt,name=state,proto3" json:"state,omitempty"`
+	Limit         int32  `protobuf:"varint,3,opt,name=limit,proto3" json:"limit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListCommandBatchesRequest) Reset() {
+	*x = ListCommandBatchesRequest{}
+	mi := &file_bc_api_v1_api_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListCommandBatchesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListCommandBatchesRequest) ProtoMessage() {}
+
+func (x *ListCommandBatchesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_bc_api_v1_api_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListCommandBatchesRequest.ProtoReflect.Descriptor instead.
+func (*ListCommandBatchesRequest) Descriptor() ([]byte, []int) {
+	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *ListCommandBatchesRequest) GetTenantId() string {
+	if x != nil {
+		return x.TenantId
+	}
+	return ""
+}
+
+func (x *ListCommandBatchesRequest) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *ListCommandBatchesRequest) GetLimit() int32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+type ListCommandBatchesResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Items         []*CommandBatch        `protobuf:"bytes,1,rep,name=items,proto3" json:"items,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListCommandBatchesResponse) Reset() {
+	*x = ListCommandBatchesResponse{}
+	mi := &file_bc_api_v1_api_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListCommandBatchesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListCommandBatchesResponse) ProtoMessage() {}
+
+func (x *ListCommandBatchesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_bc_api_v1_api_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListCommandBatchesResponse.ProtoReflect.Descriptor instead.
+func (*ListCommandBatchesResponse) Descriptor() ([]byte, []int) {
+	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *ListCommandBatchesResponse) GetItems() []*CommandBatch {
+	if x != nil {
+		return x.Items
+	}
+	return nil
+}
+
+type ApproveCommandBatchRequest struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	TenantId string                 `protobuf:"bytes,1,opt,name=tenant_id,json=tenantId,proto3" json:"tenant_id,omitempty"`
+	BatchId  string                 `protobuf:"bytes,2,opt,name=batch_id,json=batchId,proto3" json:"batch_id,omitempty"`
+	// key_id is the approver key's id (SHA-256 of its PKIX encoding, hex).
+	KeyId string `protobuf:"bytes,3,opt,name=key_id,json=keyId,proto3" json:"key_id,omitempty"`
+	// signature is the approver key's Ed25519 signature over statement
+	// (purpose batch-approval), as CommandBatch.statement gives it.
+	Signature     []byte `protobuf:"bytes,4,opt,name=signature,proto3" json:"signature,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ApproveCommandBatchRequest) Reset() {
+	*x = ApproveCommandBatchRequest{}
+	mi := &file_bc_api_v1_api_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ApproveCommandBatchRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ApproveCommandBatchRequest) ProtoMessage() {}
+
+func (x *ApproveCommandBatchRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_bc_api_v1_api_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ApproveCommandBatchRequest.ProtoReflect.Descriptor instead.
+func (*ApproveCommandBatchRequest) Descriptor() ([]byte, []int) {
+	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *ApproveCommandBatchRequest) GetTenantId() string {
+	if x != nil {
+		return x.TenantId
+	}
+	return ""
+}
+
+func (x *ApproveCommandBatchRequest) GetBatchId() string {
+	if x != nil {
+		return x.BatchId
+	}
+	return ""
+}
+
+func (x *ApproveCommandBatchRequest) GetKeyId() string {
+	if x != nil {
+		return x.KeyId
+	}
+	return ""
+}
+
+func (x *ApproveCommandBatchRequest) GetSignature() []byte {
+	if x != nil {
+		return x.Signature
+	}
+	return nil
+}
+
+// BatchApproval is one approver's signature.
+type BatchApproval struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	KeyId string                 `protobuf:"bytes,1,opt,name=key_id,json=keyId,proto3" json:"key_id,omitempty"`
+	// approver is the key's name in pki.approvers.
+	Approver      string                 `protobuf:"bytes,2,opt,name=approver,proto3" json:"approver,omitempty"`
+	ApprovedAt    *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=approved_at,json=approvedAt,proto3" json:"approved_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BatchApproval) Reset() {
+	*x = BatchApproval{}
+	mi := &file_bc_api_v1_api_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BatchApproval) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BatchApproval) ProtoMessage() {}
+
+func (x *BatchApproval) ProtoReflect() protoreflect.Message {
+	mi := &file_bc_api_v1_api_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BatchApproval.ProtoReflect.Descriptor instead.
+func (*BatchApproval) Descriptor() ([]byte, []int) {
+	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *BatchApproval) GetKeyId() string {
+	if x != nil {
+		return x.KeyId
+	}
+	return ""
+}
+
+func (x *BatchApproval) GetApprover() string {
+	if x != nil {
+		return x.Approver
+	}
+	return ""
+}
+
+func (x *BatchApproval) GetApprovedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ApprovedAt
+	}
+	return nil
+}
+
+// CommandBatch is a batch as the API shows it.
+type CommandBatch struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// id is batch_….
+	Id       string       `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	TenantId string       `protobuf:"bytes,2,opt,name=tenant_id,json=tenantId,proto3" json:"tenant_id,omitempty"`
+	Reason   string       `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	Scope    []*BatchLeaf `protobuf:"bytes,4,rep,name=scope,proto3" json:"scope,omitempty"`
+	// requester is the identity that created the batch; it may not approve it.
+	Requester string `protobuf:"bytes,5,opt,name=requester,proto3" json:"requester,omitempty"`
+	// state is awaiting-approval, approved or expired (recorded: without
+	// approver keys a batch is recorded for audit only and is approved at
+	// once).
+	State      string                 `protobuf:"bytes,6,opt,name=state,proto3" json:"state,omitempty"`
+	Deadline   *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=deadline,proto3" json:"deadline,omitempty"`
+	CreatedAt  *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	ApprovedAt *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=approved_at,json=approvedAt,proto3" json:"approved_at,omitempty"`
+	// tree_size and root_hash (hex) are the RFC 6962 Merkle tree over the
+	// scope's leaves.
+	TreeSize uint32 `protobuf:"varint,10,opt,name=tree_size,json=treeSize,proto3" json:"tree_size,omitempty"`
+	RootHash string `protobuf:"bytes,11,opt,name=root_hash,json=rootHash,proto3" json:"root_hash,omitempty"`
+	// statement is the exact bytes an approver signs (batch id, tree size,
+	// root hash, deadline, requester).
+	Statement []byte           `protobuf:"bytes,12,opt,name=statement,proto3" json:"statement,omitempty"`
+	Approvals []*BatchApproval `protobuf:"bytes,13,rep,name=approvals,proto3" json:"approvals,omitempty"`
+	// approvals_needed is how many more distinct approvers must sign.
+	ApprovalsNeeded uint32 `protobuf:"varint,14,opt,name=approvals_needed,json=approvalsNeeded,proto3" json:"approvals_needed,omitempty"`
+	Threshold       uint32 `protobuf:"varint,15,opt,name=threshold,proto3" json:"threshold,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *CommandBatch) Reset() {
+	*x = CommandBatch{}
+	mi := &file_bc_api_v1_api_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CommandBatch) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CommandBatch) ProtoMessage() {}
+
+func (x *CommandBatch) ProtoReflect() protoreflect.Message {
+	mi := &file_bc_api_v1_api_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CommandBatch.ProtoReflect.Descriptor instead.
+func (*CommandBatch) Descriptor() ([]byte, []int) {
+	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *CommandBatch) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *CommandBatch) GetTenantId() string {
+	if x != nil {
+		return x.TenantId
+	}
+	return ""
+}
+
+func (x *CommandBatch) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *CommandBatch) GetScope() []*BatchLeaf {
+	if x != nil {
+		return x.Scope
+	}
+	return nil
+}
+
+func (x *CommandBatch) GetRequester() string {
+	if x != nil {
+		return x.Requester
+	}
+	return ""
+}
+
+func (x *CommandBatch) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *CommandBatch) GetDeadline() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Deadline
+	}
+	return nil
+}
+
+func (x *CommandBatch) GetCreatedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreatedAt
+	}
+	return nil
+}
+
+func (x *CommandBatch) GetApprovedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ApprovedAt
+	}
+	return nil
+}
+
+func (x *CommandBatch) GetTreeSize() uint32 {
+	if x != nil {
+		return x.TreeSize
+	}
+	return 0
+}
+
+func (x *CommandBatch) GetRootHash() string {
+	if x != nil {
+		return x.RootHash
+	}
+	return ""
+}
+
+func (x *CommandBatch) GetStatement() []byte {
+	if x != nil {
+		return x.Statement
+	}
+	return nil
+}
+
+func (x *CommandBatch) GetApprovals() []*BatchApproval {
+	if x != nil {
+		return x.Approvals
+	}
+	return nil
+}
+
+func (x *CommandBatch) GetApprovalsNeeded() uint32 {
+	if x != nil {
+		return x.ApprovalsNeeded
+	}
+	return 0
+}
+
+func (x *CommandBatch) GetThreshold() uint32 {
+	if x != nil {
+		return x.Threshold
+	}
+	return 0
+}
+
 // ListNodeCertificatesRequest names a node.
 type ListNodeCertificatesRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -44,7 +646,7 @@ type ListNodeCertificatesRequest struct {
 
 func (x *ListNodeCertificatesRequest) Reset() {
 	*x = ListNodeCertificatesRequest{}
-	mi := &file_bc_api_v1_api_proto_msgTypes[0]
+	mi := &file_bc_api_v1_api_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -56,7 +658,7 @@ func (x *ListNodeCertificatesRequest) String() string {
 func (*ListNodeCertificatesRequest) ProtoMessage() {}
 
 func (x *ListNodeCertificatesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_api_v1_api_proto_msgTypes[0]
+	mi := &file_bc_api_v1_api_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -69,7 +671,7 @@ func (x *ListNodeCertificatesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNodeCertificatesRequest.ProtoReflect.Descriptor instead.
 func (*ListNodeCertificatesRequest) Descriptor() ([]byte, []int) {
-	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{0}
+	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ListNodeCertificatesRequest) GetTenantId() string {
@@ -99,7 +701,7 @@ type RevokeNodeCertificatesRequest struct {
 
 func (x *RevokeNodeCertificatesRequest) Reset() {
 	*x = RevokeNodeCertificatesRequest{}
-	mi := &file_bc_api_v1_api_proto_msgTypes[1]
+	mi := &file_bc_api_v1_api_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -111,7 +713,7 @@ func (x *RevokeNodeCertificatesRequest) String() string {
 func (*RevokeNodeCertificatesRequest) ProtoMessage() {}
 
 func (x *RevokeNodeCertificatesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_api_v1_api_proto_msgTypes[1]
+	mi := &file_bc_api_v1_api_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -124,7 +726,7 @@ func (x *RevokeNodeCertificatesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeNodeCertificatesRequest.ProtoReflect.Descriptor instead.
 func (*RevokeNodeCertificatesRequest) Descriptor() ([]byte, []int) {
-	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{1}
+	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *RevokeNodeCertificatesRequest) GetTenantId() string {
@@ -170,7 +772,7 @@ type NodeCertificate struct {
 
 func (x *NodeCertificate) Reset() {
 	*x = NodeCertificate{}
-	mi := &file_bc_api_v1_api_proto_msgTypes[2]
+	mi := &file_bc_api_v1_api_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -182,7 +784,7 @@ func (x *NodeCertificate) String() string {
 func (*NodeCertificate) ProtoMessage() {}
 
 func (x *NodeCertificate) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_api_v1_api_proto_msgTypes[2]
+	mi := &file_bc_api_v1_api_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -195,7 +797,7 @@ func (x *NodeCertificate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeCertificate.ProtoReflect.Descriptor instead.
 func (*NodeCertificate) Descriptor() ([]byte, []int) {
-	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{2}
+	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *NodeCertificate) GetSerial() string {
@@ -280,7 +882,7 @@ type NodeCertificates struct {
 
 func (x *NodeCertificates) Reset() {
 	*x = NodeCertificates{}
-	mi := &file_bc_api_v1_api_proto_msgTypes[3]
+	mi := &file_bc_api_v1_api_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -292,7 +894,7 @@ func (x *NodeCertificates) String() string {
 func (*NodeCertificates) ProtoMessage() {}
 
 func (x *NodeCertificates) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_api_v1_api_proto_msgTypes[3]
+	mi := &file_bc_api_v1_api_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -305,7 +907,7 @@ func (x *NodeCertificates) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeCertificates.ProtoReflect.Descriptor instead.
 func (*NodeCertificates) Descriptor() ([]byte, []int) {
-	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{3}
+	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *NodeCertificates) GetCertificates() []*NodeCertificate {
@@ -333,7 +935,7 @@ type ListAllocationBindingsRequest struct {
 
 func (x *ListAllocationBindingsRequest) Reset() {
 	*x = ListAllocationBindingsRequest{}
-	mi := &file_bc_api_v1_api_proto_msgTypes[4]
+	mi := &file_bc_api_v1_api_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -345,7 +947,7 @@ func (x *ListAllocationBindingsRequest) String() string {
 func (*ListAllocationBindingsRequest) ProtoMessage() {}
 
 func (x *ListAllocationBindingsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_api_v1_api_proto_msgTypes[4]
+	mi := &file_bc_api_v1_api_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -358,7 +960,7 @@ func (x *ListAllocationBindingsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAllocationBindingsRequest.ProtoReflect.Descriptor instead.
 func (*ListAllocationBindingsRequest) Descriptor() ([]byte, []int) {
-	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{4}
+	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ListAllocationBindingsRequest) GetTenantId() string {
@@ -395,7 +997,7 @@ type AllocationBinding struct {
 
 func (x *AllocationBinding) Reset() {
 	*x = AllocationBinding{}
-	mi := &file_bc_api_v1_api_proto_msgTypes[5]
+	mi := &file_bc_api_v1_api_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -407,7 +1009,7 @@ func (x *AllocationBinding) String() string {
 func (*AllocationBinding) ProtoMessage() {}
 
 func (x *AllocationBinding) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_api_v1_api_proto_msgTypes[5]
+	mi := &file_bc_api_v1_api_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -420,7 +1022,7 @@ func (x *AllocationBinding) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AllocationBinding.ProtoReflect.Descriptor instead.
 func (*AllocationBinding) Descriptor() ([]byte, []int) {
-	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{5}
+	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *AllocationBinding) GetAllocation() string {
@@ -489,7 +1091,7 @@ type AllocationBindings struct {
 
 func (x *AllocationBindings) Reset() {
 	*x = AllocationBindings{}
-	mi := &file_bc_api_v1_api_proto_msgTypes[6]
+	mi := &file_bc_api_v1_api_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -501,7 +1103,7 @@ func (x *AllocationBindings) String() string {
 func (*AllocationBindings) ProtoMessage() {}
 
 func (x *AllocationBindings) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_api_v1_api_proto_msgTypes[6]
+	mi := &file_bc_api_v1_api_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -514,7 +1116,7 @@ func (x *AllocationBindings) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AllocationBindings.ProtoReflect.Descriptor instead.
 func (*AllocationBindings) Descriptor() ([]byte, []int) {
-	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{6}
+	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *AllocationBindings) GetBindings() []*AllocationBinding {
@@ -599,7 +1201,7 @@ type Command struct {
 
 func (x *Command) Reset() {
 	*x = Command{}
-	mi := &file_bc_api_v1_api_proto_msgTypes[7]
+	mi := &file_bc_api_v1_api_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -611,7 +1213,7 @@ func (x *Command) String() string {
 func (*Command) ProtoMessage() {}
 
 func (x *Command) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_api_v1_api_proto_msgTypes[7]
+	mi := &file_bc_api_v1_api_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -624,7 +1226,7 @@ func (x *Command) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Command.ProtoReflect.Descriptor instead.
 func (*Command) Descriptor() ([]byte, []int) {
-	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{7}
+	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Command) GetId() string {
@@ -861,7 +1463,7 @@ type RunCommandRequest struct {
 
 func (x *RunCommandRequest) Reset() {
 	*x = RunCommandRequest{}
-	mi := &file_bc_api_v1_api_proto_msgTypes[8]
+	mi := &file_bc_api_v1_api_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -873,7 +1475,7 @@ func (x *RunCommandRequest) String() string {
 func (*RunCommandRequest) ProtoMessage() {}
 
 func (x *RunCommandRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_api_v1_api_proto_msgTypes[8]
+	mi := &file_bc_api_v1_api_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -886,7 +1488,7 @@ func (x *RunCommandRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunCommandRequest.ProtoReflect.Descriptor instead.
 func (*RunCommandRequest) Descriptor() ([]byte, []int) {
-	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{8}
+	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *RunCommandRequest) GetTenantId() string {
@@ -950,7 +1552,7 @@ type GetCommandRequest struct {
 
 func (x *GetCommandRequest) Reset() {
 	*x = GetCommandRequest{}
-	mi := &file_bc_api_v1_api_proto_msgTypes[9]
+	mi := &file_bc_api_v1_api_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -962,7 +1564,7 @@ func (x *GetCommandRequest) String() string {
 func (*GetCommandRequest) ProtoMessage() {}
 
 func (x *GetCommandRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_api_v1_api_proto_msgTypes[9]
+	mi := &file_bc_api_v1_api_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -975,7 +1577,7 @@ func (x *GetCommandRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetCommandRequest.ProtoReflect.Descriptor instead.
 func (*GetCommandRequest) Descriptor() ([]byte, []int) {
-	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{9}
+	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *GetCommandRequest) GetTenantId() string {
@@ -1016,7 +1618,7 @@ type ListCommandsRequest struct {
 
 func (x *ListCommandsRequest) Reset() {
 	*x = ListCommandsRequest{}
-	mi := &file_bc_api_v1_api_proto_msgTypes[10]
+	mi := &file_bc_api_v1_api_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1028,7 +1630,7 @@ func (x *ListCommandsRequest) String() string {
 func (*ListCommandsRequest) ProtoMessage() {}
 
 func (x *ListCommandsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_api_v1_api_proto_msgTypes[10]
+	mi := &file_bc_api_v1_api_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1041,7 +1643,7 @@ func (x *ListCommandsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCommandsRequest.ProtoReflect.Descriptor instead.
 func (*ListCommandsRequest) Descriptor() ([]byte, []int) {
-	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{10}
+	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ListCommandsRequest) GetTenantId() string {
@@ -1091,7 +1693,7 @@ type ListCommandsResponse struct {
 
 func (x *ListCommandsResponse) Reset() {
 	*x = ListCommandsResponse{}
-	mi := &file_bc_api_v1_api_proto_msgTypes[11]
+	mi := &file_bc_api_v1_api_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1103,7 +1705,7 @@ func (x *ListCommandsResponse) String() string {
 func (*ListCommandsResponse) ProtoMessage() {}
 
 func (x *ListCommandsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_api_v1_api_proto_msgTypes[11]
+	mi := &file_bc_api_v1_api_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1116,7 +1718,7 @@ func (x *ListCommandsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCommandsResponse.ProtoReflect.Descriptor instead.
 func (*ListCommandsResponse) Descriptor() ([]byte, []int) {
-	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{11}
+	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ListCommandsResponse) GetItems() []*Command {
@@ -1145,7 +1747,7 @@ type CancelCommandRequest struct {
 
 func (x *CancelCommandRequest) Reset() {
 	*x = CancelCommandRequest{}
-	mi := &file_bc_api_v1_api_proto_msgTypes[12]
+	mi := &file_bc_api_v1_api_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1157,7 +1759,7 @@ func (x *CancelCommandRequest) String() string {
 func (*CancelCommandRequest) ProtoMessage() {}
 
 func (x *CancelCommandRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_api_v1_api_proto_msgTypes[12]
+	mi := &file_bc_api_v1_api_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1170,7 +1772,7 @@ func (x *CancelCommandRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelCommandRequest.ProtoReflect.Descriptor instead.
 func (*CancelCommandRequest) Descriptor() ([]byte, []int) {
-	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{12}
+	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *CancelCommandRequest) GetTenantId() string {
@@ -1212,7 +1814,7 @@ type WatchEventsRequest struct {
 
 func (x *WatchEventsRequest) Reset() {
 	*x = WatchEventsRequest{}
-	mi := &file_bc_api_v1_api_proto_msgTypes[13]
+	mi := &file_bc_api_v1_api_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1224,7 +1826,7 @@ func (x *WatchEventsRequest) String() string {
 func (*WatchEventsRequest) ProtoMessage() {}
 
 func (x *WatchEventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_api_v1_api_proto_msgTypes[13]
+	mi := &file_bc_api_v1_api_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1237,7 +1839,7 @@ func (x *WatchEventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchEventsRequest.ProtoReflect.Descriptor instead.
 func (*WatchEventsRequest) Descriptor() ([]byte, []int) {
-	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{13}
+	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *WatchEventsRequest) GetTenantId() string {
@@ -1286,7 +1888,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_bc_api_v1_api_proto_msgTypes[14]
+	mi := &file_bc_api_v1_api_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1298,7 +1900,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_api_v1_api_proto_msgTypes[14]
+	mi := &file_bc_api_v1_api_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1311,7 +1913,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{14}
+	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *Event) GetCursor() string {
@@ -1367,7 +1969,7 @@ type GetNodeRequest struct {
 
 func (x *GetNodeRequest) Reset() {
 	*x = GetNodeRequest{}
-	mi := &file_bc_api_v1_api_proto_msgTypes[15]
+	mi := &file_bc_api_v1_api_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1379,7 +1981,7 @@ func (x *GetNodeRequest) String() string {
 func (*GetNodeRequest) ProtoMessage() {}
 
 func (x *GetNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_api_v1_api_proto_msgTypes[15]
+	mi := &file_bc_api_v1_api_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1392,7 +1994,7 @@ func (x *GetNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetNodeRequest.ProtoReflect.Descriptor instead.
 func (*GetNodeRequest) Descriptor() ([]byte, []int) {
-	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{15}
+	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *GetNodeRequest) GetTenantId() string {
@@ -1423,7 +2025,7 @@ type Condition struct {
 
 func (x *Condition) Reset() {
 	*x = Condition{}
-	mi := &file_bc_api_v1_api_proto_msgTypes[16]
+	mi := &file_bc_api_v1_api_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1435,7 +2037,7 @@ func (x *Condition) String() string {
 func (*Condition) ProtoMessage() {}
 
 func (x *Condition) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_api_v1_api_proto_msgTypes[16]
+	mi := &file_bc_api_v1_api_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1448,7 +2050,7 @@ func (x *Condition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Condition.ProtoReflect.Descriptor instead.
 func (*Condition) Descriptor() ([]byte, []int) {
-	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{16}
+	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *Condition) GetType() string {
@@ -1508,7 +2110,7 @@ type Node struct {
 
 func (x *Node) Reset() {
 	*x = Node{}
-	mi := &file_bc_api_v1_api_proto_msgTypes[17]
+	mi := &file_bc_api_v1_api_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1520,7 +2122,7 @@ func (x *Node) String() string {
 func (*Node) ProtoMessage() {}
 
 func (x *Node) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_api_v1_api_proto_msgTypes[17]
+	mi := &file_bc_api_v1_api_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1533,7 +2135,7 @@ func (x *Node) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Node.ProtoReflect.Descriptor instead.
 func (*Node) Descriptor() ([]byte, []int) {
-	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{17}
+	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *Node) GetId() string {
@@ -1611,7 +2213,7 @@ type CreateTenantRequest struct {
 
 func (x *CreateTenantRequest) Reset() {
 	*x = CreateTenantRequest{}
-	mi := &file_bc_api_v1_api_proto_msgTypes[18]
+	mi := &file_bc_api_v1_api_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1623,7 +2225,7 @@ func (x *CreateTenantRequest) String() string {
 func (*CreateTenantRequest) ProtoMessage() {}
 
 func (x *CreateTenantRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_api_v1_api_proto_msgTypes[18]
+	mi := &file_bc_api_v1_api_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1636,7 +2238,7 @@ func (x *CreateTenantRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTenantRequest.ProtoReflect.Descriptor instead.
 func (*CreateTenantRequest) Descriptor() ([]byte, []int) {
-	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{18}
+	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *CreateTenantRequest) GetTenantId() string {
@@ -1665,7 +2267,7 @@ type Tenant struct {
 
 func (x *Tenant) Reset() {
 	*x = Tenant{}
-	mi := &file_bc_api_v1_api_proto_msgTypes[19]
+	mi := &file_bc_api_v1_api_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1677,7 +2279,7 @@ func (x *Tenant) String() string {
 func (*Tenant) ProtoMessage() {}
 
 func (x *Tenant) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_api_v1_api_proto_msgTypes[19]
+	mi := &file_bc_api_v1_api_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1690,7 +2292,7 @@ func (x *Tenant) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Tenant.ProtoReflect.Descriptor instead.
 func (*Tenant) Descriptor() ([]byte, []int) {
-	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{19}
+	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *Tenant) GetId() string {
@@ -1730,7 +2332,7 @@ type CreateNodeRequest struct {
 
 func (x *CreateNodeRequest) Reset() {
 	*x = CreateNodeRequest{}
-	mi := &file_bc_api_v1_api_proto_msgTypes[20]
+	mi := &file_bc_api_v1_api_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1742,7 +2344,7 @@ func (x *CreateNodeRequest) String() string {
 func (*CreateNodeRequest) ProtoMessage() {}
 
 func (x *CreateNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_api_v1_api_proto_msgTypes[20]
+	mi := &file_bc_api_v1_api_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1755,7 +2357,7 @@ func (x *CreateNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateNodeRequest.ProtoReflect.Descriptor instead.
 func (*CreateNodeRequest) Descriptor() ([]byte, []int) {
-	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{20}
+	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *CreateNodeRequest) GetTenantId() string {
@@ -1804,7 +2406,7 @@ type CreateJoinTokenRequest struct {
 
 func (x *CreateJoinTokenRequest) Reset() {
 	*x = CreateJoinTokenRequest{}
-	mi := &file_bc_api_v1_api_proto_msgTypes[21]
+	mi := &file_bc_api_v1_api_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1816,7 +2418,7 @@ func (x *CreateJoinTokenRequest) String() string {
 func (*CreateJoinTokenRequest) ProtoMessage() {}
 
 func (x *CreateJoinTokenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_api_v1_api_proto_msgTypes[21]
+	mi := &file_bc_api_v1_api_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1829,7 +2431,7 @@ func (x *CreateJoinTokenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateJoinTokenRequest.ProtoReflect.Descriptor instead.
 func (*CreateJoinTokenRequest) Descriptor() ([]byte, []int) {
-	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{21}
+	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *CreateJoinTokenRequest) GetTenantId() string {
@@ -1879,7 +2481,7 @@ type JoinToken struct {
 
 func (x *JoinToken) Reset() {
 	*x = JoinToken{}
-	mi := &file_bc_api_v1_api_proto_msgTypes[22]
+	mi := &file_bc_api_v1_api_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1891,7 +2493,7 @@ func (x *JoinToken) String() string {
 func (*JoinToken) ProtoMessage() {}
 
 func (x *JoinToken) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_api_v1_api_proto_msgTypes[22]
+	mi := &file_bc_api_v1_api_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1904,7 +2506,7 @@ func (x *JoinToken) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinToken.ProtoReflect.Descriptor instead.
 func (*JoinToken) Descriptor() ([]byte, []int) {
-	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{22}
+	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *JoinToken) GetToken() string {
@@ -1941,7 +2543,7 @@ type SetNodeSpecRequest struct {
 
 func (x *SetNodeSpecRequest) Reset() {
 	*x = SetNodeSpecRequest{}
-	mi := &file_bc_api_v1_api_proto_msgTypes[23]
+	mi := &file_bc_api_v1_api_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1953,7 +2555,7 @@ func (x *SetNodeSpecRequest) String() string {
 func (*SetNodeSpecRequest) ProtoMessage() {}
 
 func (x *SetNodeSpecRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_api_v1_api_proto_msgTypes[23]
+	mi := &file_bc_api_v1_api_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1966,7 +2568,7 @@ func (x *SetNodeSpecRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetNodeSpecRequest.ProtoReflect.Descriptor instead.
 func (*SetNodeSpecRequest) Descriptor() ([]byte, []int) {
-	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{23}
+	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *SetNodeSpecRequest) GetTenantId() string {
@@ -2001,7 +2603,7 @@ type GetNodeSpecRequest struct {
 
 func (x *GetNodeSpecRequest) Reset() {
 	*x = GetNodeSpecRequest{}
-	mi := &file_bc_api_v1_api_proto_msgTypes[24]
+	mi := &file_bc_api_v1_api_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2013,7 +2615,7 @@ func (x *GetNodeSpecRequest) String() string {
 func (*GetNodeSpecRequest) ProtoMessage() {}
 
 func (x *GetNodeSpecRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_api_v1_api_proto_msgTypes[24]
+	mi := &file_bc_api_v1_api_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2026,7 +2628,7 @@ func (x *GetNodeSpecRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetNodeSpecRequest.ProtoReflect.Descriptor instead.
 func (*GetNodeSpecRequest) Descriptor() ([]byte, []int) {
-	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{24}
+	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *GetNodeSpecRequest) GetTenantId() string {
@@ -2056,7 +2658,7 @@ type NodeSpec struct {
 
 func (x *NodeSpec) Reset() {
 	*x = NodeSpec{}
-	mi := &file_bc_api_v1_api_proto_msgTypes[25]
+	mi := &file_bc_api_v1_api_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2068,7 +2670,7 @@ func (x *NodeSpec) String() string {
 func (*NodeSpec) ProtoMessage() {}
 
 func (x *NodeSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_api_v1_api_proto_msgTypes[25]
+	mi := &file_bc_api_v1_api_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2081,7 +2683,7 @@ func (x *NodeSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeSpec.ProtoReflect.Descriptor instead.
 func (*NodeSpec) Descriptor() ([]byte, []int) {
-	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{25}
+	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *NodeSpec) GetNodeId() string {
@@ -2109,7 +2711,56 @@ var File_bc_api_v1_api_proto protoreflect.FileDescriptor
 
 const file_bc_api_v1_api_proto_rawDesc = "" +
 	"\n" +
-	"\x13bc/api/v1/api.proto\x12\tbc.api.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"S\n" +
+	"\x13bc/api/v1/api.proto\x12\tbc.api.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"`\n" +
+	"\tBatchLeaf\x12\x18\n" +
+	"\asubject\x18\x01 \x01(\tR\asubject\x12\x12\n" +
+	"\x04kind\x18\x02 \x01(\tR\x04kind\x12%\n" +
+	"\x0epayload_sha256\x18\x03 \x01(\tR\rpayloadSha256\"\xea\x01\n" +
+	"\x19CreateCommandBatchRequest\x12\x1b\n" +
+	"\ttenant_id\x18\x01 \x01(\tR\btenantId\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\x12*\n" +
+	"\x05scope\x18\x03 \x03(\v2\x14.bc.api.v1.BatchLeafR\x05scope\x12'\n" +
+	"\x0fidempotency_key\x18\x04 \x01(\tR\x0eidempotencyKey\x12.\n" +
+	"\x10deadline_seconds\x18\x05 \x01(\x05H\x00R\x0fdeadlineSeconds\x88\x01\x01B\x13\n" +
+	"\x11_deadline_seconds\"P\n" +
+	"\x16GetCommandBatchRequest\x12\x1b\n" +
+	"\ttenant_id\x18\x01 \x01(\tR\btenantId\x12\x19\n" +
+	"\bbatch_id\x18\x02 \x01(\tR\abatchId\"d\n" +
+	"\x19ListCommandBatchesRequest\x12\x1b\n" +
+	"\ttenant_id\x18\x01 \x01(\tR\btenantId\x12\x14\n" +
+	"\x05state\x18\x02 \x01(\tR\x05state\x12\x14\n" +
+	"\x05limit\x18\x03 \x01(\x05R\x05limit\"K\n" +
+	"\x1aListCommandBatchesResponse\x12-\n" +
+	"\x05items\x18\x01 \x03(\v2\x17.bc.api.v1.CommandBatchR\x05items\"\x89\x01\n" +
+	"\x1aApproveCommandBatchRequest\x12\x1b\n" +
+	"\ttenant_id\x18\x01 \x01(\tR\btenantId\x12\x19\n" +
+	"\bbatch_id\x18\x02 \x01(\tR\abatchId\x12\x15\n" +
+	"\x06key_id\x18\x03 \x01(\tR\x05keyId\x12\x1c\n" +
+	"\tsignature\x18\x04 \x01(\fR\tsignature\"\x7f\n" +
+	"\rBatchApproval\x12\x15\n" +
+	"\x06key_id\x18\x01 \x01(\tR\x05keyId\x12\x1a\n" +
+	"\bapprover\x18\x02 \x01(\tR\bapprover\x12;\n" +
+	"\vapproved_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"approvedAt\"\xbc\x04\n" +
+	"\fCommandBatch\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1b\n" +
+	"\ttenant_id\x18\x02 \x01(\tR\btenantId\x12\x16\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\x12*\n" +
+	"\x05scope\x18\x04 \x03(\v2\x14.bc.api.v1.BatchLeafR\x05scope\x12\x1c\n" +
+	"\trequester\x18\x05 \x01(\tR\trequester\x12\x14\n" +
+	"\x05state\x18\x06 \x01(\tR\x05state\x126\n" +
+	"\bdeadline\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\bdeadline\x129\n" +
+	"\n" +
+	"created_at\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12;\n" +
+	"\vapproved_at\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"approvedAt\x12\x1b\n" +
+	"\ttree_size\x18\n" +
+	" \x01(\rR\btreeSize\x12\x1b\n" +
+	"\troot_hash\x18\v \x01(\tR\brootHash\x12\x1c\n" +
+	"\tstatement\x18\f \x01(\fR\tstatement\x126\n" +
+	"\tapprovals\x18\r \x03(\v2\x18.bc.api.v1.BatchApprovalR\tapprovals\x12)\n" +
+	"\x10approvals_needed\x18\x0e \x01(\rR\x0fapprovalsNeeded\x12\x1c\n" +
+	"\tthreshold\x18\x0f \x01(\rR\tthreshold\"S\n" +
 	"\x1bListNodeCertificatesRequest\x12\x1b\n" +
 	"\ttenant_id\x18\x01 \x01(\tR\btenantId\x12\x17\n" +
 	"\anode_id\x18\x02 \x01(\tR\x06nodeId\"m\n" +
@@ -2299,7 +2950,12 @@ const file_bc_api_v1_api_proto_rawDesc = "" +
 	"\x03Run\x12\x1c.bc.api.v1.RunCommandRequest\x1a\x12.bc.api.v1.Command\x127\n" +
 	"\x03Get\x12\x1c.bc.api.v1.GetCommandRequest\x1a\x12.bc.api.v1.Command\x12G\n" +
 	"\x04List\x12\x1e.bc.api.v1.ListCommandsRequest\x1a\x1f.bc.api.v1.ListCommandsResponse\x12=\n" +
-	"\x06Cancel\x12\x1f.bc.api.v1.CancelCommandRequest\x1a\x12.bc.api.v1.Command2D\n" +
+	"\x06Cancel\x12\x1f.bc.api.v1.CancelCommandRequest\x1a\x12.bc.api.v1.Command2\xbc\x02\n" +
+	"\x0eCommandBatches\x12G\n" +
+	"\x06Create\x12$.bc.api.v1.CreateCommandBatchRequest\x1a\x17.bc.api.v1.CommandBatch\x12A\n" +
+	"\x03Get\x12!.bc.api.v1.GetCommandBatchRequest\x1a\x17.bc.api.v1.CommandBatch\x12S\n" +
+	"\x04List\x12$.bc.api.v1.ListCommandBatchesRequest\x1a%.bc.api.v1.ListCommandBatchesResponse\x12I\n" +
+	"\aApprove\x12%.bc.api.v1.ApproveCommandBatchRequest\x1a\x17.bc.api.v1.CommandBatch2D\n" +
 	"\x06Events\x12:\n" +
 	"\x05Watch\x12\x1d.bc.api.v1.WatchEventsRequest\x1a\x10.bc.api.v1.Event0\x012\x8f\x05\n" +
 	"\x05Nodes\x121\n" +
@@ -2325,101 +2981,125 @@ func file_bc_api_v1_api_proto_rawDescGZIP() []byte {
 	return file_bc_api_v1_api_proto_rawDescData
 }
 
-var file_bc_api_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
+var file_bc_api_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 34)
 var file_bc_api_v1_api_proto_goTypes = []any{
-	(*ListNodeCertificatesRequest)(nil),   // 0: bc.api.v1.ListNodeCertificatesRequest
-	(*RevokeNodeCertificatesRequest)(nil), // 1: bc.api.v1.RevokeNodeCertificatesRequest
-	(*NodeCertificate)(nil),               // 2: bc.api.v1.NodeCertificate
-	(*NodeCertificates)(nil),              // 3: bc.api.v1.NodeCertificates
-	(*ListAllocationBindingsRequest)(nil), // 4: bc.api.v1.ListAllocationBindingsRequest
-	(*AllocationBinding)(nil),             // 5: bc.api.v1.AllocationBinding
-	(*AllocationBindings)(nil),            // 6: bc.api.v1.AllocationBindings
-	(*Command)(nil),                       // 7: bc.api.v1.Command
-	(*RunCommandRequest)(nil),             // 8: bc.api.v1.RunCommandRequest
-	(*GetCommandRequest)(nil),             // 9: bc.api.v1.GetCommandRequest
-	(*ListCommandsRequest)(nil),           // 10: bc.api.v1.ListCommandsRequest
-	(*ListCommandsResponse)(nil),          // 11: bc.api.v1.ListCommandsResponse
-	(*CancelCommandRequest)(nil),          // 12: bc.api.v1.CancelCommandRequest
-	(*WatchEventsRequest)(nil),            // 13: bc.api.v1.WatchEventsRequest
-	(*Event)(nil),                         // 14: bc.api.v1.Event
-	(*GetNodeRequest)(nil),                // 15: bc.api.v1.GetNodeRequest
-	(*Condition)(nil),                     // 16: bc.api.v1.Condition
-	(*Node)(nil),                          // 17: bc.api.v1.Node
-	(*CreateTenantRequest)(nil),           // 18: bc.api.v1.CreateTenantRequest
-	(*Tenant)(nil),                        // 19: bc.api.v1.Tenant
-	(*CreateNodeRequest)(nil),             // 20: bc.api.v1.CreateNodeRequest
-	(*CreateJoinTokenRequest)(nil),        // 21: bc.api.v1.CreateJoinTokenRequest
-	(*JoinToken)(nil),                     // 22: bc.api.v1.JoinToken
-	(*SetNodeSpecRequest)(nil),            // 23: bc.api.v1.SetNodeSpecRequest
-	(*GetNodeSpecRequest)(nil),            // 24: bc.api.v1.GetNodeSpecRequest
-	(*NodeSpec)(nil),                      // 25: bc.api.v1.NodeSpec
-	(*timestamppb.Timestamp)(nil),         // 26: google.protobuf.Timestamp
-	(*structpb.Struct)(nil),               // 27: google.protobuf.Struct
-	(*structpb.Value)(nil),                // 28: google.protobuf.Value
+	(*BatchLeaf)(nil),                     // 0: bc.api.v1.BatchLeaf
+	(*CreateCommandBatchRequest)(nil),     // 1: bc.api.v1.CreateCommandBatchRequest
+	(*GetCommandBatchRequest)(nil),        // 2: bc.api.v1.GetCommandBatchRequest
+	(*ListCommandBatchesRequest)(nil),     // 3: bc.api.v1.ListCommandBatchesRequest
+	(*ListCommandBatchesResponse)(nil),    // 4: bc.api.v1.ListCommandBatchesResponse
+	(*ApproveCommandBatchRequest)(nil),    // 5: bc.api.v1.ApproveCommandBatchRequest
+	(*BatchApproval)(nil),                 // 6: bc.api.v1.BatchApproval
+	(*CommandBatch)(nil),                  // 7: bc.api.v1.CommandBatch
+	(*ListNodeCertificatesRequest)(nil),   // 8: bc.api.v1.ListNodeCertificatesRequest
+	(*RevokeNodeCertificatesRequest)(nil), // 9: bc.api.v1.RevokeNodeCertificatesRequest
+	(*NodeCertificate)(nil),               // 10: bc.api.v1.NodeCertificate
+	(*NodeCertificates)(nil),              // 11: bc.api.v1.NodeCertificates
+	(*ListAllocationBindingsRequest)(nil), // 12: bc.api.v1.ListAllocationBindingsRequest
+	(*AllocationBinding)(nil),             // 13: bc.api.v1.AllocationBinding
+	(*AllocationBindings)(nil),            // 14: bc.api.v1.AllocationBindings
+	(*Command)(nil),                       // 15: bc.api.v1.Command
+	(*RunCommandRequest)(nil),             // 16: bc.api.v1.RunCommandRequest
+	(*GetCommandRequest)(nil),             // 17: bc.api.v1.GetCommandRequest
+	(*ListCommandsRequest)(nil),           // 18: bc.api.v1.ListCommandsRequest
+	(*ListCommandsResponse)(nil),          // 19: bc.api.v1.ListCommandsResponse
+	(*CancelCommandRequest)(nil),          // 20: bc.api.v1.CancelCommandRequest
+	(*WatchEventsRequest)(nil),            // 21: bc.api.v1.WatchEventsRequest
+	(*Event)(nil),                         // 22: bc.api.v1.Event
+	(*GetNodeRequest)(nil),                // 23: bc.api.v1.GetNodeRequest
+	(*Condition)(nil),                     // 24: bc.api.v1.Condition
+	(*Node)(nil),                          // 25: bc.api.v1.Node
+	(*CreateTenantRequest)(nil),           // 26: bc.api.v1.CreateTenantRequest
+	(*Tenant)(nil),                        // 27: bc.api.v1.Tenant
+	(*CreateNodeRequest)(nil),             // 28: bc.api.v1.CreateNodeRequest
+	(*CreateJoinTokenRequest)(nil),        // 29: bc.api.v1.CreateJoinTokenRequest
+	(*JoinToken)(nil),                     // 30: bc.api.v1.JoinToken
+	(*SetNodeSpecRequest)(nil),            // 31: bc.api.v1.SetNodeSpecRequest
+	(*GetNodeSpecRequest)(nil),            // 32: bc.api.v1.GetNodeSpecRequest
+	(*NodeSpec)(nil),                      // 33: bc.api.v1.NodeSpec
+	(*timestamppb.Timestamp)(nil),         // 34: google.protobuf.Timestamp
+	(*structpb.Struct)(nil),               // 35: google.protobuf.Struct
+	(*structpb.Value)(nil),                // 36: google.protobuf.Value
 }
 var file_bc_api_v1_api_proto_depIdxs = []int32{
-	26, // 0: bc.api.v1.NodeCertificate.not_before:type_name -> google.protobuf.Timestamp
-	26, // 1: bc.api.v1.NodeCertificate.not_after:type_name -> google.protobuf.Timestamp
-	26, // 2: bc.api.v1.NodeCertificate.issued_at:type_name -> google.protobuf.Timestamp
-	26, // 3: bc.api.v1.NodeCertificate.superseded_at:type_name -> google.protobuf.Timestamp
-	26, // 4: bc.api.v1.NodeCertificate.revoked_at:type_name -> google.protobuf.Timestamp
-	2,  // 5: bc.api.v1.NodeCertificates.certificates:type_name -> bc.api.v1.NodeCertificate
-	26, // 6: bc.api.v1.AllocationBinding.updated_at:type_name -> google.protobuf.Timestamp
-	5,  // 7: bc.api.v1.AllocationBindings.bindings:type_name -> bc.api.v1.AllocationBinding
-	27, // 8: bc.api.v1.Command.payload:type_name -> google.protobuf.Struct
-	26, // 9: bc.api.v1.Command.not_after:type_name -> google.protobuf.Timestamp
-	26, // 10: bc.api.v1.Command.not_before:type_name -> google.protobuf.Timestamp
-	26, // 11: bc.api.v1.Command.created_at:type_name -> google.protobuf.Timestamp
-	26, // 12: bc.api.v1.Command.updated_at:type_name -> google.protobuf.Timestamp
-	26, // 13: bc.api.v1.Command.settled_at:type_name -> google.protobuf.Timestamp
-	26, // 14: bc.api.v1.Command.cancel_requested_at:type_name -> google.protobuf.Timestamp
-	28, // 15: bc.api.v1.Command.result:type_name -> google.protobuf.Value
-	28, // 16: bc.api.v1.Command.progress:type_name -> google.protobuf.Value
-	27, // 17: bc.api.v1.RunCommandRequest.payload:type_name -> google.protobuf.Struct
-	7,  // 18: bc.api.v1.ListCommandsResponse.items:type_name -> bc.api.v1.Command
-	26, // 19: bc.api.v1.Event.occurred_at:type_name -> google.protobuf.Timestamp
-	27, // 20: bc.api.v1.Event.data:type_name -> google.protobuf.Struct
-	26, // 21: bc.api.v1.Condition.since:type_name -> google.protobuf.Timestamp
-	27, // 22: bc.api.v1.Node.inventory:type_name -> google.protobuf.Struct
-	16, // 23: bc.api.v1.Node.conditions:type_name -> bc.api.v1.Condition
-	26, // 24: bc.api.v1.Node.created_at:type_name -> google.protobuf.Timestamp
-	26, // 25: bc.api.v1.Tenant.created_at:type_name -> google.protobuf.Timestamp
-	26, // 26: bc.api.v1.JoinToken.expires_at:type_name -> google.protobuf.Timestamp
-	27, // 27: bc.api.v1.SetNodeSpecRequest.spec:type_name -> google.protobuf.Struct
-	27, // 28: bc.api.v1.NodeSpec.spec:type_name -> google.protobuf.Struct
-	8,  // 29: bc.api.v1.Commands.Run:input_type -> bc.api.v1.RunCommandRequest
-	9,  // 30: bc.api.v1.Commands.Get:input_type -> bc.api.v1.GetCommandRequest
-	10, // 31: bc.api.v1.Commands.List:input_type -> bc.api.v1.ListCommandsRequest
-	12, // 32: bc.api.v1.Commands.Cancel:input_type -> bc.api.v1.CancelCommandRequest
-	13, // 33: bc.api.v1.Events.Watch:input_type -> bc.api.v1.WatchEventsRequest
-	15, // 34: bc.api.v1.Nodes.Get:input_type -> bc.api.v1.GetNodeRequest
-	18, // 35: bc.api.v1.Nodes.CreateTenant:input_type -> bc.api.v1.CreateTenantRequest
-	20, // 36: bc.api.v1.Nodes.Create:input_type -> bc.api.v1.CreateNodeRequest
-	21, // 37: bc.api.v1.Nodes.CreateJoinToken:input_type -> bc.api.v1.CreateJoinTokenRequest
-	23, // 38: bc.api.v1.Nodes.SetSpec:input_type -> bc.api.v1.SetNodeSpecRequest
-	24, // 39: bc.api.v1.Nodes.GetSpec:input_type -> bc.api.v1.GetNodeSpecRequest
-	0,  // 40: bc.api.v1.Nodes.ListCertificates:input_type -> bc.api.v1.ListNodeCertificatesRequest
-	1,  // 41: bc.api.v1.Nodes.RevokeCertificates:input_type -> bc.api.v1.RevokeNodeCertificatesRequest
-	4,  // 42: bc.api.v1.Nodes.ListBindings:input_type -> bc.api.v1.ListAllocationBindingsRequest
-	7,  // 43: bc.api.v1.Commands.Run:output_type -> bc.api.v1.Command
-	7,  // 44: bc.api.v1.Commands.Get:output_type -> bc.api.v1.Command
-	11, // 45: bc.api.v1.Commands.List:output_type -> bc.api.v1.ListCommandsResponse
-	7,  // 46: bc.api.v1.Commands.Cancel:output_type -> bc.api.v1.Command
-	14, // 47: bc.api.v1.Events.Watch:output_type -> bc.api.v1.Event
-	17, // 48: bc.api.v1.Nodes.Get:output_type -> bc.api.v1.Node
-	19, // 49: bc.api.v1.Nodes.CreateTenant:output_type -> bc.api.v1.Tenant
-	17, // 50: bc.api.v1.Nodes.Create:output_type -> bc.api.v1.Node
-	22, // 51: bc.api.v1.Nodes.CreateJoinToken:output_type -> bc.api.v1.JoinToken
-	25, // 52: bc.api.v1.Nodes.SetSpec:output_type -> bc.api.v1.NodeSpec
-	25, // 53: bc.api.v1.Nodes.GetSpec:output_type -> bc.api.v1.NodeSpec
-	3,  // 54: bc.api.v1.Nodes.ListCertificates:output_type -> bc.api.v1.NodeCertificates
-	3,  // 55: bc.api.v1.Nodes.RevokeCertificates:output_type -> bc.api.v1.NodeCertificates
-	6,  // 56: bc.api.v1.Nodes.ListBindings:output_type -> bc.api.v1.AllocationBindings
-	43, // [43:57] is the sub-list for method output_type
-	29, // [29:43] is the sub-list for method input_type
-	29, // [29:29] is the sub-list for extension type_name
-	29, // [29:29] is the sub-list for extension extendee
-	0,  // [0:29] is the sub-list for field type_name
+	0,  // 0: bc.api.v1.CreateCommandBatchRequest.scope:type_name -> bc.api.v1.BatchLeaf
+	7,  // 1: bc.api.v1.ListCommandBatchesResponse.items:type_name -> bc.api.v1.CommandBatch
+	34, // 2: bc.api.v1.BatchApproval.approved_at:type_name -> google.protobuf.Timestamp
+	0,  // 3: bc.api.v1.CommandBatch.scope:type_name -> bc.api.v1.BatchLeaf
+	34, // 4: bc.api.v1.CommandBatch.deadline:type_name -> google.protobuf.Timestamp
+	34, // 5: bc.api.v1.CommandBatch.created_at:type_name -> google.protobuf.Timestamp
+	34, // 6: bc.api.v1.CommandBatch.approved_at:type_name -> google.protobuf.Timestamp
+	6,  // 7: bc.api.v1.CommandBatch.approvals:type_name -> bc.api.v1.BatchApproval
+	34, // 8: bc.api.v1.NodeCertificate.not_before:type_name -> google.protobuf.Timestamp
+	34, // 9: bc.api.v1.NodeCertificate.not_after:type_name -> google.protobuf.Timestamp
+	34, // 10: bc.api.v1.NodeCertificate.issued_at:type_name -> google.protobuf.Timestamp
+	34, // 11: bc.api.v1.NodeCertificate.superseded_at:type_name -> google.protobuf.Timestamp
+	34, // 12: bc.api.v1.NodeCertificate.revoked_at:type_name -> google.protobuf.Timestamp
+	10, // 13: bc.api.v1.NodeCertificates.certificates:type_name -> bc.api.v1.NodeCertificate
+	34, // 14: bc.api.v1.AllocationBinding.updated_at:type_name -> google.protobuf.Timestamp
+	13, // 15: bc.api.v1.AllocationBindings.bindings:type_name -> bc.api.v1.AllocationBinding
+	35, // 16: bc.api.v1.Command.payload:type_name -> google.protobuf.Struct
+	34, // 17: bc.api.v1.Command.not_after:type_name -> google.protobuf.Timestamp
+	34, // 18: bc.api.v1.Command.not_before:type_name -> google.protobuf.Timestamp
+	34, // 19: bc.api.v1.Command.created_at:type_name -> google.protobuf.Timestamp
+	34, // 20: bc.api.v1.Command.updated_at:type_name -> google.protobuf.Timestamp
+	34, // 21: bc.api.v1.Command.settled_at:type_name -> google.protobuf.Timestamp
+	34, // 22: bc.api.v1.Command.cancel_requested_at:type_name -> google.protobuf.Timestamp
+	36, // 23: bc.api.v1.Command.result:type_name -> google.protobuf.Value
+	36, // 24: bc.api.v1.Command.progress:type_name -> google.protobuf.Value
+	35, // 25: bc.api.v1.RunCommandRequest.payload:type_name -> google.protobuf.Struct
+	15, // 26: bc.api.v1.ListCommandsResponse.items:type_name -> bc.api.v1.Command
+	34, // 27: bc.api.v1.Event.occurred_at:type_name -> google.protobuf.Timestamp
+	35, // 28: bc.api.v1.Event.data:type_name -> google.protobuf.Struct
+	34, // 29: bc.api.v1.Condition.since:type_name -> google.protobuf.Timestamp
+	35, // 30: bc.api.v1.Node.inventory:type_name -> google.protobuf.Struct
+	24, // 31: bc.api.v1.Node.conditions:type_name -> bc.api.v1.Condition
+	34, // 32: bc.api.v1.Node.created_at:type_name -> google.protobuf.Timestamp
+	34, // 33: bc.api.v1.Tenant.created_at:type_name -> google.protobuf.Timestamp
+	34, // 34: bc.api.v1.JoinToken.expires_at:type_name -> google.protobuf.Timestamp
+	35, // 35: bc.api.v1.SetNodeSpecRequest.spec:type_name -> google.protobuf.Struct
+	35, // 36: bc.api.v1.NodeSpec.spec:type_name -> google.protobuf.Struct
+	16, // 37: bc.api.v1.Commands.Run:input_type -> bc.api.v1.RunCommandRequest
+	17, // 38: bc.api.v1.Commands.Get:input_type -> bc.api.v1.GetCommandRequest
+	18, // 39: bc.api.v1.Commands.List:input_type -> bc.api.v1.ListCommandsRequest
+	20, // 40: bc.api.v1.Commands.Cancel:input_type -> bc.api.v1.CancelCommandRequest
+	1,  // 41: bc.api.v1.CommandBatches.Create:input_type -> bc.api.v1.CreateCommandBatchRequest
+	2,  // 42: bc.api.v1.CommandBatches.Get:input_type -> bc.api.v1.GetCommandBatchRequest
+	3,  // 43: bc.api.v1.CommandBatches.List:input_type -> bc.api.v1.ListCommandBatchesRequest
+	5,  // 44: bc.api.v1.CommandBatches.Approve:input_type -> bc.api.v1.ApproveCommandBatchRequest
+	21, // 45: bc.api.v1.Events.Watch:input_type -> bc.api.v1.WatchEventsRequest
+	23, // 46: bc.api.v1.Nodes.Get:input_type -> bc.api.v1.GetNodeRequest
+	26, // 47: bc.api.v1.Nodes.CreateTenant:input_type -> bc.api.v1.CreateTenantRequest
+	28, // 48: bc.api.v1.Nodes.Create:input_type -> bc.api.v1.CreateNodeRequest
+	29, // 49: bc.api.v1.Nodes.CreateJoinToken:input_type -> bc.api.v1.CreateJoinTokenRequest
+	31, // 50: bc.api.v1.Nodes.SetSpec:input_type -> bc.api.v1.SetNodeSpecRequest
+	32, // 51: bc.api.v1.Nodes.GetSpec:input_type -> bc.api.v1.GetNodeSpecRequest
+	8,  // 52: bc.api.v1.Nodes.ListCertificates:input_type -> bc.api.v1.ListNodeCertificatesRequest
+	9,  // 53: bc.api.v1.Nodes.RevokeCertificates:input_type -> bc.api.v1.RevokeNodeCertificatesRequest
+	12, // 54: bc.api.v1.Nodes.ListBindings:input_type -> bc.api.v1.ListAllocationBindingsRequest
+	15, // 55: bc.api.v1.Commands.Run:output_type -> bc.api.v1.Command
+	15, // 56: bc.api.v1.Commands.Get:output_type -> bc.api.v1.Command
+	19, // 57: bc.api.v1.Commands.List:output_type -> bc.api.v1.ListCommandsResponse
+	15, // 58: bc.api.v1.Commands.Cancel:output_type -> bc.api.v1.Command
+	7,  // 59: bc.api.v1.CommandBatches.Create:output_type -> bc.api.v1.CommandBatch
+	7,  // 60: bc.api.v1.CommandBatches.Get:output_type -> bc.api.v1.CommandBatch
+	4,  // 61: bc.api.v1.CommandBatches.List:output_type -> bc.api.v1.ListCommandBatchesResponse
+	7,  // 62: bc.api.v1.CommandBatches.Approve:output_type -> bc.api.v1.CommandBatch
+	22, // 63: bc.api.v1.Events.Watch:output_type -> bc.api.v1.Event
+	25, // 64: bc.api.v1.Nodes.Get:output_type -> bc.api.v1.Node
+	27, // 65: bc.api.v1.Nodes.CreateTenant:output_type -> bc.api.v1.Tenant
+	25, // 66: bc.api.v1.Nodes.Create:output_type -> bc.api.v1.Node
+	30, // 67: bc.api.v1.Nodes.CreateJoinToken:output_type -> bc.api.v1.JoinToken
+	33, // 68: bc.api.v1.Nodes.SetSpec:output_type -> bc.api.v1.NodeSpec
+	33, // 69: bc.api.v1.Nodes.GetSpec:output_type -> bc.api.v1.NodeSpec
+	11, // 70: bc.api.v1.Nodes.ListCertificates:output_type -> bc.api.v1.NodeCertificates
+	11, // 71: bc.api.v1.Nodes.RevokeCertificates:output_type -> bc.api.v1.NodeCertificates
+	14, // 72: bc.api.v1.Nodes.ListBindings:output_type -> bc.api.v1.AllocationBindings
+	55, // [55:73] is the sub-list for method output_type
+	37, // [37:55] is the sub-list for method input_type
+	37, // [37:37] is the sub-list for extension type_name
+	37, // [37:37] is the sub-list for extension extendee
+	0,  // [0:37] is the sub-list for field type_name
 }
 
 func init() { file_bc_api_v1_api_proto_init() }
@@ -2427,18 +3107,19 @@ func file_bc_api_v1_api_proto_init() {
 	if File_bc_api_v1_api_proto != nil {
 		return
 	}
-	file_bc_api_v1_api_proto_msgTypes[7].OneofWrappers = []any{}
-	file_bc_api_v1_api_proto_msgTypes[8].OneofWrappers = []any{}
-	file_bc_api_v1_api_proto_msgTypes[10].OneofWrappers = []any{}
+	file_bc_api_v1_api_proto_msgTypes[1].OneofWrappers = []any{}
+	file_bc_api_v1_api_proto_msgTypes[15].OneofWrappers = []any{}
+	file_bc_api_v1_api_proto_msgTypes[16].OneofWrappers = []any{}
+	file_bc_api_v1_api_proto_msgTypes[18].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_bc_api_v1_api_proto_rawDesc), len(file_bc_api_v1_api_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   26,
+			NumMessages:   34,
 			NumExtensions: 0,
-			NumServices:   3,
+			NumServices:   4,
 		},
 		GoTypes:           file_bc_api_v1_api_proto_goTypes,
 		DependencyIndexes: file_bc_api_v1_api_proto_depIdxs,

@@ -261,14 +261,256 @@ var Commands_ServiceDesc = grpc.ServiceDesc{
 }
 
 const (
+	CommandBatches_Create_FullMethodName  = "/bc.api.v1.CommandBatches/Create"
+	CommandBatches_Get_FullMethodName     = "/bc.api.v1.CommandBatches/Get"
+	CommandBatches_List_FullMethodName    = "/bc.api.v1.CommandBatches/List"
+	CommandBatches_Approve_FullMethodName = "/bc.api.v1.CommandBatches/Approve"
+)
+
+// CommandBatchesClient is the client API for CommandBatches service.
+//
+// For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
+//
+// Events follows the event outbox.
+// CommandBatches groups destructive commands under the approver quorum:
+// commands run in a batch are held until enough approvers sign the batch's
+// Merkle root, and each node checks the approval and its own leaf itself.
+type CommandBatchesClient interface {
+	// Create records a batch (compute:batches:create on tenant/{tenantId});
+	// idempotent per caller and idempotency_key.
+	Create(ctx context.Context, in *CreateCommandBatchRequest, opts ...grpc.CallOption) (*CommandBatch, error)
+	// Get returns a batch with its scope, approvals and state
+	// (compute:batches:read on tenant/{tenantId}).
+	Get(ctx context.Context, in *GetCommandBatchRequest, opts ...grpc.CallOption) (*CommandBatch, error)
+	// List returns the tenant's batches, newest first
+	// (compute:batches:read on tenant/{tenantId}).
+	List(ctx context.Context, in *ListCommandBatchesRequest, opts ...grpc.CallOption) (*ListCommandBatchesResponse, error)
+	// Approve adds one approver's signature over the batch's statement
+	// (compute:batches:approve on tenant/{tenantId}); the approver signs
+	// locally (better-compute batch approve) and uploads the signature.
+	Approve(ctx context.Context, in *ApproveCommandBatchRequest, opts ...grpc.CallOption) (*CommandBatch, error)
+}
+
+type commandBatchesClient struct {
+	cc grpc.ClientConnInterface
+}
+
+func NewCommandBatchesClient(cc grpc.ClientConnInterface) CommandBatchesClient {
+	return &commandBatchesClient{cc}
+}
+
+func (c *commandBatchesClient) Create(ctx context.Context, in *CreateCommandBatchRequest, opts ...grpc.CallOption) (*CommandBatch, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CommandBatch)
+	err := c.cc.Invoke(ctx, CommandBatches_Create_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *commandBatchesClient) Get(ctx context.Context, in *GetCommandBatchRequest, opts ...grpc.CallOption) (*CommandBatch, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CommandBatch)
+	err := c.cc.Invoke(ctx, CommandBatches_Get_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *commandBatchesClient) List(ctx context.Context, in *ListCommandBatchesRequest, opts ...grpc.CallOption) (*ListCommandBatchesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListCommandBatchesResponse)
+	err := c.cc.Invoke(ctx, CommandBatches_List_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *commandBatchesClient) Approve(ctx context.Context, in *ApproveCommandBatchRequest, opts ...grpc.CallOption) (*CommandBatch, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CommandBatch)
+	err := c.cc.Invoke(ctx, CommandBatches_Approve_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// CommandBatchesServer is the server API for CommandBatches service.
+// All implementations must embed UnimplementedCommandBatchesServer
+// for forward compatibility.
+//
+// Events follows the event outbox.
+// CommandBatches groups destructive commands under the approver quorum:
+// commands run in a batch are held until enough approvers sign the batch's
+// Merkle root, and each node checks the approval and its own leaf itself.
+type CommandBatchesServer interface {
+	// Create records a batch (compute:batches:create on tenant/{tenantId});
+	// idempotent per caller and idempotency_key.
+	Create(context.Context, *CreateCommandBatchRequest) (*CommandBatch, error)
+	// Get returns a batch with its scope, approvals and state
+	// (compute:batches:read on tenant/{tenantId}).
+	Get(context.Context, *GetCommandBatchRequest) (*CommandBatch, error)
+	// List returns the tenant's batches, newest first
+	// (compute:batches:read on tenant/{tenantId}).
+	List(context.Context, *ListCommandBatchesRequest) (*ListCommandBatchesResponse, error)
+	// Approve adds one approver's signature over the batch's statement
+	// (compute:batches:approve on tenant/{tenantId}); the approver signs
+	// locally (better-compute batch approve) and uploads the signature.
+	Approve(context.Context, *ApproveCommandBatchRequest) (*CommandBatch, error)
+	mustEmbedUnimplementedCommandBatchesServer()
+}
+
+// UnimplementedCommandBatchesServer must be embedded to have
+// forward compatible implementations.
+//
+// NOTE: this should be embedded by value instead of pointer to avoid a nil
+// pointer dereference when methods are called.
+type UnimplementedCommandBatchesServer struct{}
+
+func (UnimplementedCommandBatchesServer) Create(context.Context, *CreateCommandBatchRequest) (*CommandBatch, error) {
+	return nil, status.Error(codes.Unimplemented, "method Create not implemented")
+}
+func (UnimplementedCommandBatchesServer) Get(context.Context, *GetCommandBatchRequest) (*CommandBatch, error) {
+	return nil, status.Error(codes.Unimplemented, "method Get not implemented")
+}
+func (UnimplementedCommandBatchesServer) List(context.Context, *ListCommandBatchesRequest) (*ListCommandBatchesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method List not implemented")
+}
+func (UnimplementedCommandBatchesServer) Approve(context.Context, *ApproveCommandBatchRequest) (*CommandBatch, error) {
+	return nil, status.Error(codes.Unimplemented, "method Approve not implemented")
+}
+func (UnimplementedCommandBatchesServer) mustEmbedUnimplementedCommandBatchesServer() {}
+func (UnimplementedCommandBatchesServer) testEmbeddedByValue()                        {}
+
+// UnsafeCommandBatchesServer may be embedded to opt out of forward compatibility for this service.
+// Use of this interface is not recommended, as added methods to CommandBatchesServer will
+// result in compilation errors.
+type UnsafeCommandBatchesServer interface {
+	mustEmbedUnimplementedCommandBatchesServer()
+}
+
+func RegisterCommandBatchesServer(s grpc.ServiceRegistrar, srv CommandBatchesServer) {
+	// If the following call panics, it indicates UnimplementedCommandBatchesServer was
+	// embedded by pointer and is nil.  This will cause panics if an
+	// unimplemented method is ever invoked, so we test this at initialization
+	// time to prevent it from happening at runtime later due to I/O.
+	if t, ok := srv.(interface{ testEmbeddedByValue() }); ok {
+		t.testEmbeddedByValue()
+	}
+	s.RegisterService(&CommandBatches_ServiceDesc, srv)
+}
+
+func _CommandBatches_Create_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CreateCommandBatchRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(CommandBatchesServer).Create(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: CommandBatches_Create_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(CommandBatchesServer).Create(ctx, req.(*CreateCommandBatchRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _CommandBatches_Get_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetCommandBatchRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(CommandBatchesServer).Get(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: CommandBatches_Get_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(CommandBatchesServer).Get(ctx, req.(*GetCommandBatchRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _CommandBatches_List_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListCommandBatchesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(CommandBatchesServer).List(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: CommandBatches_List_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(CommandBatchesServer).List(ctx, req.(*ListCommandBatchesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _CommandBatches_Approve_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ApproveCommandBatchRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(CommandBatchesServer).Approve(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: CommandBatches_Approve_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(CommandBatchesServer).Approve(ctx, req.(*ApproveCommandBatchRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+// CommandBatches_ServiceDesc is the grpc.ServiceDesc for CommandBatches service.
+// It's only intended for direct use with grpc.RegisterService,
+// and not to be introspected or modified (even as a copy)
+var CommandBatches_ServiceDesc = grpc.ServiceDesc{
+	ServiceName: "bc.api.v1.CommandBatches",
+	HandlerType: (*CommandBatchesServer)(nil),
+	Methods: []grpc.MethodDesc{
+		{
+			MethodName: "Create",
+			Handler:    _CommandBatches_Create_Handler,
+		},
+		{
+			MethodName: "Get",
+			Handler:    _CommandBatches_Get_Handler,
+		},
+		{
+			MethodName: "List",
+			Handler:    _CommandBatches_List_Handler,
+		},
+		{
+			MethodName: "Approve",
+			Handler:    _CommandBatches_Approve_Handler,
+		},
+	},
+	Streams:  []grpc.StreamDesc{},
+	Metadata: "bc/api/v1/api.proto",
+}
+
+const (
 	Events_Watch_FullMethodName = "/bc.api.v1.Events/Watch"
 )
 
 // EventsClient is the client API for Events service.
 //
 // For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
-//
-// Events follows the event outbox.
 type EventsClient interface {
 	// Watch streams the tenant's events after a cursor, then follows new ones.
 	// Each event carries its cursor; passing the last one seen after a
@@ -306,8 +548,6 @@ type Events_WatchClient = grpc.ServerStreamingClient[Event]
 // EventsServer is the server API for Events service.
 // All implementations must embed UnimplementedEventsServer
 // for forward compatibility.
-//
-// Events follows the event outbox.
 type EventsServer interface {
 	// Watch streams the tenant's events after a cursor, then follows new ones.
 	// Each event carries its cursor; passing the last one seen after a
