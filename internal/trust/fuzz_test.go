@@ -1,6 +1,7 @@
 package trust
 
 import (
+	"encoding/hex"
 	"testing"
 	"time"
 
@@ -124,6 +125,44 @@ func FuzzDecodeAllocationBound(f *testing.F) {
 		a, err := DecodeAllocationBound(in)
 		if err == nil && (a.Allocation == "" || len(a.GPUs) == 0) {
 			t.Fatalf("decoded an invalid statement: %+v", a)
+		}
+	})
+}
+
+func FuzzDecodeBatchStatement(f *testing.F) {
+	good, _ := BatchStatement{BatchID: "batch_1", TreeSize: 3, RootHash: "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff", NotAfter: t0, Requester: "dave"}.Encode()
+	f.Add(good)
+	f.Fuzz(func(t *testing.T, in []byte) {
+		s, err := DecodeBatchStatement(in)
+		if err == nil && (s.BatchID == "" || s.TreeSize == 0 || len(s.RootHash) != 64) {
+			t.Fatalf("decoded an invalid statement: %+v", s)
+		}
+	})
+}
+
+// FuzzVerifyBatch feeds arbitrary approvals and proofs to check 5: nothing
+// but the one approved leaf may verify, and nothing panics.
+func FuzzVerifyBatch(f *testing.F) {
+	alice, bob := key(f), key(f)
+	b := &Bundle{Version: 1, ApprovalThreshold: 2, Approvers: []Approver{{Name: "alice", PublicKey: pub(alice)}, {Name: "bob", PublicKey: pub(bob)}}}
+	tr, _ := NewTree([]Leaf{{Subject: "node_a", Kind: "node.reboot"}, {Subject: "node_b", Kind: "node.reboot"}})
+	stmt, _ := BatchStatement{BatchID: "batch_1", TreeSize: tr.Size(), RootHash: hex.EncodeToString(tr.Root()), NotAfter: t0.Add(time.Hour), Requester: "dave"}.Encode()
+	appr := Signed{Body: stmt, Signatures: []Signature{SignApproval(alice, stmt), SignApproval(bob, stmt)}}.Encode()
+	p, _ := tr.Proof(0)
+	var flat []byte
+	for _, x := range p {
+		flat = append(flat, x...)
+	}
+	f.Add(appr, uint64(0), flat)
+	f.Fuzz(func(t *testing.T, approval []byte, index uint64, proofBytes []byte) {
+		var pr [][]byte
+		for len(proofBytes) >= 32 {
+			pr = append(pr, proofBytes[:32])
+			proofBytes = proofBytes[32:]
+		}
+		_, err := VerifyBatch(b, BatchCheck{Approval: approval, LeafIndex: index, Proof: pr, BatchID: "batch_1", NodeID: "node_c", Kind: "node.reboot"}, t0)
+		if err == nil {
+			t.Fatalf("node_c is in no batch, yet it verified")
 		}
 	})
 }
