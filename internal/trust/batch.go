@@ -3,8 +3,10 @@ package trust
 import (
 	"bytes"
 	"crypto/ed25519"
+	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"sort"
@@ -298,4 +300,24 @@ func VerifyBatch(b *Bundle, c BatchCheck, now time.Time) (BatchStatement, error)
 // proofRoot is the root an inclusion proof leads to (the library's).
 func proofRoot(index, size uint64, leafHash []byte, p [][]byte) ([]byte, error) {
 	return proof.RootFromInclusionProof(rfc6962.DefaultHasher, index, size, leafHash, p)
+}
+
+// PayloadDigest is the SHA-256 a batch leaf binds a payload with: over the
+// payload's canonical JSON (keys sorted, compact), so the digest a person
+// computes from the payload they meant is the one the node computes from
+// the bytes it received, whatever spacing or key order either used. A
+// payload that is not JSON is hashed as it is.
+func PayloadDigest(payload []byte) []byte {
+	var v any
+	b := payload
+	if err := json.Unmarshal(payload, &v); err == nil {
+		var buf bytes.Buffer
+		enc := json.NewEncoder(&buf)
+		enc.SetEscapeHTML(false)
+		if enc.Encode(v) == nil {
+			b = bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
+		}
+	}
+	sum := sha256.Sum256(b)
+	return sum[:]
 }
