@@ -67,7 +67,7 @@ func build(cfg *Config) (*identities, error) {
 		byCN:       map[string]*Identity{},
 	}
 	for _, ic := range cfg.Identities {
-		id := &Identity{Name: ic.Name, Tenants: append([]string(nil), ic.Tenants...), Grants: append([]Grant(nil), ic.Grants...)}
+		id := &Identity{Name: ic.Name, Tenants: append([]string(nil), ic.Tenants...), Grants: append([]Grant(nil), ic.Grants...), Agent: ic.Agent}
 		for _, t := range ic.Tokens {
 			if err := a.addHash(a.byToken, sha256.Sum256([]byte(t)), id, "token"); err != nil {
 				return nil, err

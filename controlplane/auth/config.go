@@ -65,6 +65,9 @@ type IdentityConfig struct {
 	CertSHA256 []string `yaml:"certSha256"`
 	// Grants are what the identity may do.
 	Grants []Grant `yaml:"grants"`
+	// Agent marks an agent's principal (the MCP server's): it can never
+	// approve a destructive batch, whatever its grants say.
+	Agent bool `yaml:"agent"`
 }
 
 // Config lists the identities.

@@ -10,6 +10,9 @@ type Identity struct {
 	Tenants []string
 	// Grants are the identity's grants.
 	Grants []Grant
+	// Agent marks an agent's principal (the MCP server's): it may propose
+	// batches but never approve one, whatever it is granted.
+	Agent bool
 }
 
 // SeesTenant reports whether the identity sees tenantID's nodes.

@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"fmt"
+	"github.com/better-compute/commands/controlplane/batches"
 	"time"
 
 	"github.com/better-compute/commands/controlplane/queue"
@@ -63,6 +64,9 @@ func (s *session) dispatch(ctx context.Context, c queue.Command, now time.Time) 
 	}
 	if c.NotBefore != nil && c.NotBefore.After(now) {
 		return nil
+	}
+	if c.AwaitingApproval {
+		return nil // its batch waits for approvals; the approval wakes the session
 	}
 	if !c.NotAfter.After(now) {
 		return nil // the sweeper expires it
@@ -147,6 +151,16 @@ func (s *session) sendCommand(c queue.Command) error {
 	env, err := Envelope(c, s.epoch)
 	if err != nil {
 		return err
+	}
+	if c.BatchID != "" {
+		// The approval and the inclusion proof of the command's leaf travel
+		// beside the signed bytes; the node checks both itself.
+		appr, idx, proof, ok, err := batches.Envelope(context.Background(), s.g.pool, c.BatchID, c.NodeID, c.Kind, c.Payload)
+		if err != nil {
+			s.logger.Warn("batched command sent without its approval", "command_id", c.ID, "batch_id", c.BatchID, "error", err)
+		} else if ok {
+			env.BatchApproval, env.LeafIndex, env.InclusionProof = appr, idx, proof
+		}
 	}
 	return s.send(&agentv1.GatewayMessage{Msg: &agentv1.GatewayMessage_Command{Command: env}})
 }

@@ -108,6 +108,9 @@ type Command struct {
 	// KindVersion is the version of the kind's manifest that the node it
 	// was dispatched to runs; "" before dispatch.
 	KindVersion string
+	// AwaitingApproval is set while the command's batch waits for its
+	// approvals: the gateway holds it.
+	AwaitingApproval bool
 	// NotAfter is the deadline for the node to accept it.
 	NotAfter time.Time
 	// NotBefore, when set, holds the command until then.
@@ -175,6 +178,10 @@ type EnqueueParams struct {
 	MinGeneration int64
 	// BatchID names the destructive batch the command belongs to.
 	BatchID string
+	// AwaitingApproval holds the command until its batch is approved
+	// (batches.CheckScope says so); the approval clears it and sets
+	// notBefore.
+	AwaitingApproval bool
 	// BundleKey is the support-bundle key.
 	BundleKey string
 }
