@@ -1564,6 +1564,114 @@ func (x *NodeSpec) GetSpec() *structpb.Struct {
 	return nil
 }
 
+// DeleteNodeRequest names the node to delete.
+type DeleteNodeRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	TenantId      string                 `protobuf:"bytes,1,opt,name=tenant_id,json=tenantId,proto3" json:"tenant_id,omitempty"`
+	NodeId        string                 `protobuf:"bytes,2,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteNodeRequest) Reset() {
+	*x = DeleteNodeRequest{}
+	mi := &file_bc_api_v1_api_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteNodeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteNodeRequest) ProtoMessage() {}
+
+func (x *DeleteNodeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_bc_api_v1_api_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteNodeRequest.ProtoReflect.Descriptor instead.
+func (*DeleteNodeRequest) Descriptor() ([]byte, []int) {
+	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *DeleteNodeRequest) GetTenantId() string {
+	if x != nil {
+		return x.TenantId
+	}
+	return ""
+}
+
+func (x *DeleteNodeRequest) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+// DeletedNode says what deleting a node did.
+type DeletedNode struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	NodeId string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	// cancelled_commands is how many open commands became cancelled
+	// (reason node-deleted).
+	CancelledCommands uint32 `protobuf:"varint,2,opt,name=cancelled_commands,json=cancelledCommands,proto3" json:"cancelled_commands,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
+}
+
+func (x *DeletedNode) Reset() {
+	*x = DeletedNode{}
+	mi := &file_bc_api_v1_api_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeletedNode) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeletedNode) ProtoMessage() {}
+
+func (x *DeletedNode) ProtoReflect() protoreflect.Message {
+	mi := &file_bc_api_v1_api_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeletedNode.ProtoReflect.Descriptor instead.
+func (*DeletedNode) Descriptor() ([]byte, []int) {
+	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *DeletedNode) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *DeletedNode) GetCancelledCommands() uint32 {
+	if x != nil {
+		return x.CancelledCommands
+	}
+	return 0
+}
+
 var File_bc_api_v1_api_proto protoreflect.FileDescriptor
 
 const file_bc_api_v1_api_proto_rawDesc = "" +
@@ -1705,21 +1813,28 @@ const file_bc_api_v1_api_proto_rawDesc = "" +
 	"\n" +
 	"generation\x18\x02 \x01(\x03R\n" +
 	"generation\x12+\n" +
-	"\x04spec\x18\x03 \x01(\v2\x17.google.protobuf.StructR\x04spec2\x84\x02\n" +
+	"\x04spec\x18\x03 \x01(\v2\x17.google.protobuf.StructR\x04spec\"I\n" +
+	"\x11DeleteNodeRequest\x12\x1b\n" +
+	"\ttenant_id\x18\x01 \x01(\tR\btenantId\x12\x17\n" +
+	"\anode_id\x18\x02 \x01(\tR\x06nodeId\"U\n" +
+	"\vDeletedNode\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12-\n" +
+	"\x12cancelled_commands\x18\x02 \x01(\rR\x11cancelledCommands2\x84\x02\n" +
 	"\bCommands\x127\n" +
 	"\x03Run\x12\x1c.bc.api.v1.RunCommandRequest\x1a\x12.bc.api.v1.Command\x127\n" +
 	"\x03Get\x12\x1c.bc.api.v1.GetCommandRequest\x1a\x12.bc.api.v1.Command\x12G\n" +
 	"\x04List\x12\x1e.bc.api.v1.ListCommandsRequest\x1a\x1f.bc.api.v1.ListCommandsResponse\x12=\n" +
 	"\x06Cancel\x12\x1f.bc.api.v1.CancelCommandRequest\x1a\x12.bc.api.v1.Command2D\n" +
 	"\x06Events\x12:\n" +
-	"\x05Watch\x12\x1d.bc.api.v1.WatchEventsRequest\x1a\x10.bc.api.v1.Event0\x012\x80\x03\n" +
+	"\x05Watch\x12\x1d.bc.api.v1.WatchEventsRequest\x1a\x10.bc.api.v1.Event0\x012\xc0\x03\n" +
 	"\x05Nodes\x121\n" +
 	"\x03Get\x12\x19.bc.api.v1.GetNodeRequest\x1a\x0f.bc.api.v1.Node\x12A\n" +
 	"\fCreateTenant\x12\x1e.bc.api.v1.CreateTenantRequest\x1a\x11.bc.api.v1.Tenant\x127\n" +
 	"\x06Create\x12\x1c.bc.api.v1.CreateNodeRequest\x1a\x0f.bc.api.v1.Node\x12J\n" +
 	"\x0fCreateJoinToken\x12!.bc.api.v1.CreateJoinTokenRequest\x1a\x14.bc.api.v1.JoinToken\x12=\n" +
 	"\aSetSpec\x12\x1d.bc.api.v1.SetNodeSpecRequest\x1a\x13.bc.api.v1.NodeSpec\x12=\n" +
-	"\aGetSpec\x12\x1d.bc.api.v1.GetNodeSpecRequest\x1a\x13.bc.api.v1.NodeSpecB:Z8github.com/better-compute/commands/proto/bc/api/v1;apiv1b\x06proto3"
+	"\aGetSpec\x12\x1d.bc.api.v1.GetNodeSpecRequest\x1a\x13.bc.api.v1.NodeSpec\x12>\n" +
+	"\x06Delete\x12\x1c.bc.api.v1.DeleteNodeRequest\x1a\x16.bc.api.v1.DeletedNodeB:Z8github.com/better-compute/commands/proto/bc/api/v1;apiv1b\x06proto3"
 
 var (
 	file_bc_api_v1_api_proto_rawDescOnce sync.Once
@@ -1733,7 +1848,7 @@ func file_bc_api_v1_api_proto_rawDescGZIP() []byte {
 	return file_bc_api_v1_api_proto_rawDescData
 }
 
-var file_bc_api_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
+var file_bc_api_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
 var file_bc_api_v1_api_proto_goTypes = []any{
 	(*Command)(nil),                // 0: bc.api.v1.Command
 	(*RunCommandRequest)(nil),      // 1: bc.api.v1.RunCommandRequest
@@ -1754,32 +1869,34 @@ var file_bc_api_v1_api_proto_goTypes = []any{
 	(*SetNodeSpecRequest)(nil),     // 16: bc.api.v1.SetNodeSpecRequest
 	(*GetNodeSpecRequest)(nil),     // 17: bc.api.v1.GetNodeSpecRequest
 	(*NodeSpec)(nil),               // 18: bc.api.v1.NodeSpec
-	(*structpb.Struct)(nil),        // 19: google.protobuf.Struct
-	(*timestamppb.Timestamp)(nil),  // 20: google.protobuf.Timestamp
-	(*structpb.Value)(nil),         // 21: google.protobuf.Value
+	(*DeleteNodeRequest)(nil),      // 19: bc.api.v1.DeleteNodeRequest
+	(*DeletedNode)(nil),            // 20: bc.api.v1.DeletedNode
+	(*structpb.Struct)(nil),        // 21: google.protobuf.Struct
+	(*timestamppb.Timestamp)(nil),  // 22: google.protobuf.Timestamp
+	(*structpb.Value)(nil),         // 23: google.protobuf.Value
 }
 var file_bc_api_v1_api_proto_depIdxs = []int32{
-	19, // 0: bc.api.v1.Command.payload:type_name -> google.protobuf.Struct
-	20, // 1: bc.api.v1.Command.not_after:type_name -> google.protobuf.Timestamp
-	20, // 2: bc.api.v1.Command.not_before:type_name -> google.protobuf.Timestamp
-	20, // 3: bc.api.v1.Command.created_at:type_name -> google.protobuf.Timestamp
-	20, // 4: bc.api.v1.Command.updated_at:type_name -> google.protobuf.Timestamp
-	20, // 5: bc.api.v1.Command.settled_at:type_name -> google.protobuf.Timestamp
-	20, // 6: bc.api.v1.Command.cancel_requested_at:type_name -> google.protobuf.Timestamp
-	21, // 7: bc.api.v1.Command.result:type_name -> google.protobuf.Value
-	21, // 8: bc.api.v1.Command.progress:type_name -> google.protobuf.Value
-	19, // 9: bc.api.v1.RunCommandRequest.payload:type_name -> google.protobuf.Struct
+	21, // 0: bc.api.v1.Command.payload:type_name -> google.protobuf.Struct
+	22, // 1: bc.api.v1.Command.not_after:type_name -> google.protobuf.Timestamp
+	22, // 2: bc.api.v1.Command.not_before:type_name -> google.protobuf.Timestamp
+	22, // 3: bc.api.v1.Command.created_at:type_name -> google.protobuf.Timestamp
+	22, // 4: bc.api.v1.Command.updated_at:type_name -> google.protobuf.Timestamp
+	22, // 5: bc.api.v1.Command.settled_at:type_name -> google.protobuf.Timestamp
+	22, // 6: bc.api.v1.Command.cancel_requested_at:type_name -> google.protobuf.Timestamp
+	23, // 7: bc.api.v1.Command.result:type_name -> google.protobuf.Value
+	23, // 8: bc.api.v1.Command.progress:type_name -> google.protobuf.Value
+	21, // 9: bc.api.v1.RunCommandRequest.payload:type_name -> google.protobuf.Struct
 	0,  // 10: bc.api.v1.ListCommandsResponse.items:type_name -> bc.api.v1.Command
-	20, // 11: bc.api.v1.Event.occurred_at:type_name -> google.protobuf.Timestamp
-	19, // 12: bc.api.v1.Event.data:type_name -> google.protobuf.Struct
-	20, // 13: bc.api.v1.Condition.since:type_name -> google.protobuf.Timestamp
-	19, // 14: bc.api.v1.Node.inventory:type_name -> google.protobuf.Struct
+	22, // 11: bc.api.v1.Event.occurred_at:type_name -> google.protobuf.Timestamp
+	21, // 12: bc.api.v1.Event.data:type_name -> google.protobuf.Struct
+	22, // 13: bc.api.v1.Condition.since:type_name -> google.protobuf.Timestamp
+	21, // 14: bc.api.v1.Node.inventory:type_name -> google.protobuf.Struct
 	9,  // 15: bc.api.v1.Node.conditions:type_name -> bc.api.v1.Condition
-	20, // 16: bc.api.v1.Node.created_at:type_name -> google.protobuf.Timestamp
-	20, // 17: bc.api.v1.Tenant.created_at:type_name -> google.protobuf.Timestamp
-	20, // 18: bc.api.v1.JoinToken.expires_at:type_name -> google.protobuf.Timestamp
-	19, // 19: bc.api.v1.SetNodeSpecRequest.spec:type_name -> google.protobuf.Struct
-	19, // 20: bc.api.v1.NodeSpec.spec:type_name -> google.protobuf.Struct
+	22, // 16: bc.api.v1.Node.created_at:type_name -> google.protobuf.Timestamp
+	22, // 17: bc.api.v1.Tenant.created_at:type_name -> google.protobuf.Timestamp
+	22, // 18: bc.api.v1.JoinToken.expires_at:type_name -> google.protobuf.Timestamp
+	21, // 19: bc.api.v1.SetNodeSpecRequest.spec:type_name -> google.protobuf.Struct
+	21, // 20: bc.api.v1.NodeSpec.spec:type_name -> google.protobuf.Struct
 	1,  // 21: bc.api.v1.Commands.Run:input_type -> bc.api.v1.RunCommandRequest
 	2,  // 22: bc.api.v1.Commands.Get:input_type -> bc.api.v1.GetCommandRequest
 	3,  // 23: bc.api.v1.Commands.List:input_type -> bc.api.v1.ListCommandsRequest
@@ -1791,19 +1908,21 @@ var file_bc_api_v1_api_proto_depIdxs = []int32{
 	14, // 29: bc.api.v1.Nodes.CreateJoinToken:input_type -> bc.api.v1.CreateJoinTokenRequest
 	16, // 30: bc.api.v1.Nodes.SetSpec:input_type -> bc.api.v1.SetNodeSpecRequest
 	17, // 31: bc.api.v1.Nodes.GetSpec:input_type -> bc.api.v1.GetNodeSpecRequest
-	0,  // 32: bc.api.v1.Commands.Run:output_type -> bc.api.v1.Command
-	0,  // 33: bc.api.v1.Commands.Get:output_type -> bc.api.v1.Command
-	4,  // 34: bc.api.v1.Commands.List:output_type -> bc.api.v1.ListCommandsResponse
-	0,  // 35: bc.api.v1.Commands.Cancel:output_type -> bc.api.v1.Command
-	7,  // 36: bc.api.v1.Events.Watch:output_type -> bc.api.v1.Event
-	10, // 37: bc.api.v1.Nodes.Get:output_type -> bc.api.v1.Node
-	12, // 38: bc.api.v1.Nodes.CreateTenant:output_type -> bc.api.v1.Tenant
-	10, // 39: bc.api.v1.Nodes.Create:output_type -> bc.api.v1.Node
-	15, // 40: bc.api.v1.Nodes.CreateJoinToken:output_type -> bc.api.v1.JoinToken
-	18, // 41: bc.api.v1.Nodes.SetSpec:output_type -> bc.api.v1.NodeSpec
-	18, // 42: bc.api.v1.Nodes.GetSpec:output_type -> bc.api.v1.NodeSpec
-	32, // [32:43] is the sub-list for method output_type
-	21, // [21:32] is the sub-list for method input_type
+	19, // 32: bc.api.v1.Nodes.Delete:input_type -> bc.api.v1.DeleteNodeRequest
+	0,  // 33: bc.api.v1.Commands.Run:output_type -> bc.api.v1.Command
+	0,  // 34: bc.api.v1.Commands.Get:output_type -> bc.api.v1.Command
+	4,  // 35: bc.api.v1.Commands.List:output_type -> bc.api.v1.ListCommandsResponse
+	0,  // 36: bc.api.v1.Commands.Cancel:output_type -> bc.api.v1.Command
+	7,  // 37: bc.api.v1.Events.Watch:output_type -> bc.api.v1.Event
+	10, // 38: bc.api.v1.Nodes.Get:output_type -> bc.api.v1.Node
+	12, // 39: bc.api.v1.Nodes.CreateTenant:output_type -> bc.api.v1.Tenant
+	10, // 40: bc.api.v1.Nodes.Create:output_type -> bc.api.v1.Node
+	15, // 41: bc.api.v1.Nodes.CreateJoinToken:output_type -> bc.api.v1.JoinToken
+	18, // 42: bc.api.v1.Nodes.SetSpec:output_type -> bc.api.v1.NodeSpec
+	18, // 43: bc.api.v1.Nodes.GetSpec:output_type -> bc.api.v1.NodeSpec
+	20, // 44: bc.api.v1.Nodes.Delete:output_type -> bc.api.v1.DeletedNode
+	33, // [33:45] is the sub-list for method output_type
+	21, // [21:33] is the sub-list for method input_type
 	21, // [21:21] is the sub-list for extension type_name
 	21, // [21:21] is the sub-list for extension extendee
 	0,  // [0:21] is the sub-list for field type_name
@@ -1823,7 +1942,7 @@ func file_bc_api_v1_api_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_bc_api_v1_api_proto_rawDesc), len(file_bc_api_v1_api_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   19,
+			NumMessages:   21,
 			NumExtensions: 0,
 			NumServices:   3,
 		},

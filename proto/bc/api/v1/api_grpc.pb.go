@@ -382,6 +382,7 @@ const (
 	Nodes_CreateJoinToken_FullMethodName = "/bc.api.v1.Nodes/CreateJoinToken"
 	Nodes_SetSpec_FullMethodName         = "/bc.api.v1.Nodes/SetSpec"
 	Nodes_GetSpec_FullMethodName         = "/bc.api.v1.Nodes/GetSpec"
+	Nodes_Delete_FullMethodName          = "/bc.api.v1.Nodes/Delete"
 )
 
 // NodesClient is the client API for Nodes service.
@@ -409,6 +410,12 @@ type NodesClient interface {
 	// GetSpec returns the node's latest spec generation
 	// (compute:nodes:read on compute-node/{nodeId}).
 	GetSpec(ctx context.Context, in *GetNodeSpecRequest, opts ...grpc.CallOption) (*NodeSpec, error)
+	// Delete deletes a node (compute:nodes:admin on compute-node/{nodeId}):
+	// its pending and in-flight commands become cancelled with reason
+	// node-deleted, its open sessions close, and its certificates no longer
+	// open a session or join. Afterwards the node is NOT_FOUND; its commands'
+	// history still lists.
+	Delete(ctx context.Context, in *DeleteNodeRequest, opts ...grpc.CallOption) (*DeletedNode, error)
 }
 
 type nodesClient struct {
@@ -479,6 +486,16 @@ func (c *nodesClient) GetSpec(ctx context.Context, in *GetNodeSpecRequest, opts 
 	return out, nil
 }
 
+func (c *nodesClient) Delete(ctx context.Context, in *DeleteNodeRequest, opts ...grpc.CallOption) (*DeletedNode, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DeletedNode)
+	err := c.cc.Invoke(ctx, Nodes_Delete_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // NodesServer is the server API for Nodes service.
 // All implementations must embed UnimplementedNodesServer
 // for forward compatibility.
@@ -504,6 +521,12 @@ type NodesServer interface {
 	// GetSpec returns the node's latest spec generation
 	// (compute:nodes:read on compute-node/{nodeId}).
 	GetSpec(context.Context, *GetNodeSpecRequest) (*NodeSpec, error)
+	// Delete deletes a node (compute:nodes:admin on compute-node/{nodeId}):
+	// its pending and in-flight commands become cancelled with reason
+	// node-deleted, its open sessions close, and its certificates no longer
+	// open a session or join. Afterwards the node is NOT_FOUND; its commands'
+	// history still lists.
+	Delete(context.Context, *DeleteNodeRequest) (*DeletedNode, error)
 	mustEmbedUnimplementedNodesServer()
 }
 
@@ -531,6 +554,9 @@ func (UnimplementedNodesServer) SetSpec(context.Context, *SetNodeSpecRequest) (*
 }
 func (UnimplementedNodesServer) GetSpec(context.Context, *GetNodeSpecRequest) (*NodeSpec, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetSpec not implemented")
+}
+func (UnimplementedNodesServer) Delete(context.Context, *DeleteNodeRequest) (*DeletedNode, error) {
+	return nil, status.Error(codes.Unimplemented, "method Delete not implemented")
 }
 func (UnimplementedNodesServer) mustEmbedUnimplementedNodesServer() {}
 func (UnimplementedNodesServer) testEmbeddedByValue()               {}
@@ -661,6 +687,24 @@ func _Nodes_GetSpec_Handler(srv interface{}, ctx context.Context, dec func(inter
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Nodes_Delete_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DeleteNodeRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(NodesServer).Delete(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Nodes_Delete_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(NodesServer).Delete(ctx, req.(*DeleteNodeRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Nodes_ServiceDesc is the grpc.ServiceDesc for Nodes service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -691,6 +735,10 @@ var Nodes_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetSpec",
 			Handler:    _Nodes_GetSpec_Handler,
+		},
+		{
+			MethodName: "Delete",
+			Handler:    _Nodes_Delete_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
