@@ -68,9 +68,6 @@ type Config struct {
 	// open on this server at once; DefaultMaxWatchesPerIdentity when zero,
 	// no bound when negative.
 	MaxWatchesPerIdentity int
-	// Outage logs a database outage once for the whole server; the API
-	// makes its own when nil.
-	Outage *dbhealth.Outage
 	// Now is the clock; time.Now when nil.
 	Now func() time.Time
 }
@@ -107,11 +104,12 @@ func New(cfg Config) *Server {
 	s := &Server{
 		pool: cfg.Pool, queue: cfg.Queue, logger: logger.Named("api"),
 		allowlist: map[string]bool{}, quorum: cfg.BatchQuorum, bundles: cfg.Bundles, join: cfg.Join, poll: cfg.WatchPoll, now: cfg.Now,
-		hub: newHub(), outage: cfg.Outage, watches: newWatchLimit(cfg.MaxWatchesPerIdentity), done: make(chan struct{}),
+		hub: newHub(), watches: newWatchLimit(cfg.MaxWatchesPerIdentity), done: make(chan struct{}),
 	}
-	if s.outage == nil {
-		s.outage = dbhealth.New(s.logger, "API requests fail with UNAVAILABLE")
-	}
+	// One outage log for the API's requests: the first that cannot reach
+	// the database logs, the rest count, and the first to reach it again
+	// logs the end.
+	s.outage = dbhealth.New(s.logger, "API requests fail with UNAVAILABLE")
 	for _, k := range allow {
 		s.allowlist[k] = true
 	}
