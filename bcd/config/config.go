@@ -19,6 +19,7 @@ import (
 
 	"github.com/better-compute/commands/bcd/journal"
 	"github.com/better-compute/commands/bcd/lanes"
+	"github.com/better-compute/commands/internal/names"
 	"github.com/better-compute/commands/sdk/kind"
 )
 
@@ -116,11 +117,17 @@ func Load(path string, optional bool) (Config, error) {
 // Validate reports every problem, each naming its setting.
 func (c Config) Validate() error {
 	var errs []error
+	// The same grammar as the control plane's (internal/names): a node id
+	// or role it would refuse could never join or open a session.
 	if c.NodeID == "" {
 		errs = append(errs, errors.New("nodeId: required (or --node-id)"))
+	} else if err := names.ID("nodeId", c.NodeID); err != nil {
+		errs = append(errs, errors.New(strings.TrimPrefix(err.Error(), names.ErrInvalid.Error()+": ")))
 	}
 	if c.Role == "" {
 		errs = append(errs, errors.New("role: required"))
+	} else if err := names.Role(c.Role); err != nil {
+		errs = append(errs, errors.New(strings.TrimPrefix(err.Error(), names.ErrInvalid.Error()+": ")))
 	}
 	if c.StateDir == "" {
 		errs = append(errs, errors.New("stateDir: required"))

@@ -3,6 +3,7 @@ package config
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -54,6 +55,29 @@ func TestValidate_NamesEverySetting(t *testing.T) {
 	require.Error(t, err)
 	for _, want := range []string{"nodeId", "logLevel", "lanes", "pluginSha256[../x]: must be 64 hex", "must be a file name"} {
 		require.ErrorContains(t, err, want)
+	}
+}
+
+// The node id and role follow the control plane's grammar: an id or role
+// it refuses could never join or hold a session.
+func TestValidate_NodeIDAndRoleFollowTheControlPlanesGrammar(t *testing.T) {
+	for _, c := range []struct{ nodeID, role, want string }{
+		{"node with spaces", "node", "nodeId"},
+		{"node_ünïcode", "node", "nodeId"},
+		{strings.Repeat("n", 5000), "node", "nodeId"},
+		{"node_0412", "ROOT!", "role"},
+		{"node_0412", "admin", "role"},
+	} {
+		cfg := Default()
+		cfg.NodeID, cfg.Role = c.nodeID, c.role
+		err := cfg.Validate()
+		require.Error(t, err, "%q %q", c.nodeID, c.role)
+		require.ErrorContains(t, err, c.want)
+	}
+	for _, role := range []string{"node", "discovery", "site"} {
+		cfg := Default()
+		cfg.NodeID, cfg.Role = "node_0412.rack-3", role
+		require.NoError(t, cfg.Validate())
 	}
 }
 

@@ -4,24 +4,25 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"github.com/better-compute/commands/controlplane/bindings"
-	"github.com/jackc/pgx/v5"
 	"strconv"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/better-compute/commands/controlplane/api/apierr"
 	"github.com/better-compute/commands/controlplane/auth"
+	"github.com/better-compute/commands/controlplane/bindings"
 	"github.com/better-compute/commands/controlplane/join"
 	"github.com/better-compute/commands/controlplane/nodespecs"
 	apiv1 "github.com/better-compute/commands/proto/bc/api/v1"
 	"github.com/better-compute/commands/sdk/nodespec"
 )
 
-// PermNodesAdmin administers a node: join tokens and spec generations.
-const PermNodesAdmin = "compute:nodes:admin"
+// PermNodesAdmin administers a node: join tokens, spec generations and
+// deletion.
+const PermNodesAdmin = auth.PermNodesAdmin
 
 // CreateJoinToken makes a one-time join token for a node.
 func (n *nodesServer) CreateJoinToken(ctx context.Context, req *apiv1.CreateJoinTokenRequest) (*apiv1.JoinToken, error) {
@@ -32,11 +33,15 @@ func (n *nodesServer) CreateJoinToken(ctx context.Context, req *apiv1.CreateJoin
 	if s.join == nil {
 		return nil, apierr.New(apierr.Unsupported, "this server runs no gateway (gateway.listen), so nodes cannot join it", nil)
 	}
-	ttl := time.Duration(req.GetTtlSeconds()) * time.Second
-	if req.GetTtlSeconds() < 0 || ttl > join.MaxTTL {
-		return nil, apierr.New(apierr.InvalidInput, "ttlSeconds must be from 1 to "+strconv.Itoa(int(join.MaxTTL/time.Second))+" (0 for the default hour)",
-			map[string]string{"field": "ttlSeconds"})
+	// The bound is checked on the seconds, before they become a Duration:
+	// 9223372037 s would overflow into a negative one, 18446744074 s wrap
+	// round to 0.29 s.
+	maxSecs := int64(join.MaxTTL / time.Second)
+	if secs := req.GetTtlSeconds(); secs < 0 || secs > maxSecs {
+		return nil, apierr.New(apierr.InvalidInput, "ttlSeconds must be from 1 to "+strconv.FormatInt(maxSecs, 10)+" (0 for the default hour)",
+			map[string]string{"field": "ttlSeconds", "min": "1", "max": strconv.FormatInt(maxSecs, 10)})
 	}
+	ttl := time.Duration(req.GetTtlSeconds()) * time.Second
 	tok, err := s.join.CreateToken(ctx, s.pool, join.TokenRequest{NodeID: req.GetNodeId(), Role: req.GetRole(),
 		AllowedKinds: req.GetAllowedKinds(), TTL: ttl})
 	if errors.Is(err, join.ErrNodeNotFound) {
@@ -45,6 +50,7 @@ func (n *nodesServer) CreateJoinToken(ctx context.Context, req *apiv1.CreateJoin
 	if err != nil {
 		return nil, s.fail(ctx, "nodes.createJoinToken", err)
 	}
+	s.outage.OK()
 	return &apiv1.JoinToken{Token: tok.Value, NodeId: tok.NodeID, ExpiresAt: timestamppb.New(tok.ExpiresAt)}, nil
 }
 
@@ -56,6 +62,9 @@ func (n *nodesServer) SetSpec(ctx context.Context, req *apiv1.SetNodeSpecRequest
 	}
 	if req.GetSpec() == nil {
 		return nil, apierr.New(apierr.InvalidInput, "spec is required", map[string]string{"field": "spec"})
+	}
+	if err := validJSONText("spec", req.GetSpec()); err != nil {
+		return nil, err
 	}
 	b, err := protojson.Marshal(req.GetSpec())
 	if err != nil {
@@ -83,6 +92,7 @@ func (n *nodesServer) SetSpec(ctx context.Context, req *apiv1.SetNodeSpecRequest
 	if err != nil {
 		return nil, s.fail(ctx, "nodes.setSpec", err)
 	}
+	s.outage.OK()
 	s.logger.Info("node spec set", "node_id", g.NodeID, "generation", g.Generation)
 	return &apiv1.NodeSpec{NodeId: g.NodeID, Generation: g.Generation, Spec: toStruct(g.Spec)}, nil
 }
@@ -97,5 +107,31 @@ func (n *nodesServer) GetSpec(ctx context.Context, req *apiv1.GetNodeSpecRequest
 	if err != nil {
 		return nil, s.fail(ctx, "nodes.getSpec", err)
 	}
+	s.outage.OK()
 	return &apiv1.NodeSpec{NodeId: req.GetNodeId(), Generation: g.Generation, Spec: toStruct(g.Spec)}, nil
+}
+
+// Delete deletes a node: "Deleting a node cancels its pending commands with
+// reason node-deleted", and its in-flight ones the same way (the node will
+// never report them), each publishing command.settled once, in one
+// transaction. The queue announces the deletion, and every gateway closes
+// the node's sessions; a deleted node's certificate opens no new session
+// and its join tokens no longer join. Afterwards the node is NOT_FOUND.
+func (n *nodesServer) Delete(ctx context.Context, req *apiv1.DeleteNodeRequest) (*apiv1.DeletedNode, error) {
+	s := n.s
+	if _, err := auth.AuthorizeNode(ctx, s.lookupNode, req.GetTenantId(), req.GetNodeId(), PermNodesAdmin); err != nil {
+		return nil, err
+	}
+	var cancelled int64
+	err := inTx(ctx, s.pool, func(tx pgx.Tx) error {
+		var err error
+		cancelled, err = s.queue.DeleteNode(ctx, tx, req.GetNodeId())
+		return err
+	})
+	if err != nil {
+		return nil, s.fail(ctx, "nodes.delete", err)
+	}
+	s.outage.OK()
+	s.logger.Info("node deleted", "node_id", req.GetNodeId(), "tenant_id", req.GetTenantId(), "cancelled_commands", cancelled)
+	return &apiv1.DeletedNode{NodeId: req.GetNodeId(), CancelledCommands: uint32(cancelled)}, nil
 }

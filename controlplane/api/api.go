@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"google.golang.org/grpc"
@@ -21,7 +22,9 @@ import (
 	"github.com/better-compute/commands/controlplane/api/apierr"
 	"github.com/better-compute/commands/controlplane/auth"
 	"github.com/better-compute/commands/controlplane/bundles"
+	"github.com/better-compute/commands/controlplane/dbhealth"
 	"github.com/better-compute/commands/controlplane/events"
+	"github.com/better-compute/commands/controlplane/ids"
 	"github.com/better-compute/commands/controlplane/join"
 	"github.com/better-compute/commands/controlplane/queue"
 	apiv1 "github.com/better-compute/commands/proto/bc/api/v1"
@@ -61,6 +64,10 @@ type Config struct {
 	// WatchPoll is how often a watch re-reads the outbox without a NOTIFY;
 	// events.DefaultPoll when zero.
 	WatchPoll time.Duration
+	// MaxWatchesPerIdentity bounds the event watches one identity holds
+	// open on this server at once; DefaultMaxWatchesPerIdentity when zero,
+	// no bound when negative.
+	MaxWatchesPerIdentity int
 	// Now is the clock; time.Now when nil.
 	Now func() time.Time
 }
@@ -77,6 +84,8 @@ type Server struct {
 	poll      time.Duration
 	now       func() time.Time
 	hub       *hub
+	outage    *dbhealth.Outage
+	watches   *watchLimit
 	// done closes when the context given to Start ends: watches then end
 	// with UNAVAILABLE so that their clients resume on another replica.
 	done chan struct{}
@@ -95,8 +104,12 @@ func New(cfg Config) *Server {
 	s := &Server{
 		pool: cfg.Pool, queue: cfg.Queue, logger: logger.Named("api"),
 		allowlist: map[string]bool{}, quorum: cfg.BatchQuorum, bundles: cfg.Bundles, join: cfg.Join, poll: cfg.WatchPoll, now: cfg.Now,
-		hub: newHub(), done: make(chan struct{}),
+		hub: newHub(), watches: newWatchLimit(cfg.MaxWatchesPerIdentity), done: make(chan struct{}),
 	}
+	// One outage log for the API's requests: the first that cannot reach
+	// the database logs, the rest count, and the first to reach it again
+	// logs the end.
+	s.outage = dbhealth.New(s.logger, "API requests fail with UNAVAILABLE")
 	for _, k := range allow {
 		s.allowlist[k] = true
 	}
@@ -130,17 +143,40 @@ func (s *Server) Register(g grpc.ServiceRegistrar) {
 func (s *Server) lookupNode(ctx context.Context, nodeID string) (string, bool, error) {
 	n, err := s.queue.GetNode(ctx, s.pool, "", nodeID)
 	if queue.CodeOf(err) == queue.NotFound {
+		s.outage.OK()
 		return "", false, nil
 	}
 	if err != nil {
 		return "", false, s.fail(ctx, "looking up node", err)
 	}
+	s.outage.OK()
 	return n.TenantID, true, nil
 }
 
+// lookupNodeHistory is lookupNode for reading a node's commands, which
+// include a deleted node's: its commands' history (how they ended, reason
+// node-deleted) outlives it.
+func (s *Server) lookupNodeHistory(ctx context.Context, nodeID string) (string, bool, error) {
+	var tenantID string
+	err := s.pool.QueryRow(ctx, `SELECT tenant_id FROM nodes WHERE id = $1`, nodeID).Scan(&tenantID)
+	if errors.Is(err, pgx.ErrNoRows) {
+		s.outage.OK()
+		return "", false, nil
+	}
+	if err != nil {
+		return "", false, s.fail(ctx, "looking up node", err)
+	}
+	s.outage.OK()
+	return tenantID, true, nil
+}
+
 // fail turns any error into an API status: a queue refusal keeps its code,
-// reason and details; a lost database is UNAVAILABLE; anything else is
-// logged and leaves as INTERNAL without its text, which may name internals.
+// reason and details; a lost database (and only that) is UNAVAILABLE,
+// logged once per outage rather than once per request; a value PostgreSQL
+// refuses as data is INVALID_INPUT; anything else is INTERNAL, logged with
+// an error id that the caller gets too, so that an operator finds the one
+// log line a user reports, while the error's own text, which may name
+// internals, stays in the log.
 func (s *Server) fail(ctx context.Context, op string, err error) error {
 	if err == nil {
 		return nil
@@ -166,18 +202,29 @@ func (s *Server) fail(ctx context.Context, op string, err error) error {
 		return status.Error(codes.DeadlineExceeded, op+": deadline exceeded")
 	case ctx.Err() != nil:
 		return status.FromContextError(ctx.Err()).Err()
-	}
-	var pe *pgconn.PgError
-	if !errors.As(err, &pe) || pe.Code[:2] == "08" || pe.Code[:2] == "57" || pe.Code == "53300" {
-		// No server error at all (a refused or dropped connection), a
-		// connection exception, an operator intervention (shutdown) or too
-		// many connections: the database is not there right now.
-		s.logger.Warn("database unavailable", "op", op, "error", err)
+	case dbhealth.Unreachable(err):
+		s.outage.Failed(op, err)
 		return apierr.New(apierr.Unavailable, op+": the database is unavailable; retry", nil)
 	}
-	s.logger.Error("internal error", "op", op, "error", err)
-	return apierr.New(apierr.Internal, op+": internal error", nil)
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		// The database answered: whatever the outage was, it is over.
+		s.outage.OK()
+		if pe.Code[:2] == "22" {
+			// A data exception: a value the API's own checks let through
+			// (they name the field; this is the backstop).
+			return apierr.New(apierr.InvalidInput, op+": a value is malformed or out of range: "+pe.Message,
+				map[string]string{"reason": "invalid-value"})
+		}
+	}
+	errID := ids.New(errorPrefix)
+	s.logger.Error("internal error", "op", op, "error_id", errID, "error", err)
+	return apierr.New(apierr.Internal, op+": internal error (error id "+errID+"; the server log has it)",
+		map[string]string{"errorId": errID})
 }
+
+// errorPrefix starts the id of an INTERNAL error.
+const errorPrefix ids.Prefix = "err_"
 
 // identity returns the authenticated caller.
 func identity(ctx context.Context) (*auth.Identity, error) {
@@ -186,13 +233,6 @@ func identity(ctx context.Context) (*auth.Identity, error) {
 		return nil, apierr.Errorf(apierr.Unauthenticated, "no authenticated identity")
 	}
 	return id, nil
-}
-
-func required(field, value string) error {
-	if value == "" {
-		return apierr.New(apierr.InvalidInput, field+" is required", map[string]string{"field": field})
-	}
-	return nil
 }
 
 // hub fans the single outbox listener out to every watch.

@@ -32,10 +32,10 @@ func (s *Server) authorizeRun(ctx context.Context, tenantID, nodeID, permission 
 	if err != nil {
 		return nil, err
 	}
-	if err := required("tenantId", tenantID); err != nil {
+	if err := validID("tenantId", tenantID); err != nil {
 		return nil, err
 	}
-	if err := required("nodeId", nodeID); err != nil {
+	if err := validID("nodeId", nodeID); err != nil {
 		return nil, err
 	}
 	if id.SeesTenant(tenantID) && id.Allowed(permission, auth.NodeResource(nodeID)) {
@@ -52,8 +52,8 @@ func (c *commandsServer) Run(ctx context.Context, req *apiv1.RunCommandRequest) 
 	if err != nil {
 		return nil, err
 	}
-	if err := required("kind", req.GetKind()); err != nil {
-		return nil, err
+	if req.GetKind() == "" {
+		return nil, invalid("kind", "kind is required")
 	}
 	if !s.allowlist[req.GetKind()] {
 		return nil, apierr.New(apierr.Unsupported, fmt.Sprintf("commands.run does not accept kind %q", req.GetKind()),
@@ -75,6 +75,9 @@ func (c *commandsServer) Run(ctx context.Context, req *apiv1.RunCommandRequest) 
 	}
 	var payload []byte
 	if req.GetPayload() != nil {
+		if err := validJSONText("payload", req.GetPayload()); err != nil {
+			return nil, err
+		}
 		if payload, err = protojson.Marshal(req.GetPayload()); err != nil {
 			return nil, apierr.New(apierr.InvalidInput, "payload: "+err.Error(), map[string]string{"field": "payload"})
 		}
@@ -104,6 +107,7 @@ func (c *commandsServer) Run(ctx context.Context, req *apiv1.RunCommandRequest) 
 	if err != nil {
 		return nil, s.fail(ctx, "commands.run", err)
 	}
+	s.outage.OK()
 	return s.toProto(cmd), nil
 }
 
@@ -143,10 +147,10 @@ func (s *Server) supportBundle(ctx context.Context, p *queue.EnqueueParams) erro
 // Get returns one command of a node the caller may read.
 func (c *commandsServer) Get(ctx context.Context, req *apiv1.GetCommandRequest) (*apiv1.Command, error) {
 	s := c.s
-	if _, err := auth.AuthorizeNode(ctx, s.lookupNode, req.GetTenantId(), req.GetNodeId(), auth.PermNodesRead); err != nil {
+	if _, err := auth.AuthorizeNode(ctx, s.lookupNodeHistory, req.GetTenantId(), req.GetNodeId(), auth.PermNodesRead); err != nil {
 		return nil, err
 	}
-	if err := required("commandId", req.GetCommandId()); err != nil {
+	if err := validID("commandId", req.GetCommandId()); err != nil {
 		return nil, err
 	}
 	cmd, err := s.queue.Get(ctx, s.pool, req.GetNodeId(), req.GetCommandId())
@@ -159,7 +163,7 @@ func (c *commandsServer) Get(ctx context.Context, req *apiv1.GetCommandRequest) 
 // List returns a page of a node's commands, newest first by seq.
 func (c *commandsServer) List(ctx context.Context, req *apiv1.ListCommandsRequest) (*apiv1.ListCommandsResponse, error) {
 	s := c.s
-	if _, err := auth.AuthorizeNode(ctx, s.lookupNode, req.GetTenantId(), req.GetNodeId(), auth.PermNodesRead); err != nil {
+	if _, err := auth.AuthorizeNode(ctx, s.lookupNodeHistory, req.GetTenantId(), req.GetNodeId(), auth.PermNodesRead); err != nil {
 		return nil, err
 	}
 	items, next, err := s.queue.List(ctx, s.pool, queue.ListParams{
@@ -188,7 +192,7 @@ func (c *commandsServer) Cancel(ctx context.Context, req *apiv1.CancelCommandReq
 	if _, err := auth.AuthorizeNode(ctx, s.lookupNode, req.GetTenantId(), req.GetNodeId(), auth.PermNodesExec); err != nil {
 		return nil, err
 	}
-	if err := required("commandId", req.GetCommandId()); err != nil {
+	if err := validID("commandId", req.GetCommandId()); err != nil {
 		return nil, err
 	}
 	var cmd queue.Command
@@ -200,5 +204,6 @@ func (c *commandsServer) Cancel(ctx context.Context, req *apiv1.CancelCommandReq
 	if err != nil {
 		return nil, s.fail(ctx, "commands.cancel", err)
 	}
+	s.outage.OK()
 	return s.toProto(cmd), nil
 }

@@ -7,7 +7,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/better-compute/commands/controlplane/api"
 	"github.com/better-compute/commands/controlplane/api/apierr"
+	"github.com/better-compute/commands/internal/testutil"
 	apiv1 "github.com/better-compute/commands/proto/bc/api/v1"
 )
 
@@ -134,4 +136,96 @@ func TestWatchFiltersAndVisibility(t *testing.T) {
 	require.NoError(t, err)
 	_, err = stream.Recv()
 	requireCode(t, err, apierr.InvalidInput)
+}
+
+// openWatch opens a watch and waits for its header, which the server sends
+// only once the watch holds its place; err is the refusal, if any.
+func openWatch(ctx context.Context, b *bundle) (apiv1.Events_WatchClient, error) {
+	stream, err := apiv1.NewEventsClient(b.conn).Watch(ctx, &apiv1.WatchEventsRequest{TenantId: tenantA, Cursor: "now"})
+	if err != nil {
+		return nil, err
+	}
+	md, err := stream.Header()
+	if err != nil {
+		return nil, err
+	}
+	if len(md.Get(api.HeaderCursor)) == 0 {
+		_, err := stream.Recv()
+		return nil, err
+	}
+	return stream, nil
+}
+
+// One identity holds at most DefaultMaxWatchesPerIdentity (16) open watches
+// on a server: the next one is INVALID_STATE too-many-watches, naming the
+// limit, while other identities still watch; a closed watch frees its place.
+func TestWatchesPerIdentityAreLimited(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	require.Equal(t, 16, api.DefaultMaxWatchesPerIdentity)
+	var cancels []context.CancelFunc
+	t.Cleanup(func() {
+		for _, c := range cancels {
+			c()
+		}
+	})
+	for i := 0; i < api.DefaultMaxWatchesPerIdentity; i++ {
+		ctx, cancel := context.WithCancel(as(tokReader))
+		cancels = append(cancels, cancel)
+		_, err := openWatch(ctx, b)
+		require.NoError(t, err, "watch %d", i+1)
+	}
+	refused := func(token string) error {
+		stream, err := apiv1.NewEventsClient(b.conn).Watch(as(token), &apiv1.WatchEventsRequest{TenantId: tenantA, Cursor: "now"})
+		require.NoError(t, err)
+		_, err = stream.Recv()
+		return err
+	}
+	in := requireCode(t, refused(tokReader), apierr.InvalidState)
+	require.Equal(t, "too-many-watches", in.Details["reason"])
+	require.Equal(t, "16", in.Details["limit"])
+
+	// Another identity is not held to the first one's count.
+	ctx, cancel := context.WithCancel(as(tokOps))
+	cancels = append(cancels, cancel)
+	_, err := openWatch(ctx, b)
+	require.NoError(t, err)
+
+	// Closing one frees a place (once the server has seen the stream end).
+	cancels[0]()
+	testutil.WaitFor(t, 10*time.Second, "the closed watch to free its place", func() bool {
+		ctx, cancel := context.WithCancel(as(tokReader))
+		cancels = append(cancels, cancel)
+		_, err := openWatch(ctx, b)
+		if err != nil {
+			requireCode(t, err, apierr.InvalidState)
+			return false
+		}
+		return true
+	})
+	_, err = openWatch(as(tokReader), b)
+	requireCode(t, err, apierr.InvalidState)
+}
+
+// The limit is configurable; negative turns it off.
+func TestWatchLimitIsConfigurable(t *testing.T) {
+	t.Parallel()
+	b := setup(t, func(c *api.Config) { c.MaxWatchesPerIdentity = 1 })
+	ctx, cancel := context.WithCancel(as(tokReader))
+	defer cancel()
+	_, err := openWatch(ctx, b)
+	require.NoError(t, err)
+	stream, err := apiv1.NewEventsClient(b.conn).Watch(as(tokReader), &apiv1.WatchEventsRequest{TenantId: tenantA, Cursor: "now"})
+	require.NoError(t, err)
+	_, err = stream.Recv()
+	in := requireCode(t, err, apierr.InvalidState)
+	require.Equal(t, "1", in.Details["limit"])
+
+	u := setup(t, func(c *api.Config) { c.MaxWatchesPerIdentity = -1 })
+	for i := 0; i < 20; i++ {
+		ctx, cancel := context.WithCancel(as(tokReader))
+		defer cancel()
+		_, err := openWatch(ctx, u)
+		require.NoError(t, err)
+	}
 }

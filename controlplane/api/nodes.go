@@ -54,6 +54,7 @@ func (n *nodesServer) Get(ctx context.Context, req *apiv1.GetNodeRequest) (*apiv
 	if err != nil {
 		return nil, s.fail(ctx, "nodes.get", err)
 	}
+	s.outage.OK()
 	out.AllowedKinds = allowed
 	out.CreatedAt = timestamppb.New(created)
 	out.Inventory = toStruct(inv)
@@ -83,21 +84,39 @@ func (n *nodesServer) CreateTenant(ctx context.Context, req *apiv1.CreateTenantR
 	if _, err := auth.AuthorizeTenant(ctx, tenantID, auth.PermTenantsCreate); err != nil {
 		return nil, err
 	}
+	if err := validName("name", req.GetName()); err != nil {
+		return nil, err
+	}
 	t, err := s.queue.CreateTenant(ctx, s.pool, queue.Tenant{ID: tenantID, Name: req.GetName()})
 	if err != nil {
 		return nil, s.fail(ctx, "nodes.createTenant", err)
 	}
+	s.outage.OK()
 	return &apiv1.Tenant{Id: t.ID, Name: t.Name, CreatedAt: timestamppb.New(t.CreatedAt)}, nil
 }
 
 // Create registers a node (compute:nodes:create on compute-node/{nodeId}).
+// Node ids are unique across tenants, since a certificate names the node
+// alone; an id that another tenant's node holds, or that a deleted node
+// held, is CONFLICT node-id-unavailable, which says neither whose it is nor
+// whether it is live. Only a live node of the caller's own tenant, which
+// nodes.get shows anyway, is CONFLICT node-exists.
 func (n *nodesServer) Create(ctx context.Context, req *apiv1.CreateNodeRequest) (*apiv1.Node, error) {
 	s := n.s
 	id, err := identity(ctx)
 	if err != nil {
 		return nil, err
 	}
-	if err := required("tenantId", req.GetTenantId()); err != nil {
+	if err := validID("tenantId", req.GetTenantId()); err != nil {
+		return nil, err
+	}
+	if err := validOptionalID("nodeId", req.GetNodeId()); err != nil {
+		return nil, err
+	}
+	if err := validRole("role", req.GetRole()); err != nil {
+		return nil, err
+	}
+	if err := validKinds("allowedKinds", req.GetAllowedKinds()); err != nil {
 		return nil, err
 	}
 	nodeID := req.GetNodeId()
@@ -116,9 +135,13 @@ func (n *nodesServer) Create(ctx context.Context, req *apiv1.CreateNodeRequest) 
 		allowed = req.GetAllowedKinds()
 	}
 	node, err := s.queue.CreateNode(ctx, s.pool, queue.Node{ID: nodeID, TenantID: req.GetTenantId(), Role: req.GetRole(), AllowedKinds: allowed})
+	if errors.Is(err, &queue.Error{Code: queue.Conflict, Reason: "node-exists"}) {
+		return nil, s.nodeIDTaken(ctx, req.GetTenantId(), nodeID)
+	}
 	if err != nil {
 		return nil, s.fail(ctx, "nodes.create", err)
 	}
+	s.outage.OK()
 	return &apiv1.Node{Id: node.ID, TenantId: node.TenantID, Role: node.Role, AllowedKinds: node.AllowedKinds,
 		AppliedGeneration: node.AppliedGeneration, CreatedAt: timestamppb.New(node.CreatedAt)}, nil
 }
@@ -145,4 +168,20 @@ func kindsCondition(b []byte) *apiv1.Condition {
 	}
 	return &apiv1.Condition{Type: ConditionKindsMatchRegistry, Status: "False", Reason: "kind-mismatch",
 		Message: "the node runs other manifests than the registry; their commands wait: " + strings.Join(parts, "; ")}
+}
+
+// nodeIDTaken answers nodes.create for an id that a node already has:
+// node-exists when it is the caller's tenant's live node, else
+// node-id-unavailable, the same whether another tenant has it or a deleted
+// node had it.
+func (s *Server) nodeIDTaken(ctx context.Context, tenantID, nodeID string) error {
+	_, err := s.queue.GetNode(ctx, s.pool, tenantID, nodeID)
+	switch {
+	case err == nil:
+		return apierr.New(apierr.Conflict, "node "+nodeID+" already exists", map[string]string{"reason": "node-exists", "nodeId": nodeID})
+	case queue.CodeOf(err) == queue.NotFound:
+		return apierr.New(apierr.Conflict, "node id "+nodeID+" is not available: choose another, or leave nodeId empty for one the server chooses",
+			map[string]string{"reason": "node-id-unavailable", "nodeId": nodeID})
+	}
+	return s.fail(ctx, "nodes.create", err)
 }

@@ -2,6 +2,7 @@ package api_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -38,4 +39,37 @@ func TestNodesAdminAndGet(t *testing.T) {
 	require.Len(t, got.GetConditions(), 1)
 	require.Equal(t, "RebootRequired", got.GetConditions()[0].GetType())
 	require.Equal(t, "kernel-update", got.GetConditions()[0].GetReason())
+}
+
+// nodes.create with an id another tenant's node has says nothing about that
+// node: the answer is the one a deleted node's id gets, node-id-unavailable,
+// which names no tenant and does not say whether the node is live. Only a
+// live node of the caller's own tenant is node-exists.
+func TestCreateNodeRevealsNoOtherTenantsNode(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	nodes := apiv1.NewNodesClient(b.conn)
+	other, err := nodes.Create(as(tokOther), &apiv1.CreateNodeRequest{TenantId: tenantB, NodeId: nodeA1})
+	in := requireCode(t, err, apierr.Conflict)
+	require.Equal(t, "node-id-unavailable", in.Details["reason"])
+	require.NotContains(t, in.Message, tenantA)
+	require.NotContains(t, in.Message, "exists")
+	require.Nil(t, other)
+
+	// A deleted node's id gets the very same answer, message and details.
+	_, err = nodes.Create(as(tokAdmin), &apiv1.CreateNodeRequest{TenantId: tenantB, NodeId: "node_b9"})
+	require.NoError(t, err)
+	_, err = nodes.Delete(as(tokAdmin), &apiv1.DeleteNodeRequest{TenantId: tenantB, NodeId: "node_b9"})
+	require.NoError(t, err)
+	_, err = nodes.Create(as(tokOther), &apiv1.CreateNodeRequest{TenantId: tenantB, NodeId: "node_b9"})
+	deleted := requireCode(t, err, apierr.Conflict)
+	cross := in
+	cross.Message = strings.ReplaceAll(cross.Message, nodeA1, "node_b9")
+	cross.Details = map[string]string{"reason": cross.Details["reason"], "nodeId": "node_b9"}
+	require.Equal(t, cross, deleted)
+
+	// The caller's own live node is node-exists.
+	_, err = nodes.Create(as(tokOps), &apiv1.CreateNodeRequest{TenantId: tenantA, NodeId: nodeA1})
+	in = requireCode(t, err, apierr.Conflict)
+	require.Equal(t, "node-exists", in.Details["reason"])
 }

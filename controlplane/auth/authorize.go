@@ -2,9 +2,27 @@ package auth
 
 import (
 	"context"
+	"strings"
 
 	"github.com/better-compute/commands/controlplane/api/apierr"
+	"github.com/better-compute/commands/internal/names"
 )
+
+// CheckID checks a required id of a request against the one id grammar
+// (internal/names): a missing or malformed one is INVALID_INPUT naming its
+// field. Every id is checked before any lookup, so that no malformed id
+// reaches the database, and before visibility, which a malformed id cannot
+// have: the answer is the same whoever asks.
+func CheckID(field, value string) error {
+	if value == "" {
+		return apierr.New(apierr.InvalidInput, field+" is required", map[string]string{"field": field})
+	}
+	if err := names.ID(field, value); err != nil {
+		return apierr.New(apierr.InvalidInput, strings.TrimPrefix(err.Error(), names.ErrInvalid.Error()+": "),
+			map[string]string{"field": field})
+	}
+	return nil
+}
 
 // NodeLookup returns the tenant that owns a node, and found=false for a node
 // that does not exist (or was deleted).
@@ -19,11 +37,11 @@ func AuthorizeNode(ctx context.Context, lookup NodeLookup, tenantID, nodeID, per
 	if !ok {
 		return nil, apierr.Errorf(apierr.Unauthenticated, "no authenticated identity")
 	}
-	if tenantID == "" {
-		return nil, apierr.New(apierr.InvalidInput, "tenantId is required", map[string]string{"field": "tenantId"})
+	if err := CheckID("tenantId", tenantID); err != nil {
+		return nil, err
 	}
-	if nodeID == "" {
-		return nil, apierr.New(apierr.InvalidInput, "nodeId is required", map[string]string{"field": "nodeId"})
+	if err := CheckID("nodeId", nodeID); err != nil {
+		return nil, err
 	}
 	notFound := apierr.New(apierr.NotFound, "node "+nodeID+" not found", map[string]string{"nodeId": nodeID})
 	if !id.SeesTenant(tenantID) {
@@ -50,8 +68,8 @@ func AuthorizeTenant(ctx context.Context, tenantID, permission string) (*Identit
 	if !ok {
 		return nil, apierr.Errorf(apierr.Unauthenticated, "no authenticated identity")
 	}
-	if tenantID == "" {
-		return nil, apierr.New(apierr.InvalidInput, "tenantId is required", map[string]string{"field": "tenantId"})
+	if err := CheckID("tenantId", tenantID); err != nil {
+		return nil, err
 	}
 	if !id.SeesTenant(tenantID) {
 		return nil, apierr.New(apierr.NotFound, "tenant "+tenantID+" not found", map[string]string{"tenantId": tenantID})

@@ -27,11 +27,20 @@ const (
 	PermNodesRead = "compute:nodes:read"
 	// PermNodesCreate registers nodes.
 	PermNodesCreate = "compute:nodes:create"
+	// PermNodesAdmin administers a node: join tokens, spec generations,
+	// deletion.
+	PermNodesAdmin = "compute:nodes:admin"
 	// PermTenantsCreate registers tenants.
 	PermTenantsCreate = "compute:tenants:create"
-	// PermEventsRead watches a tenant's events.
+	// PermEventsRead is reserved: events.watch checks tenant visibility and
+	// each event's node against PermNodesRead, not this.
 	PermEventsRead = "compute:events:read"
 )
+
+// Permissions are the permissions the API checks, each documented with its
+// methods in docs/api.md. A grant's pattern ("compute:nodes:*") grants those
+// of them it matches.
+var Permissions = []string{PermNodesExec, PermNodesRead, PermNodesCreate, PermNodesAdmin, PermTenantsCreate}
 
 // NodeResource is the resource name of a node: compute-node/{nodeId}.
 func NodeResource(nodeID string) string { return "compute-node/" + nodeID }

@@ -17,12 +17,12 @@ import (
 func (a *app) nodesCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "nodes",
-		Short: "Show nodes, make join tokens and set node specs",
+		Short: "Show nodes, make join tokens, set node specs and delete nodes",
 		Long: `nodes wraps the nodes.* methods. Arguments are key=value pairs as for
 "better-compute api"; a bare first argument is the node id; tenantId defaults
 to --tenant / BC_TENANT.`,
 	}
-	cmd.AddCommand(a.nodeGetCommand(), a.joinTokenCommand(), a.setSpecCommand(), a.getSpecCommand())
+	cmd.AddCommand(a.nodeGetCommand(), a.joinTokenCommand(), a.setSpecCommand(), a.getSpecCommand(), a.nodeDeleteCommand())
 	cmd.AddCommand(a.nodeTrustCommands()...)
 	return cmd
 }
@@ -172,5 +172,30 @@ func (a *app) getSpecCommand() *cobra.Command {
 			return a.printJSON(resp)
 		},
 	}
+	return cmd
+}
+
+func (a *app) nodeDeleteCommand() *cobra.Command {
+	var yes bool
+	cmd := &cobra.Command{
+		Use:   "delete [nodeId] --yes",
+		Short: "Delete a node: cancel its open commands (node-deleted), close its sessions, stop its certificates",
+		Long: `delete calls nodes.delete (compute:nodes:admin). The node's pending and
+in-flight commands become cancelled with reason node-deleted, its open
+sessions close, its certificates open no new session and its join tokens no
+longer join. There is no undo, hence --yes; the node's commands still list.`,
+		Example: `  better-compute nodes delete node_0412 --yes`,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if !yes {
+				return usageErr("nodes delete cannot be undone: pass --yes to delete the node")
+			}
+			resp, err := a.call(cmd, "nodes.delete", idArg(args, "nodeId"))
+			if err != nil {
+				return err
+			}
+			return a.printJSON(resp)
+		},
+	}
+	cmd.Flags().BoolVar(&yes, "yes", false, "confirm the deletion")
 	return cmd
 }

@@ -82,3 +82,41 @@ func TestNodesGetShowsInventoryAndConditions(t *testing.T) {
 	require.Len(t, n.Inventory["gpus"], 2)
 	require.Equal(t, "RebootRequired", n.Conditions[0]["type"])
 }
+
+// nodes delete asks for --yes, then deletes the node: its pending command
+// is cancelled (node-deleted) and the node is NOT_FOUND.
+func TestNodesDelete(t *testing.T) {
+	t.Parallel()
+	r := servertest.Start(t, nil)
+	env := envFor(r, servertest.TokOps)
+	env["BC_TENANT"] = servertest.TenantA
+	ctx := context.Background()
+	res := cliRun(ctx, env, "commands", "run", "nodeId="+servertest.NodeA1, "kind=diag.nvml")
+	require.Equal(t, 0, res.code, res.stderr)
+	var cmd struct{ ID string }
+	require.NoError(t, json.Unmarshal([]byte(res.stdout), &cmd))
+
+	res = cliRun(ctx, env, "nodes", "delete", servertest.NodeA1)
+	require.Equal(t, 2, res.code, res.stderr)
+	require.Contains(t, res.stderr, "--yes")
+	res = cliRun(ctx, envFor(r, servertest.TokRead), "nodes", "delete", "tenantId="+servertest.TenantA, servertest.NodeA1, "--yes")
+	require.Equal(t, 1, res.code)
+	require.Contains(t, res.stderr, "PERMISSION_DENIED")
+
+	res = cliRun(ctx, env, "nodes", "delete", servertest.NodeA1, "--yes")
+	require.Equal(t, 0, res.code, res.stderr)
+	var out struct {
+		NodeID            string
+		CancelledCommands int
+	}
+	require.NoError(t, json.Unmarshal([]byte(res.stdout), &out), res.stdout)
+	require.Equal(t, servertest.NodeA1, out.NodeID)
+	require.Equal(t, 1, out.CancelledCommands)
+
+	res = cliRun(ctx, env, "nodes", "get", servertest.NodeA1)
+	require.Equal(t, 1, res.code)
+	require.Contains(t, res.stderr, "NOT_FOUND")
+	res = cliRun(ctx, env, "commands", "get", cmd.ID, "nodeId="+servertest.NodeA1, "--json")
+	require.Equal(t, 0, res.code, res.stderr)
+	require.Contains(t, res.stdout, "node-deleted")
+}

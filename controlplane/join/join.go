@@ -30,10 +30,12 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/better-compute/commands/controlplane/errcode"
 	"github.com/better-compute/commands/controlplane/nodecerts"
 	"github.com/better-compute/commands/controlplane/pki"
 	"github.com/better-compute/commands/controlplane/queue"
 	"github.com/better-compute/commands/controlplane/store"
+	"github.com/better-compute/commands/internal/names"
 	agentv1 "github.com/better-compute/commands/proto/bc/agent/v1"
 )
 
@@ -103,27 +105,39 @@ func Hash(token string) []byte {
 	return h[:]
 }
 
-// CreateToken stores a new one-time token for req.NodeID and returns it.
+// CreateToken stores a new one-time token for req.NodeID and returns it. A
+// request the token could never join with (a node id no certificate can
+// carry, a role that is not an agent role, a malformed kind, a TTL out of
+// bounds) is an *errcode.Error with code INVALID_INPUT naming the field,
+// checked against the same grammar (internal/names) as the API and bcd.
 func (s *Service) CreateToken(ctx context.Context, db store.DBTX, req TokenRequest) (Token, error) {
-	if req.NodeID == "" {
-		return Token{}, errors.New("join token: node id is required")
+	if err := names.ID("nodeId", req.NodeID); err != nil {
+		return Token{}, invalidInput("nodeId", err)
 	}
 	ttl := req.TTL
 	if ttl == 0 {
 		ttl = DefaultTTL
 	}
 	if ttl < 0 || ttl > MaxTTL {
-		return Token{}, fmt.Errorf("join token: ttl %s is outside (0, %s]", ttl, MaxTTL)
+		return Token{}, errcode.Newf(errcode.InvalidInput, "", map[string]string{"field": "ttlSeconds"},
+			"join token: ttl %s is outside (0, %s]", ttl, MaxTTL)
 	}
 	role := req.Role
 	if role == "" {
-		role = "node"
+		role = names.RoleNode
+	}
+	if err := names.Role(role); err != nil {
+		return Token{}, invalidInput("role", err)
 	}
 	var allowed []string
-	for _, k := range req.AllowedKinds {
-		if k = strings.TrimSpace(k); k != "" {
-			allowed = append(allowed, k)
+	for i, k := range req.AllowedKinds {
+		if k = strings.TrimSpace(k); k == "" {
+			continue
 		}
+		if err := names.Kind(k); err != nil {
+			return Token{}, invalidInput(fmt.Sprintf("allowedKinds[%d]", i), err)
+		}
+		allowed = append(allowed, k)
 	}
 	raw := make([]byte, 32)
 	if _, err := rand.Read(raw); err != nil {
@@ -144,6 +158,12 @@ func (s *Service) CreateToken(ctx context.Context, db store.DBTX, req TokenReque
 	}
 	s.logger.Info("join token created", "node_id", req.NodeID, "role", role, "restricted", len(allowed) > 0, "expires_at", tok.ExpiresAt)
 	return tok, nil
+}
+
+// invalidInput is the refusal of a malformed name in a token request.
+func invalidInput(field string, err error) error {
+	return errcode.Newf(errcode.InvalidInput, "", map[string]string{"field": field},
+		"%s", strings.TrimPrefix(err.Error(), names.ErrInvalid.Error()+": "))
 }
 
 // errBadToken does not say whether the token was unknown, used or expired:

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/better-compute/commands/controlplane/errcode"
 	"github.com/better-compute/commands/controlplane/join"
 	"github.com/better-compute/commands/controlplane/kinds"
 	"github.com/better-compute/commands/controlplane/pki"
@@ -97,4 +98,36 @@ func TestExpiredUnknownAndDeletedAreRefused(t *testing.T) {
 	require.ErrorIs(t, err, join.ErrNodeNotFound)
 	_, err = b.svc.CreateToken(b.ctx, db, join.TokenRequest{NodeID: b.node.ID, TTL: join.MaxTTL + time.Second})
 	require.Error(t, err)
+}
+
+// A token the node could never join with is refused when it is made, as
+// INVALID_INPUT naming the field: a role outside the agent roles (node,
+// discovery, site), a kind that is no kind name, a node id no certificate
+// can carry.
+func TestTokenRequestIsCheckedAgainstTheGrammar(t *testing.T) {
+	b := setup(t)
+	for _, c := range []struct {
+		req   join.TokenRequest
+		field string
+	}{
+		{join.TokenRequest{NodeID: b.node.ID, Role: "admin"}, "role"},
+		{join.TokenRequest{NodeID: b.node.ID, Role: "ROOT!"}, "role"},
+		{join.TokenRequest{NodeID: b.node.ID, AllowedKinds: []string{"diag.nvml", "*"}}, "allowedKinds[1]"},
+		{join.TokenRequest{NodeID: "node_ünïcode"}, "nodeId"},
+		{join.TokenRequest{NodeID: ""}, "nodeId"},
+		{join.TokenRequest{NodeID: b.node.ID, TTL: join.MaxTTL + time.Second}, "ttlSeconds"},
+	} {
+		_, err := b.svc.CreateToken(b.ctx, b.db, c.req)
+		var ce *errcode.Error
+		require.ErrorAs(t, err, &ce, "%+v", c.req)
+		require.Equal(t, errcode.InvalidInput, ce.Code, "%+v", c.req)
+		require.Equal(t, c.field, ce.Details["field"], "%+v", c.req)
+	}
+	for _, role := range []string{"node", "discovery", "site"} {
+		_, err := b.svc.CreateToken(b.ctx, b.db, join.TokenRequest{NodeID: b.node.ID, Role: role})
+		require.NoError(t, err, role)
+	}
+	var n int
+	require.NoError(t, b.db.QueryRow(b.ctx, `SELECT count(*) FROM join_tokens WHERE role NOT IN ('node', 'discovery', 'site')`).Scan(&n))
+	require.Zero(t, n)
 }

@@ -59,8 +59,10 @@ func (q *Queue) Cancel(ctx context.Context, tx pgx.Tx, nodeID, commandID string)
 	return cmd, nil
 }
 
-// deleteNodeSQL marks the node deleted and cancels its pending commands with
-// reason node-deleted, each publishing command.settled, in one statement.
+// deleteNodeSQL marks the node deleted and cancels its open commands, pending
+// and in flight, with reason node-deleted, each publishing command.settled,
+// and announces the deletion on NodeDeletedChannel (delivered at commit), in
+// one statement.
 var deleteNodeSQL = `
 WITH n AS (
   UPDATE nodes SET deleted_at = now() WHERE id = $1 AND deleted_at IS NULL RETURNING id
@@ -68,23 +70,41 @@ WITH n AS (
   UPDATE commands c SET state = 'cancelled', reason = '` + ReasonNodeDeleted + `',
     settled_at = now(), updated_at = now()
   FROM n
-  WHERE c.node_id = n.id AND c.state = 'pending'
+  WHERE c.node_id = n.id AND c.state IN ('pending', 'dispatched', 'acked', 'running')
   RETURNING c.id, c.tenant_id, c.node_id, c.kind, c.state, c.reason
 ), ev AS (` + settledEventSQL + `)
-SELECT (SELECT count(*) FROM n), (SELECT count(*) FROM u)`
+SELECT (SELECT count(*) FROM n), (SELECT count(*) FROM u),
+  (SELECT count(pg_notify('` + NodeDeletedChannel + `', id)) FROM n)`
 
-// DeleteNode marks the node deleted in tx and cancels its pending commands
-// with reason node-deleted. In-flight commands are left to the sweeper, which
-// fails them once their deadline passes. An unknown or already deleted node
-// is NOT_FOUND.
-func (q *Queue) DeleteNode(ctx context.Context, tx pgx.Tx, nodeID string) error {
-	var nodes, cancelled int64
-	if err := tx.QueryRow(ctx, deleteNodeSQL, nodeID).Scan(&nodes, &cancelled); err != nil {
-		return fmt.Errorf("deleting node %s: %w", nodeID, err)
+// DeleteNode marks the node deleted in tx and cancels its open commands with
+// reason node-deleted, returning how many. In-flight commands are cancelled
+// too, not left to the sweeper: a deleted node's certificate no longer opens
+// a session, so none of them would ever report, and their owners would wait
+// out not_after plus the kind's timeout for a failure that says less. The
+// node's gateways hear of it on NodeDeletedChannel and close its sessions.
+// An unknown or already deleted node is NOT_FOUND.
+func (q *Queue) DeleteNode(ctx context.Context, tx pgx.Tx, nodeID string) (cancelled int64, err error) {
+	var nodes, notified int64
+	if err := tx.QueryRow(ctx, deleteNodeSQL, nodeID).Scan(&nodes, &cancelled, &notified); err != nil {
+		return 0, fmt.Errorf("deleting node %s: %w", nodeID, err)
 	}
 	if nodes == 0 {
-		return nodeNotFound(nodeID)
+		return 0, nodeNotFound(nodeID)
 	}
 	q.logger.Debug("node deleted", "node_id", nodeID, "cancelled", cancelled)
-	return nil
+	return cancelled, nil
+}
+
+// DeletedNodes returns those of nodeIDs that are deleted, for a gateway
+// that may have missed NodeDeletedChannel while its listener was away.
+func (q *Queue) DeletedNodes(ctx context.Context, db DBTX, nodeIDs []string) ([]string, error) {
+	rows, err := db.Query(ctx, `SELECT id FROM nodes WHERE id = ANY($1) AND deleted_at IS NOT NULL ORDER BY id`, nodeIDs)
+	if err != nil {
+		return nil, fmt.Errorf("reading deleted nodes: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("reading deleted nodes: %w", err)
+	}
+	return out, nil
 }

@@ -1,7 +1,9 @@
 package queue_test
 
 import (
+	"context"
 	"testing"
+	"time"
 
 	"github.com/better-compute/commands/controlplane/events"
 	"github.com/better-compute/commands/controlplane/ids"
@@ -91,27 +93,67 @@ func TestCancelTerminalAndUnknown(t *testing.T) {
 }
 
 // "Deleting a node cancels its pending commands with reason node-deleted."
-func TestDeleteNodeCancelsPending(t *testing.T) {
+// In-flight ones are cancelled the same way: a deleted node never reports
+// again, so waiting for the sweeper would leave them open for up to
+// not_after plus the kind's timeout. Each publishes command.settled once,
+// terminal ones are left alone, and the deletion is announced on
+// bc_node_deleted for the gateways that hold the node's sessions.
+func TestDeleteNodeCancelsPendingAndInFlight(t *testing.T) {
 	b := setup(t)
 	pending, _ := b.enqueue(t, b.params("a"))
 	running, _ := b.enqueue(t, b.params("b"))
 	b.transition(t, queue.Transition{CommandID: running.ID, To: queue.Running})
+	dispatched, _ := b.enqueue(t, b.params("c"))
+	b.transition(t, queue.Transition{CommandID: dispatched.ID, To: queue.Dispatched})
+	done, _ := b.enqueue(t, b.params("d"))
+	b.transition(t, queue.Transition{CommandID: done.ID, To: queue.Succeeded})
+	settledBefore := len(b.outbox(t, events.TopicCommandSettled))
 
-	require.NoError(t, pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) error { return b.q.DeleteNode(b.ctx, tx, b.node.ID) }))
+	conn, err := b.pool.Acquire(b.ctx)
+	require.NoError(t, err)
+	defer conn.Release()
+	require.NoError(t, queue.ListenNodeDeleted(b.ctx, conn.Conn()))
 
-	got, err := b.q.Get(b.ctx, b.pool, b.node.ID, pending.ID)
+	var cancelled int64
+	require.NoError(t, pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) error {
+		var err error
+		cancelled, err = b.q.DeleteNode(b.ctx, tx, b.node.ID)
+		return err
+	}))
+	require.Equal(t, int64(3), cancelled)
+
+	for _, c := range []queue.Command{pending, running, dispatched} {
+		got, err := b.q.Get(b.ctx, b.pool, b.node.ID, c.ID)
+		require.NoError(t, err)
+		require.Equal(t, queue.Cancelled, got.State, c.ID)
+		require.Equal(t, queue.ReasonNodeDeleted, got.Reason)
+		require.NotNil(t, got.SettledAt)
+	}
+	got, err := b.q.Get(b.ctx, b.pool, b.node.ID, done.ID)
 	require.NoError(t, err)
-	require.Equal(t, queue.Cancelled, got.State)
-	require.Equal(t, queue.ReasonNodeDeleted, got.Reason)
-	require.NotNil(t, got.SettledAt)
-	got, err = b.q.Get(b.ctx, b.pool, b.node.ID, running.ID)
+	require.Equal(t, queue.Succeeded, got.State, "a terminal command is left alone")
+	settled := b.outbox(t, events.TopicCommandSettled)[settledBefore:]
+	require.ElementsMatch(t, []map[string]any{
+		{"commandId": pending.ID, "nodeId": b.node.ID, "kind": "test.refresh", "state": "cancelled", "reason": "node-deleted"},
+		{"commandId": running.ID, "nodeId": b.node.ID, "kind": "test.refresh", "state": "cancelled", "reason": "node-deleted"},
+		{"commandId": dispatched.ID, "nodeId": b.node.ID, "kind": "test.refresh", "state": "cancelled", "reason": "node-deleted"},
+	}, settled, "one command.settled each")
+
+	wctx, cancel := context.WithTimeout(b.ctx, 10*time.Second)
+	defer cancel()
+	deleted, err := queue.WaitNodeDeleted(wctx, conn.Conn())
 	require.NoError(t, err)
-	require.Equal(t, queue.Running, got.State, "in-flight commands are left to the sweeper")
-	require.Equal(t, []map[string]any{{"commandId": pending.ID, "nodeId": b.node.ID, "kind": "test.refresh", "state": "cancelled", "reason": "node-deleted"}},
-		b.outbox(t, events.TopicCommandSettled))
+	require.Equal(t, b.node.ID, deleted)
+
+	// A late report of the node changes nothing.
+	_, changed := b.transition(t, queue.Transition{CommandID: running.ID, To: queue.Succeeded})
+	require.False(t, changed)
 
 	_, err = b.q.GetNode(b.ctx, b.pool, b.tenant.ID, b.node.ID)
 	requireCode(t, err, queue.NotFound)
-	err = pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) error { return b.q.DeleteNode(b.ctx, tx, b.node.ID) })
+	err = pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) error { _, err := b.q.DeleteNode(b.ctx, tx, b.node.ID); return err })
 	requireCode(t, err, queue.NotFound)
+	gone, err := b.q.DeletedNodes(b.ctx, b.pool, []string{b.node.ID, "node_unknown"})
+	require.NoError(t, err)
+	require.Equal(t, []string{b.node.ID}, gone)
 }

@@ -256,7 +256,7 @@ func TestEnqueueNodeNotVisibleIsNotFound(t *testing.T) {
 	qe := requireCode(t, b.enqueueErr(p), queue.NotFound)
 	require.NotContains(t, qe.Message, b.tenant.ID)
 
-	require.NoError(t, pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) error { return b.q.DeleteNode(b.ctx, tx, b.node.ID) }))
+	require.NoError(t, pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) error { _, err := b.q.DeleteNode(b.ctx, tx, b.node.ID); return err }))
 	requireCode(t, b.enqueueErr(b.params("x")), queue.NotFound)
 }
 

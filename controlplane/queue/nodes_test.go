@@ -37,7 +37,7 @@ func TestStartSessionReturnsTheLastSessionsIDs(t *testing.T) {
 	require.Equal(t, "discovery", n.Role)
 	require.Equal(t, int64(2), n.SessionEpoch)
 
-	require.NoError(t, pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) error { return b.q.DeleteNode(b.ctx, tx, b.node.ID) }))
+	require.NoError(t, pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) error { _, err := b.q.DeleteNode(b.ctx, tx, b.node.ID); return err }))
 	_, err = b.startSession(t, queue.SessionHello{NodeID: b.node.ID, JournalID: "j1", BootID: "b2", Role: "node"})
 	requireCode(t, err, queue.NotFound)
 }

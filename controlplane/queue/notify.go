@@ -63,3 +63,26 @@ func WaitDispatch(ctx context.Context, conn *pgx.Conn) (Wakeup, error) {
 	}
 	return Wakeup{NodeID: n.Payload}, nil
 }
+
+// NodeDeletedChannel is the NOTIFY channel on which DeleteNode announces a
+// deleted node's id, so that every gateway closes the node's sessions.
+const NodeDeletedChannel = "bc_node_deleted"
+
+// ListenNodeDeleted subscribes conn to node deletions. Hold the connection
+// (outside any pool use) and call WaitNodeDeleted on it.
+func ListenNodeDeleted(ctx context.Context, conn *pgx.Conn) error {
+	if _, err := conn.Exec(ctx, "LISTEN "+NodeDeletedChannel); err != nil {
+		return fmt.Errorf("listening on %s: %w", NodeDeletedChannel, err)
+	}
+	return nil
+}
+
+// WaitNodeDeleted waits for the next node deletion on a connection that
+// ListenNodeDeleted subscribed and returns the node's id.
+func WaitNodeDeleted(ctx context.Context, conn *pgx.Conn) (string, error) {
+	n, err := conn.WaitForNotification(ctx)
+	if err != nil {
+		return "", fmt.Errorf("waiting for a node deletion: %w", err)
+	}
+	return n.Payload, nil
+}

@@ -14,6 +14,8 @@ type (
 	SweeperConfig = serverconfig.SweeperConfig
 	// TLSConfig is the API's transport security.
 	TLSConfig = serverconfig.TLSConfig
+	// HTTPTLSConfig is the HTTP listener's certificate and key.
+	HTTPTLSConfig = serverconfig.HTTPTLSConfig
 	// Duration is a time.Duration read from a Go duration string.
 	Duration = serverconfig.Duration
 )

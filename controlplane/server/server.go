@@ -64,11 +64,12 @@ type Server struct {
 	trust  *trustbundle.Source
 
 	// The gateway's parts; nil when cfg.Gateway.Listen is empty.
-	ca      *pki.CA
-	gateway *gateway.Gateway
-	join    *join.Service
-	gwGRPC  *grpc.Server
-	gwLis   net.Listener
+	ca       *pki.CA
+	gateway  *gateway.Gateway
+	join     *join.Service
+	gwGRPC   *grpc.Server
+	gwLis    net.Listener
+	sessions *nodeSessions
 
 	// sweeper is nil when cfg.Sweeper.Disabled; nodeWakers and
 	// workflowWakers are what it wakes when it settles a command.
@@ -102,6 +103,10 @@ func New(ctx context.Context, cfg Config, reg *kinds.Registry, logger hclog.Logg
 		}
 	}
 	creds, err := tlsCredentials(cfg.TLS)
+	if err != nil {
+		return nil, err
+	}
+	httpTLS, err := httpTLSConfig(cfg.HTTPTLS)
 	if err != nil {
 		return nil, err
 	}
@@ -170,14 +175,16 @@ func New(ctx context.Context, cfg Config, reg *kinds.Registry, logger hclog.Logg
 			Nodes: s.nodeWakers, Workflows: s.workflowWakers, Logger: logger})
 	}
 	s.api = api.New(api.Config{Pool: pool, Queue: q, Logger: logger, Allowlist: cfg.Allowlist, BatchQuorum: cfg.BatchQuorum,
-		Bundles: support, Join: s.join})
+		Bundles: support, Join: s.join, MaxWatchesPerIdentity: cfg.MaxWatchesPerIdentity})
 	s.metrics = newMetrics(pool)
 
 	authn.AllowUnauthenticated(healthpb.Health_ServiceDesc.ServiceName,
 		reflectionv1.ServerReflection_ServiceDesc.ServiceName, reflectionv1alpha.ServerReflection_ServiceDesc.ServiceName)
+	decode := newDecodeChecks()
 	opts := []grpc.ServerOption{
-		grpc.ChainUnaryInterceptor(s.metrics.unary(), authn.UnaryInterceptor()),
-		grpc.ChainStreamInterceptor(s.metrics.stream(), authn.StreamInterceptor()),
+		grpc.ForceServerCodecV2(decode.serverCodec()),
+		grpc.ChainUnaryInterceptor(s.metrics.unary(), decode.unary(), authn.UnaryInterceptor()),
+		grpc.ChainStreamInterceptor(s.metrics.stream(), decode.stream(), authn.StreamInterceptor()),
 	}
 	if creds != nil {
 		opts = append(opts, grpc.Creds(creds))
@@ -200,6 +207,9 @@ func New(ctx context.Context, cfg Config, reg *kinds.Registry, logger hclog.Logg
 	if cfg.HTTPListen != "" {
 		if s.httpLis, err = net.Listen("tcp", cfg.HTTPListen); err != nil {
 			return closeOnErr(fmt.Errorf("listening for HTTP on %s: %w", cfg.HTTPListen, err))
+		}
+		if httpTLS != nil {
+			s.httpLis = tls.NewListener(s.httpLis, httpTLS)
 		}
 		mux := http.NewServeMux()
 		mux.HandleFunc("/healthz", s.healthz)
@@ -260,10 +270,11 @@ func (s *Server) newGateway(gc GatewayConfig) error {
 		OnSettled: s.checkBundle, TrustBundle: s.trust, NodeCA: ca.Pool(),
 	})
 	s.join = join.New(s.pool, s.queue, ca, s.trust, s.logger)
+	s.sessions = newNodeSessions(s.pool, s.queue, s.logger)
 	s.gwGRPC = grpc.NewServer(grpc.Creds(credentials.NewTLS(&tls.Config{
 		Certificates: []tls.Certificate{pair}, ClientCAs: ca.Pool(),
 		ClientAuth: tls.VerifyClientCertIfGiven, MinVersion: tls.VersionTLS12,
-	})))
+	})), grpc.ChainStreamInterceptor(s.sessions.interceptor()))
 	agentv1.RegisterSessionServer(s.gwGRPC, s.gateway)
 	agentv1.RegisterJoinServer(s.gwGRPC, s.join)
 	if s.gwLis, err = net.Listen("tcp", gc.Listen); err != nil {
@@ -359,6 +370,7 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	if s.gwGRPC != nil {
 		go s.gateway.Run(apiCtx)
+		go s.sessions.run(apiCtx)
 		go func() { errc <- s.gwGRPC.Serve(s.gwLis) }()
 	}
 	if s.http != nil {
@@ -368,7 +380,8 @@ func (s *Server) Run(ctx context.Context) error {
 			}
 		}()
 	}
-	s.logger.Info("serving", "grpc", s.GRPCAddr().String(), "http", fmt.Sprint(s.HTTPAddr()), "gateway", fmt.Sprint(s.GatewayAddr()))
+	s.logger.Info("serving", "grpc", s.GRPCAddr().String(), "http", fmt.Sprint(s.HTTPAddr()), "gateway", fmt.Sprint(s.GatewayAddr()),
+		"http_tls", s.cfg.HTTPTLS.Cert != "")
 
 	var runErr error
 	select {
@@ -415,6 +428,22 @@ func (s *Server) Run(ctx context.Context) error {
 	s.pool.Close()
 	s.logger.Info("stopped")
 	return runErr
+}
+
+// httpTLSConfig is the HTTP listener's TLS; nil without a certificate,
+// when it serves plain HTTP.
+func httpTLSConfig(t HTTPTLSConfig) (*tls.Config, error) {
+	if t.Cert == "" && t.Key == "" {
+		return nil, nil
+	}
+	if t.Cert == "" || t.Key == "" {
+		return nil, errors.New("httpTls needs both cert and key")
+	}
+	pair, err := tls.LoadX509KeyPair(t.Cert, t.Key)
+	if err != nil {
+		return nil, fmt.Errorf("httpTls: loading the certificate: %w", err)
+	}
+	return &tls.Config{Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12}, nil
 }
 
 // tlsCredentials builds the API's TLS; nil without a certificate.

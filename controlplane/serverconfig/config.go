@@ -21,8 +21,13 @@ import (
 type Config struct {
 	// GRPCListen is the API's address (":7443").
 	GRPCListen string `yaml:"grpcListen"`
-	// HTTPListen serves /healthz, /readyz and /metrics (":9464"); "" turns it off.
+	// HTTPListen serves /healthz, /readyz and /metrics (":9464"), and a dir
+	// blob store's uploads; "" turns it off.
 	HTTPListen string `yaml:"httpListen"`
+	// HTTPTLS serves HTTPListen over TLS (HTTPS) when it names a
+	// certificate and key: nodes then upload support bundles to an
+	// https:// baseURL, and metrics scrapes travel encrypted.
+	HTTPTLS HTTPTLSConfig `yaml:"httpTls"`
 	// DatabaseURL is a PostgreSQL URL or DSN; "" reads the PG* variables.
 	DatabaseURL string `yaml:"databaseUrl"`
 	// MaxConns sizes the database pool; 0 picks 4 per CPU, at least 8.
@@ -57,6 +62,10 @@ type Config struct {
 	Sweeper SweeperConfig `yaml:"sweeper"`
 	// PKI is command signing and the destructive-batch quorum's keys.
 	PKI PKIConfig `yaml:"pki"`
+	// MaxWatchesPerIdentity bounds the event watches one identity holds open
+	// on this server (16 when 0; negative: no bound): each watch costs
+	// every other caller some of the database.
+	MaxWatchesPerIdentity int `yaml:"maxWatchesPerIdentity"`
 	// Components are the parts this process runs: api, gateway, sweeper
 	// (all three when empty). A gateway-only process reads no signing key:
 	// it relays the signed bytes the API stored.
@@ -156,6 +165,13 @@ type SweeperConfig struct {
 	Interval Duration `yaml:"interval"`
 	// Disabled keeps this replica out of the election.
 	Disabled bool `yaml:"disabled"`
+}
+
+// HTTPTLSConfig names the HTTP listener's certificate and key (PEM files);
+// both or neither.
+type HTTPTLSConfig struct {
+	Cert string `yaml:"cert"`
+	Key  string `yaml:"key"`
 }
 
 // TLSConfig names PEM files.

@@ -49,6 +49,9 @@ func cmdRun(args []string, stderr io.Writer) error {
 	if err := cfg.Validate(); err != nil {
 		return &exitError{code: 2, err: err}
 	}
+	if err := checkPluginDir(cfg.PluginDir); err != nil {
+		return &exitError{code: 2, err: err}
+	}
 	if cfg.ControlPlane != "" && !joinedNode {
 		return &exitError{code: 2, err: fmt.Errorf("controlPlane %s: this node has no certificate; run bcd join first", cfg.ControlPlane)}
 	}
@@ -130,4 +133,22 @@ func cmdRun(args []string, stderr io.Writer) error {
 		return nil
 	}
 	return ctx.Err()
+}
+
+// checkPluginDir refuses a pluginDir that is not a directory. Every kind is
+// a plugin, so a daemon without its plugin directory would connect, report
+// no kinds and refuse every command as UNSUPPORTED: a node that looks
+// healthy and can do nothing. A typo in the path, or a package not
+// installed, is better told at start.
+func checkPluginDir(dir string) error {
+	info, err := os.Stat(dir)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return fmt.Errorf("pluginDir %s: no such directory: every kind is a plugin there, so bcd would run none (set pluginDir or --plugins; the package installs them in /usr/lib/bcd/plugins)", dir)
+	case err != nil:
+		return fmt.Errorf("pluginDir %s: %w", dir, err)
+	case !info.IsDir():
+		return fmt.Errorf("pluginDir %s: not a directory", dir)
+	}
+	return nil
 }

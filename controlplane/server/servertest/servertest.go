@@ -81,6 +81,10 @@ type Running struct {
 	Server *server.Server
 	// GRPC is the API's host:port; HTTP the health and metrics host:port.
 	GRPC, HTTP string
+	// HTTPBase is the HTTP listener's URL ("http://host:port", or https
+	// with httpTls), and HTTPClient a client that trusts its certificate.
+	HTTPBase   string
+	HTTPClient *http.Client
 	// Gateway is the node-facing host:port (Session and Join), "" when the
 	// adjusted config turned it off; CADir holds the node CA's ca.pem and
 	// CA is that CA, nil when off.
@@ -103,6 +107,13 @@ type Running struct {
 // node_a1 and node_b1. adjust may change the config first.
 func Start(t testing.TB, adjust func(*server.Config)) *Running {
 	t.Helper()
+	return StartLogged(t, hclog.NewNullLogger(), adjust)
+}
+
+// StartLogged is Start with the server logging to logger, for tests that
+// read what an operator would see in the log.
+func StartLogged(t testing.TB, logger hclog.Logger, adjust func(*server.Config)) *Running {
+	t.Helper()
 	name := pgtest.Create(t)
 	cfg := server.DefaultConfig()
 	cfg.GRPCListen, cfg.HTTPListen = "127.0.0.1:0", "127.0.0.1:0"
@@ -120,7 +131,7 @@ func Start(t testing.TB, adjust func(*server.Config)) *Running {
 	if adjust != nil {
 		adjust(&cfg)
 	}
-	return start(t, name, cfg, true)
+	return start(t, name, cfg, logger, true)
 }
 
 // StartReplica starts a second server on primary's database and node CA, as
@@ -137,17 +148,17 @@ func StartReplica(t testing.TB, primary *Running, adjust func(*server.Config)) *
 	if adjust != nil {
 		adjust(&cfg)
 	}
-	return start(t, primary.dbName, cfg, false)
+	return start(t, primary.dbName, cfg, hclog.NewNullLogger(), false)
 }
 
 // start runs a server with cfg on database name, making the fixtures first
 // when asked.
-func start(t testing.TB, name string, cfg server.Config, fixtures bool) *Running {
+func start(t testing.TB, name string, cfg server.Config, logger hclog.Logger, fixtures bool) *Running {
 	t.Helper()
 	reg, err := kinds.NewRegistry(Manifests()...)
 	require.NoError(t, err)
 	ctx := context.Background()
-	srv, err := server.New(ctx, cfg, reg, hclog.NewNullLogger())
+	srv, err := server.New(ctx, cfg, reg, logger)
 	require.NoError(t, err)
 
 	pool, err := pgxpool.NewWithConfig(ctx, pgtest.Config(t, name))
@@ -186,9 +197,17 @@ func start(t testing.TB, name string, cfg server.Config, fixtures bool) *Running
 		r.Gateway, r.CADir, r.CA = a.String(), cfg.Gateway.CADir, srv.CA()
 	}
 	if a := srv.HTTPAddr(); a != nil {
-		r.HTTP = a.String()
+		r.HTTP, r.HTTPBase, r.HTTPClient = a.String(), "http://"+a.String(), &http.Client{Timeout: 30 * time.Second}
+		if cfg.HTTPTLS.Cert != "" {
+			pem, err := os.ReadFile(cfg.HTTPTLS.Cert)
+			require.NoError(t, err)
+			roots := x509.NewCertPool()
+			require.True(t, roots.AppendCertsFromPEM(pem))
+			r.HTTPBase = "https://" + a.String()
+			r.HTTPClient.Transport = &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}}
+		}
 		testutil.WaitFor(t, 10*time.Second, "the server to be ready", func() bool {
-			resp, err := http.Get("http://" + r.HTTP + "/readyz")
+			resp, err := r.HTTPClient.Get(r.HTTPBase + "/readyz")
 			if err != nil {
 				return false
 			}

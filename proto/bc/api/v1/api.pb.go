@@ -2707,6 +2707,114 @@ func (x *NodeSpec) GetSpec() *structpb.Struct {
 	return nil
 }
 
+// DeleteNodeRequest names the node to delete.
+type DeleteNodeRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	TenantId      string                 `protobuf:"bytes,1,opt,name=tenant_id,json=tenantId,proto3" json:"tenant_id,omitempty"`
+	NodeId        string                 `protobuf:"bytes,2,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteNodeRequest) Reset() {
+	*x = DeleteNodeRequest{}
+	mi := &file_bc_api_v1_api_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteNodeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteNodeRequest) ProtoMessage() {}
+
+func (x *DeleteNodeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_bc_api_v1_api_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteNodeRequest.ProtoReflect.Descriptor instead.
+func (*DeleteNodeRequest) Descriptor() ([]byte, []int) {
+	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *DeleteNodeRequest) GetTenantId() string {
+	if x != nil {
+		return x.TenantId
+	}
+	return ""
+}
+
+func (x *DeleteNodeRequest) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+// DeletedNode says what deleting a node did.
+type DeletedNode struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	NodeId string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	// cancelled_commands is how many open commands became cancelled
+	// (reason node-deleted).
+	CancelledCommands uint32 `protobuf:"varint,2,opt,name=cancelled_commands,json=cancelledCommands,proto3" json:"cancelled_commands,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
+}
+
+func (x *DeletedNode) Reset() {
+	*x = DeletedNode{}
+	mi := &file_bc_api_v1_api_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeletedNode) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeletedNode) ProtoMessage() {}
+
+func (x *DeletedNode) ProtoReflect() protoreflect.Message {
+	mi := &file_bc_api_v1_api_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeletedNode.ProtoReflect.Descriptor instead.
+func (*DeletedNode) Descriptor() ([]byte, []int) {
+	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *DeletedNode) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *DeletedNode) GetCancelledCommands() uint32 {
+	if x != nil {
+		return x.CancelledCommands
+	}
+	return 0
+}
+
 var File_bc_api_v1_api_proto protoreflect.FileDescriptor
 
 const file_bc_api_v1_api_proto_rawDesc = "" +
@@ -2945,7 +3053,13 @@ const file_bc_api_v1_api_proto_rawDesc = "" +
 	"\n" +
 	"generation\x18\x02 \x01(\x03R\n" +
 	"generation\x12+\n" +
-	"\x04spec\x18\x03 \x01(\v2\x17.google.protobuf.StructR\x04spec2\x84\x02\n" +
+	"\x04spec\x18\x03 \x01(\v2\x17.google.protobuf.StructR\x04spec\"I\n" +
+	"\x11DeleteNodeRequest\x12\x1b\n" +
+	"\ttenant_id\x18\x01 \x01(\tR\btenantId\x12\x17\n" +
+	"\anode_id\x18\x02 \x01(\tR\x06nodeId\"U\n" +
+	"\vDeletedNode\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12-\n" +
+	"\x12cancelled_commands\x18\x02 \x01(\rR\x11cancelledCommands2\x84\x02\n" +
 	"\bCommands\x127\n" +
 	"\x03Run\x12\x1c.bc.api.v1.RunCommandRequest\x1a\x12.bc.api.v1.Command\x127\n" +
 	"\x03Get\x12\x1c.bc.api.v1.GetCommandRequest\x1a\x12.bc.api.v1.Command\x12G\n" +
@@ -2957,14 +3071,15 @@ const file_bc_api_v1_api_proto_rawDesc = "" +
 	"\x04List\x12$.bc.api.v1.ListCommandBatchesRequest\x1a%.bc.api.v1.ListCommandBatchesResponse\x12I\n" +
 	"\aApprove\x12%.bc.api.v1.ApproveCommandBatchRequest\x1a\x17.bc.api.v1.CommandBatch2D\n" +
 	"\x06Events\x12:\n" +
-	"\x05Watch\x12\x1d.bc.api.v1.WatchEventsRequest\x1a\x10.bc.api.v1.Event0\x012\x8f\x05\n" +
+	"\x05Watch\x12\x1d.bc.api.v1.WatchEventsRequest\x1a\x10.bc.api.v1.Event0\x012\xcf\x05\n" +
 	"\x05Nodes\x121\n" +
 	"\x03Get\x12\x19.bc.api.v1.GetNodeRequest\x1a\x0f.bc.api.v1.Node\x12A\n" +
 	"\fCreateTenant\x12\x1e.bc.api.v1.CreateTenantRequest\x1a\x11.bc.api.v1.Tenant\x127\n" +
 	"\x06Create\x12\x1c.bc.api.v1.CreateNodeRequest\x1a\x0f.bc.api.v1.Node\x12J\n" +
 	"\x0fCreateJoinToken\x12!.bc.api.v1.CreateJoinTokenRequest\x1a\x14.bc.api.v1.JoinToken\x12=\n" +
 	"\aSetSpec\x12\x1d.bc.api.v1.SetNodeSpecRequest\x1a\x13.bc.api.v1.NodeSpec\x12=\n" +
-	"\aGetSpec\x12\x1d.bc.api.v1.GetNodeSpecRequest\x1a\x13.bc.api.v1.NodeSpec\x12W\n" +
+	"\aGetSpec\x12\x1d.bc.api.v1.GetNodeSpecRequest\x1a\x13.bc.api.v1.NodeSpec\x12>\n" +
+	"\x06Delete\x12\x1c.bc.api.v1.DeleteNodeRequest\x1a\x16.bc.api.v1.DeletedNode\x12W\n" +
 	"\x10ListCertificates\x12&.bc.api.v1.ListNodeCertificatesRequest\x1a\x1b.bc.api.v1.NodeCertificates\x12[\n" +
 	"\x12RevokeCertificates\x12(.bc.api.v1.RevokeNodeCertificatesRequest\x1a\x1b.bc.api.v1.NodeCertificates\x12W\n" +
 	"\fListBindings\x12(.bc.api.v1.ListAllocationBindingsRequest\x1a\x1d.bc.api.v1.AllocationBindingsB:Z8github.com/better-compute/commands/proto/bc/api/v1;apiv1b\x06proto3"
@@ -2981,7 +3096,7 @@ func file_bc_api_v1_api_proto_rawDescGZIP() []byte {
 	return file_bc_api_v1_api_proto_rawDescData
 }
 
-var file_bc_api_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 34)
+var file_bc_api_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 36)
 var file_bc_api_v1_api_proto_goTypes = []any{
 	(*BatchLeaf)(nil),                     // 0: bc.api.v1.BatchLeaf
 	(*CreateCommandBatchRequest)(nil),     // 1: bc.api.v1.CreateCommandBatchRequest
@@ -3017,48 +3132,50 @@ var file_bc_api_v1_api_proto_goTypes = []any{
 	(*SetNodeSpecRequest)(nil),            // 31: bc.api.v1.SetNodeSpecRequest
 	(*GetNodeSpecRequest)(nil),            // 32: bc.api.v1.GetNodeSpecRequest
 	(*NodeSpec)(nil),                      // 33: bc.api.v1.NodeSpec
-	(*timestamppb.Timestamp)(nil),         // 34: google.protobuf.Timestamp
-	(*structpb.Struct)(nil),               // 35: google.protobuf.Struct
-	(*structpb.Value)(nil),                // 36: google.protobuf.Value
+	(*DeleteNodeRequest)(nil),             // 34: bc.api.v1.DeleteNodeRequest
+	(*DeletedNode)(nil),                   // 35: bc.api.v1.DeletedNode
+	(*timestamppb.Timestamp)(nil),         // 36: google.protobuf.Timestamp
+	(*structpb.Struct)(nil),               // 37: google.protobuf.Struct
+	(*structpb.Value)(nil),                // 38: google.protobuf.Value
 }
 var file_bc_api_v1_api_proto_depIdxs = []int32{
 	0,  // 0: bc.api.v1.CreateCommandBatchRequest.scope:type_name -> bc.api.v1.BatchLeaf
 	7,  // 1: bc.api.v1.ListCommandBatchesResponse.items:type_name -> bc.api.v1.CommandBatch
-	34, // 2: bc.api.v1.BatchApproval.approved_at:type_name -> google.protobuf.Timestamp
+	36, // 2: bc.api.v1.BatchApproval.approved_at:type_name -> google.protobuf.Timestamp
 	0,  // 3: bc.api.v1.CommandBatch.scope:type_name -> bc.api.v1.BatchLeaf
-	34, // 4: bc.api.v1.CommandBatch.deadline:type_name -> google.protobuf.Timestamp
-	34, // 5: bc.api.v1.CommandBatch.created_at:type_name -> google.protobuf.Timestamp
-	34, // 6: bc.api.v1.CommandBatch.approved_at:type_name -> google.protobuf.Timestamp
+	36, // 4: bc.api.v1.CommandBatch.deadline:type_name -> google.protobuf.Timestamp
+	36, // 5: bc.api.v1.CommandBatch.created_at:type_name -> google.protobuf.Timestamp
+	36, // 6: bc.api.v1.CommandBatch.approved_at:type_name -> google.protobuf.Timestamp
 	6,  // 7: bc.api.v1.CommandBatch.approvals:type_name -> bc.api.v1.BatchApproval
-	34, // 8: bc.api.v1.NodeCertificate.not_before:type_name -> google.protobuf.Timestamp
-	34, // 9: bc.api.v1.NodeCertificate.not_after:type_name -> google.protobuf.Timestamp
-	34, // 10: bc.api.v1.NodeCertificate.issued_at:type_name -> google.protobuf.Timestamp
-	34, // 11: bc.api.v1.NodeCertificate.superseded_at:type_name -> google.protobuf.Timestamp
-	34, // 12: bc.api.v1.NodeCertificate.revoked_at:type_name -> google.protobuf.Timestamp
+	36, // 8: bc.api.v1.NodeCertificate.not_before:type_name -> google.protobuf.Timestamp
+	36, // 9: bc.api.v1.NodeCertificate.not_after:type_name -> google.protobuf.Timestamp
+	36, // 10: bc.api.v1.NodeCertificate.issued_at:type_name -> google.protobuf.Timestamp
+	36, // 11: bc.api.v1.NodeCertificate.superseded_at:type_name -> google.protobuf.Timestamp
+	36, // 12: bc.api.v1.NodeCertificate.revoked_at:type_name -> google.protobuf.Timestamp
 	10, // 13: bc.api.v1.NodeCertificates.certificates:type_name -> bc.api.v1.NodeCertificate
-	34, // 14: bc.api.v1.AllocationBinding.updated_at:type_name -> google.protobuf.Timestamp
+	36, // 14: bc.api.v1.AllocationBinding.updated_at:type_name -> google.protobuf.Timestamp
 	13, // 15: bc.api.v1.AllocationBindings.bindings:type_name -> bc.api.v1.AllocationBinding
-	35, // 16: bc.api.v1.Command.payload:type_name -> google.protobuf.Struct
-	34, // 17: bc.api.v1.Command.not_after:type_name -> google.protobuf.Timestamp
-	34, // 18: bc.api.v1.Command.not_before:type_name -> google.protobuf.Timestamp
-	34, // 19: bc.api.v1.Command.created_at:type_name -> google.protobuf.Timestamp
-	34, // 20: bc.api.v1.Command.updated_at:type_name -> google.protobuf.Timestamp
-	34, // 21: bc.api.v1.Command.settled_at:type_name -> google.protobuf.Timestamp
-	34, // 22: bc.api.v1.Command.cancel_requested_at:type_name -> google.protobuf.Timestamp
-	36, // 23: bc.api.v1.Command.result:type_name -> google.protobuf.Value
-	36, // 24: bc.api.v1.Command.progress:type_name -> google.protobuf.Value
-	35, // 25: bc.api.v1.RunCommandRequest.payload:type_name -> google.protobuf.Struct
+	37, // 16: bc.api.v1.Command.payload:type_name -> google.protobuf.Struct
+	36, // 17: bc.api.v1.Command.not_after:type_name -> google.protobuf.Timestamp
+	36, // 18: bc.api.v1.Command.not_before:type_name -> google.protobuf.Timestamp
+	36, // 19: bc.api.v1.Command.created_at:type_name -> google.protobuf.Timestamp
+	36, // 20: bc.api.v1.Command.updated_at:type_name -> google.protobuf.Timestamp
+	36, // 21: bc.api.v1.Command.settled_at:type_name -> google.protobuf.Timestamp
+	36, // 22: bc.api.v1.Command.cancel_requested_at:type_name -> google.protobuf.Timestamp
+	38, // 23: bc.api.v1.Command.result:type_name -> google.protobuf.Value
+	38, // 24: bc.api.v1.Command.progress:type_name -> google.protobuf.Value
+	37, // 25: bc.api.v1.RunCommandRequest.payload:type_name -> google.protobuf.Struct
 	15, // 26: bc.api.v1.ListCommandsResponse.items:type_name -> bc.api.v1.Command
-	34, // 27: bc.api.v1.Event.occurred_at:type_name -> google.protobuf.Timestamp
-	35, // 28: bc.api.v1.Event.data:type_name -> google.protobuf.Struct
-	34, // 29: bc.api.v1.Condition.since:type_name -> google.protobuf.Timestamp
-	35, // 30: bc.api.v1.Node.inventory:type_name -> google.protobuf.Struct
+	36, // 27: bc.api.v1.Event.occurred_at:type_name -> google.protobuf.Timestamp
+	37, // 28: bc.api.v1.Event.data:type_name -> google.protobuf.Struct
+	36, // 29: bc.api.v1.Condition.since:type_name -> google.protobuf.Timestamp
+	37, // 30: bc.api.v1.Node.inventory:type_name -> google.protobuf.Struct
 	24, // 31: bc.api.v1.Node.conditions:type_name -> bc.api.v1.Condition
-	34, // 32: bc.api.v1.Node.created_at:type_name -> google.protobuf.Timestamp
-	34, // 33: bc.api.v1.Tenant.created_at:type_name -> google.protobuf.Timestamp
-	34, // 34: bc.api.v1.JoinToken.expires_at:type_name -> google.protobuf.Timestamp
-	35, // 35: bc.api.v1.SetNodeSpecRequest.spec:type_name -> google.protobuf.Struct
-	35, // 36: bc.api.v1.NodeSpec.spec:type_name -> google.protobuf.Struct
+	36, // 32: bc.api.v1.Node.created_at:type_name -> google.protobuf.Timestamp
+	36, // 33: bc.api.v1.Tenant.created_at:type_name -> google.protobuf.Timestamp
+	36, // 34: bc.api.v1.JoinToken.expires_at:type_name -> google.protobuf.Timestamp
+	37, // 35: bc.api.v1.SetNodeSpecRequest.spec:type_name -> google.protobuf.Struct
+	37, // 36: bc.api.v1.NodeSpec.spec:type_name -> google.protobuf.Struct
 	16, // 37: bc.api.v1.Commands.Run:input_type -> bc.api.v1.RunCommandRequest
 	17, // 38: bc.api.v1.Commands.Get:input_type -> bc.api.v1.GetCommandRequest
 	18, // 39: bc.api.v1.Commands.List:input_type -> bc.api.v1.ListCommandsRequest
@@ -3074,29 +3191,31 @@ var file_bc_api_v1_api_proto_depIdxs = []int32{
 	29, // 49: bc.api.v1.Nodes.CreateJoinToken:input_type -> bc.api.v1.CreateJoinTokenRequest
 	31, // 50: bc.api.v1.Nodes.SetSpec:input_type -> bc.api.v1.SetNodeSpecRequest
 	32, // 51: bc.api.v1.Nodes.GetSpec:input_type -> bc.api.v1.GetNodeSpecRequest
-	8,  // 52: bc.api.v1.Nodes.ListCertificates:input_type -> bc.api.v1.ListNodeCertificatesRequest
-	9,  // 53: bc.api.v1.Nodes.RevokeCertificates:input_type -> bc.api.v1.RevokeNodeCertificatesRequest
-	12, // 54: bc.api.v1.Nodes.ListBindings:input_type -> bc.api.v1.ListAllocationBindingsRequest
-	15, // 55: bc.api.v1.Commands.Run:output_type -> bc.api.v1.Command
-	15, // 56: bc.api.v1.Commands.Get:output_type -> bc.api.v1.Command
-	19, // 57: bc.api.v1.Commands.List:output_type -> bc.api.v1.ListCommandsResponse
-	15, // 58: bc.api.v1.Commands.Cancel:output_type -> bc.api.v1.Command
-	7,  // 59: bc.api.v1.CommandBatches.Create:output_type -> bc.api.v1.CommandBatch
-	7,  // 60: bc.api.v1.CommandBatches.Get:output_type -> bc.api.v1.CommandBatch
-	4,  // 61: bc.api.v1.CommandBatches.List:output_type -> bc.api.v1.ListCommandBatchesResponse
-	7,  // 62: bc.api.v1.CommandBatches.Approve:output_type -> bc.api.v1.CommandBatch
-	22, // 63: bc.api.v1.Events.Watch:output_type -> bc.api.v1.Event
-	25, // 64: bc.api.v1.Nodes.Get:output_type -> bc.api.v1.Node
-	27, // 65: bc.api.v1.Nodes.CreateTenant:output_type -> bc.api.v1.Tenant
-	25, // 66: bc.api.v1.Nodes.Create:output_type -> bc.api.v1.Node
-	30, // 67: bc.api.v1.Nodes.CreateJoinToken:output_type -> bc.api.v1.JoinToken
-	33, // 68: bc.api.v1.Nodes.SetSpec:output_type -> bc.api.v1.NodeSpec
-	33, // 69: bc.api.v1.Nodes.GetSpec:output_type -> bc.api.v1.NodeSpec
-	11, // 70: bc.api.v1.Nodes.ListCertificates:output_type -> bc.api.v1.NodeCertificates
-	11, // 71: bc.api.v1.Nodes.RevokeCertificates:output_type -> bc.api.v1.NodeCertificates
-	14, // 72: bc.api.v1.Nodes.ListBindings:output_type -> bc.api.v1.AllocationBindings
-	55, // [55:73] is the sub-list for method output_type
-	37, // [37:55] is the sub-list for method input_type
+	34, // 52: bc.api.v1.Nodes.Delete:input_type -> bc.api.v1.DeleteNodeRequest
+	8,  // 53: bc.api.v1.Nodes.ListCertificates:input_type -> bc.api.v1.ListNodeCertificatesRequest
+	9,  // 54: bc.api.v1.Nodes.RevokeCertificates:input_type -> bc.api.v1.RevokeNodeCertificatesRequest
+	12, // 55: bc.api.v1.Nodes.ListBindings:input_type -> bc.api.v1.ListAllocationBindingsRequest
+	15, // 56: bc.api.v1.Commands.Run:output_type -> bc.api.v1.Command
+	15, // 57: bc.api.v1.Commands.Get:output_type -> bc.api.v1.Command
+	19, // 58: bc.api.v1.Commands.List:output_type -> bc.api.v1.ListCommandsResponse
+	15, // 59: bc.api.v1.Commands.Cancel:output_type -> bc.api.v1.Command
+	7,  // 60: bc.api.v1.CommandBatches.Create:output_type -> bc.api.v1.CommandBatch
+	7,  // 61: bc.api.v1.CommandBatches.Get:output_type -> bc.api.v1.CommandBatch
+	4,  // 62: bc.api.v1.CommandBatches.List:output_type -> bc.api.v1.ListCommandBatchesResponse
+	7,  // 63: bc.api.v1.CommandBatches.Approve:output_type -> bc.api.v1.CommandBatch
+	22, // 64: bc.api.v1.Events.Watch:output_type -> bc.api.v1.Event
+	25, // 65: bc.api.v1.Nodes.Get:output_type -> bc.api.v1.Node
+	27, // 66: bc.api.v1.Nodes.CreateTenant:output_type -> bc.api.v1.Tenant
+	25, // 67: bc.api.v1.Nodes.Create:output_type -> bc.api.v1.Node
+	30, // 68: bc.api.v1.Nodes.CreateJoinToken:output_type -> bc.api.v1.JoinToken
+	33, // 69: bc.api.v1.Nodes.SetSpec:output_type -> bc.api.v1.NodeSpec
+	33, // 70: bc.api.v1.Nodes.GetSpec:output_type -> bc.api.v1.NodeSpec
+	35, // 71: bc.api.v1.Nodes.Delete:output_type -> bc.api.v1.DeletedNode
+	11, // 72: bc.api.v1.Nodes.ListCertificates:output_type -> bc.api.v1.NodeCertificates
+	11, // 73: bc.api.v1.Nodes.RevokeCertificates:output_type -> bc.api.v1.NodeCertificates
+	14, // 74: bc.api.v1.Nodes.ListBindings:output_type -> bc.api.v1.AllocationBindings
+	56, // [56:75] is the sub-list for method output_type
+	37, // [37:56] is the sub-list for method input_type
 	37, // [37:37] is the sub-list for extension type_name
 	37, // [37:37] is the sub-list for extension extendee
 	0,  // [0:37] is the sub-list for field type_name
@@ -3117,7 +3236,7 @@ func file_bc_api_v1_api_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_bc_api_v1_api_proto_rawDesc), len(file_bc_api_v1_api_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   34,
+			NumMessages:   36,
 			NumExtensions: 0,
 			NumServices:   4,
 		},

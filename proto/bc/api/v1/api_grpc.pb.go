@@ -622,6 +622,7 @@ const (
 	Nodes_CreateJoinToken_FullMethodName    = "/bc.api.v1.Nodes/CreateJoinToken"
 	Nodes_SetSpec_FullMethodName            = "/bc.api.v1.Nodes/SetSpec"
 	Nodes_GetSpec_FullMethodName            = "/bc.api.v1.Nodes/GetSpec"
+	Nodes_Delete_FullMethodName             = "/bc.api.v1.Nodes/Delete"
 	Nodes_ListCertificates_FullMethodName   = "/bc.api.v1.Nodes/ListCertificates"
 	Nodes_RevokeCertificates_FullMethodName = "/bc.api.v1.Nodes/RevokeCertificates"
 	Nodes_ListBindings_FullMethodName       = "/bc.api.v1.Nodes/ListBindings"
@@ -652,6 +653,12 @@ type NodesClient interface {
 	// GetSpec returns the node's latest spec generation
 	// (compute:nodes:read on compute-node/{nodeId}).
 	GetSpec(ctx context.Context, in *GetNodeSpecRequest, opts ...grpc.CallOption) (*NodeSpec, error)
+	// Delete deletes a node (compute:nodes:admin on compute-node/{nodeId}):
+	// its pending and in-flight commands become cancelled with reason
+	// node-deleted, its open sessions close, and its certificates no longer
+	// open a session or join. Afterwards the node is NOT_FOUND; its commands'
+	// history still lists.
+	Delete(ctx context.Context, in *DeleteNodeRequest, opts ...grpc.CallOption) (*DeletedNode, error)
 	// ListCertificates returns every certificate the node CA issued to the
 	// node, newest first, with the node CA, for verifying attested results
 	// (compute:nodes:read on compute-node/{nodeId}).
@@ -734,6 +741,16 @@ func (c *nodesClient) GetSpec(ctx context.Context, in *GetNodeSpecRequest, opts 
 	return out, nil
 }
 
+func (c *nodesClient) Delete(ctx context.Context, in *DeleteNodeRequest, opts ...grpc.CallOption) (*DeletedNode, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DeletedNode)
+	err := c.cc.Invoke(ctx, Nodes_Delete_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *nodesClient) ListCertificates(ctx context.Context, in *ListNodeCertificatesRequest, opts ...grpc.CallOption) (*NodeCertificates, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(NodeCertificates)
@@ -789,6 +806,12 @@ type NodesServer interface {
 	// GetSpec returns the node's latest spec generation
 	// (compute:nodes:read on compute-node/{nodeId}).
 	GetSpec(context.Context, *GetNodeSpecRequest) (*NodeSpec, error)
+	// Delete deletes a node (compute:nodes:admin on compute-node/{nodeId}):
+	// its pending and in-flight commands become cancelled with reason
+	// node-deleted, its open sessions close, and its certificates no longer
+	// open a session or join. Afterwards the node is NOT_FOUND; its commands'
+	// history still lists.
+	Delete(context.Context, *DeleteNodeRequest) (*DeletedNode, error)
 	// ListCertificates returns every certificate the node CA issued to the
 	// node, newest first, with the node CA, for verifying attested results
 	// (compute:nodes:read on compute-node/{nodeId}).
@@ -828,6 +851,9 @@ func (UnimplementedNodesServer) SetSpec(context.Context, *SetNodeSpecRequest) (*
 }
 func (UnimplementedNodesServer) GetSpec(context.Context, *GetNodeSpecRequest) (*NodeSpec, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetSpec not implemented")
+}
+func (UnimplementedNodesServer) Delete(context.Context, *DeleteNodeRequest) (*DeletedNode, error) {
+	return nil, status.Error(codes.Unimplemented, "method Delete not implemented")
 }
 func (UnimplementedNodesServer) ListCertificates(context.Context, *ListNodeCertificatesRequest) (*NodeCertificates, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListCertificates not implemented")
@@ -967,6 +993,24 @@ func _Nodes_GetSpec_Handler(srv interface{}, ctx context.Context, dec func(inter
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Nodes_Delete_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DeleteNodeRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(NodesServer).Delete(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Nodes_Delete_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(NodesServer).Delete(ctx, req.(*DeleteNodeRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _Nodes_ListCertificates_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(ListNodeCertificatesRequest)
 	if err := dec(in); err != nil {
@@ -1051,6 +1095,10 @@ var Nodes_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetSpec",
 			Handler:    _Nodes_GetSpec_Handler,
+		},
+		{
+			MethodName: "Delete",
+			Handler:    _Nodes_Delete_Handler,
 		},
 		{
 			MethodName: "ListCertificates",
