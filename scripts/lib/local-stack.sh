@@ -1,10 +1,10 @@
 # shellcheck shell=bash
-# local-stack.sh is sourced by scripts/demo: the pieces
-# both use to stand the whole system up on one machine and take it down again
-# (bc-server with a generated config, bcd nodes joined with one-time tokens on
-# mock GPUs, the CLI pointed at them). It defines functions and a few
-# variables only; the caller sets, before sourcing:
-#   ls_name  the prefix of every message ("run-local", "demo")
+# local-stack.sh is sourced by scripts/demo (make demo, and make run, its
+# other name): the pieces that stand the whole system up on one machine and
+# take it down again (bc-server with a generated config, bcd nodes joined with
+# one-time tokens on mock GPUs, the CLI pointed at them). It defines functions
+# and a few variables only; the caller sets, before sourcing:
+#   ls_name  the prefix of every message ("demo")
 #   bin      the absolute directory holding the built binaries
 #   work     a private temporary directory, removed by the caller
 # and calls ls_stop_all from its EXIT trap.
