@@ -118,8 +118,15 @@ func TestInstallDepsForTestWithTheCallersPostgres(t *testing.T) {
 // The README's two commands run install-deps before anything else they do.
 func TestMakeTestAndDemoInstallFirst(t *testing.T) {
 	for _, target := range []string{"test", "demo"} {
-		cmd := exec.Command("make", "-n", target)
+		cmd := exec.Command("make", "--no-print-directory", "-n", target)
 		cmd.Dir = root
+		// Run from make test, the outer make's settings must not reach
+		// this one.
+		for _, kv := range os.Environ() {
+			if k, _, _ := strings.Cut(kv, "="); k != "MAKEFLAGS" && k != "MFLAGS" && k != "MAKELEVEL" && k != "MAKEOVERRIDES" {
+				cmd.Env = append(cmd.Env, kv)
+			}
+		}
 		out, err := cmd.CombinedOutput()
 		require.NoError(t, err, "%s", out)
 		first, _, _ := strings.Cut(string(out), "\n")
