@@ -6,7 +6,18 @@ LDFLAGS   := -X github.com/better-compute/commands/internal/version.Version=$(VE
 GOFLAGS_TEST ?= -race -count=1
 PKGS      ?= ./...
 
-.PHONY: all build plugins test test-go vet proto proto-check bench fmt-check clean
+# go-nvml's cgo wrappers call NVML functions that its own nvml.h marks
+# deprecated, and gcc warns about each one: about 145 lines on a cold build,
+# before anything else, though nothing is wrong. Only that warning is turned
+# off (errors and every other warning still print); scripts/lib/go-env.sh
+# does the same for the scripts that build. cgo-warnings-check proves it.
+CGO_CFLAGS ?= -g -O2
+ifeq ($(filter -Wno-deprecated-declarations,$(CGO_CFLAGS)),)
+CGO_CFLAGS += -Wno-deprecated-declarations
+endif
+export CGO_CFLAGS
+
+.PHONY: all build plugins test test-go vet proto proto-check bench fmt-check clean cgo-warnings-check
 
 all: build
 
@@ -18,8 +29,17 @@ build:
 	@for p in $$(ls -d plugins/*/cmd/* 2>/dev/null); do \
 	  $(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/plugins/ ./$$p || exit 1; done
 
+## deps-test, deps-demo: install what make test and make demo need beside Go
+## and gcc (PostgreSQL's pg_virtualenv, dbus-daemon) with apt-get as root, or
+## print the command that does
+.PHONY: deps-test deps-demo
+deps-test:
+	@scripts/install-deps test
+deps-demo:
+	@scripts/install-deps demo
+
 ## test: vet, then the whole suite with -race, against a throwaway PostgreSQL
-test: fmt-check vet proto-check
+test: deps-test fmt-check vet proto-check cgo-warnings-check
 	scripts/with-postgres $(GO) test $(GOFLAGS_TEST) $(PKGS)
 
 vet:
@@ -28,6 +48,15 @@ vet:
 fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go' | grep -v '\.pb\.go$$')); \
 	  if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+
+## cgo-warnings-check: fail when compiling go-nvml with the build's CGO_CFLAGS
+## prints anything (a cold build's deprecation warnings). The -D that only this
+## check passes makes go-nvml's cgo compile again, as on a cold cache, without
+## rebuilding the rest.
+cgo-warnings-check:
+	@out=$$(CGO_CFLAGS="$(CGO_CFLAGS) -DBC_CGO_WARNINGS_CHECK=$$$$" $(GO) build github.com/NVIDIA/go-nvml/pkg/nvml 2>&1) || \
+	  { echo "$$out"; echo "go-nvml does not build"; exit 1; }; \
+	  if [ -n "$$out" ]; then echo "$$out" | head -20; echo "a cold build of go-nvml prints $$(echo "$$out" | wc -l) lines: CGO_CFLAGS ($(CGO_CFLAGS)) no longer silences them"; exit 1; fi
 
 ## proto: regenerate the protobuf code with the pinned buf and plugins
 proto:
@@ -79,7 +108,19 @@ clean:
 ## run: the same as demo: the whole system on one machine, commands run through it, everything stopped after
 run: demo
 
-.PHONY: demo
-## demo: a newcomer's tour: a throwaway PostgreSQL, bc-server, a healthy and a faulty bcd node on mock GPUs, diagnostics, a support bundle, a cancelled command, a summary; everything stopped after (DEMO_FLAGS=--json for JSON)
-demo: build
+.PHONY: demo demo-tools demo-check
+## demo: a newcomer's tour: a throwaway PostgreSQL, bc-server, a healthy and a faulty bcd node on mock GPUs, diagnostics, a support bundle, a reboot, a cancelled command, a summary; everything stopped after (DEMO_FLAGS=--json for JSON). It writes only under its temporary directories.
+# DEMO_STARTED_AT is when make started (read once, as make reads this file),
+# so that the demo's closing "done in" counts the build too.
+demo: export DEMO_STARTED_AT := $(shell date +%s)
+demo: deps-demo build demo-tools
 	BIN=$(BIN) scripts/demo $(DEMO_FLAGS)
+
+## demo-tools: what only the demo runs: the fake logind on its private D-Bus
+demo-tools:
+	@mkdir -p $(BIN)/tools
+	$(GO) build -o $(BIN)/tools/ ./internal/tools/fakelogind
+
+## demo-check: scripts/demo as root with / and /sys read-only, only a fresh temporary directory writable: it must pass, write nothing elsewhere, print no error line, count its whole run and leave nothing behind (CI runs it)
+demo-check: deps-demo build demo-tools
+	BIN=$(BIN) scripts/demo-check

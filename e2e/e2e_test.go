@@ -26,7 +26,7 @@ func TestE2E_CommandSucceedsAndShowsThroughGetAndCLI(t *testing.T) {
 	h.releaseNow(t)
 	payload, err := json.Marshal(h.payload())
 	require.NoError(t, err)
-	out, errs, code := c.cli("commands", "run", "nodeId="+"node_a1", "kind="+kindHold, "payload="+string(payload), "--wait", "--poll", "200ms")
+	out, errs, code := c.cli("commands", "run", "nodeId="+"node_a1", "kind="+kindHold, "payload="+string(payload), "--wait", "--poll", "200ms", "--json")
 	require.Equal(t, 0, code, "better-compute commands run --wait: %s", errs)
 	var got map[string]any
 	require.NoError(t, json.Unmarshal([]byte(out), &got), out)

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -135,7 +136,7 @@ func TestCommandsGetListCancelTables(t *testing.T) {
 	ctx := context.Background()
 	var ids []string
 	for i := 0; i < 3; i++ {
-		res := cliRun(ctx, env, "commands", "run", "nodeId=node_a1", "kind=diag.nvml")
+		res := cliRun(ctx, env, "commands", "run", "nodeId=node_a1", "kind=diag.nvml", "--json")
 		require.Equal(t, cli.ExitOK, res.code, res.stderr)
 		var c map[string]any
 		require.NoError(t, json.Unmarshal([]byte(res.stdout), &c))
@@ -165,6 +166,41 @@ func TestCommandsGetListCancelTables(t *testing.T) {
 	res = cliRun(ctx, env, "commands", "cancel", ids[1], "nodeId=node_a1")
 	require.Equal(t, cli.ExitOK, res.code, res.stderr)
 	require.Contains(t, res.stdout, "cancelled")
+}
+
+// run, get, list and cancel print one style: a table by default, JSON with
+// --json (run used to print JSON while the others printed tables).
+func TestCommandsPrintTablesByDefaultAndJSONWithFlag(t *testing.T) {
+	t.Parallel()
+	r := servertest.Start(t, nil)
+	env := envFor(r, servertest.TokOps)
+	env["BC_TENANT"] = servertest.TenantA
+	ctx := context.Background()
+	header := regexp.MustCompile(`^SEQ\s+ID\s+KIND\s+STATE\s+REASON\s+CREATED\s+NOT AFTER\n`)
+
+	res := cliRun(ctx, env, "commands", "run", "nodeId=node_a1", "kind=diag.nvml")
+	require.Equal(t, cli.ExitOK, res.code, res.stderr)
+	require.Regexp(t, header, res.stdout)
+	id := regexp.MustCompile(`cmd_[0-9A-Za-z]+`).FindString(res.stdout)
+	require.NotEmpty(t, id, res.stdout)
+	require.Regexp(t, `\s`+id+`\s+diag\.nvml\s+pending\s`, res.stdout)
+
+	byDefault := map[string][]string{
+		"run":    {"commands", "run", "nodeId=node_a1", "kind=logs.collect"},
+		"get":    {"commands", "get", id, "nodeId=node_a1"},
+		"list":   {"commands", "list", "nodeId=node_a1"},
+		"cancel": {"commands", "cancel", id, "nodeId=node_a1"},
+	}
+	for name, args := range byDefault {
+		res := cliRun(ctx, env, args...)
+		require.Equal(t, cli.ExitOK, res.code, "%s: %s", name, res.stderr)
+		require.Regexp(t, header, res.stdout, "%s prints a table", name)
+
+		res = cliRun(ctx, env, append(args, "--json")...)
+		require.Equal(t, cli.ExitOK, res.code, "%s --json: %s", name, res.stderr)
+		var v map[string]any
+		require.NoError(t, json.Unmarshal([]byte(res.stdout), &v), "%s --json prints JSON: %s", name, res.stdout)
+	}
 }
 
 // waitFor runs `commands run --wait` in the background, finds the command it
@@ -225,13 +261,15 @@ func TestRunWaitFollowsUntilSettled(t *testing.T) {
 	res := awaitResult(t, done)
 	require.Equal(t, cli.ExitCommandFailed, res.code, res.stderr)
 	require.Contains(t, res.stderr, "failed (ecc.uncorrectable)")
-	require.Contains(t, res.stdout, `"state": "failed"`)
+	require.Regexp(t, `(?m)^SEQ\s+ID\s+KIND\s+STATE`, res.stdout, "a table, as get, list and cancel print")
+	require.Regexp(t, `\sdiag\.nvml\s+failed\s+ecc\.uncorrectable\s`, res.stdout)
 
 	id, _, done = waitFor(t, r, "inventory.refresh")
 	r.SetState(t, id, queue.Succeeded, "", map[string]any{"ok": true})
 	res = awaitResult(t, done)
 	require.Equal(t, cli.ExitOK, res.code, res.stderr)
-	require.Contains(t, res.stdout, `"state": "succeeded"`)
+	require.Regexp(t, `\sinventory\.refresh\s+succeeded\s`, res.stdout)
+	require.Contains(t, res.stdout, `result: {"ok":true}`)
 
 	for _, to := range []queue.State{queue.Rejected, queue.Expired} {
 		id, _, done = waitFor(t, r, "logs.collect")

@@ -34,7 +34,8 @@ func (a *app) runCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "run nodeId=… kind=… [payload=JSON] [idempotencyKey=…] [notAfterSeconds=N] [batchId=…]",
 		Short: "Queue a command; with --wait, follow it until it settles",
-		Long: `run queues a command (commands.run). With --wait it follows the command,
+		Long: `run queues a command (commands.run) and prints it as a table, as get,
+list and cancel do (--json for JSON). With --wait it follows the command,
 printing each state it reaches on stderr, until it settles, and exits 3 when it
 ended failed, rejected, expired or cancelled.`,
 		Example: `  better-compute commands run nodeId=node_… kind=inventory.refresh payload='{"sections":["gpus"],"rescan":true}' --wait`,
@@ -64,7 +65,7 @@ ended failed, rejected, expired or cancelled.`,
 		},
 	}
 	cmd.Flags().BoolVar(&wait, "wait", false, "follow the command until it settles; exit 3 unless it succeeded")
-	cmd.Flags().BoolVar(&asJSON, "json", true, "print the command as JSON (--json=false for a table)")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON instead of a table")
 	cmd.Flags().DurationVar(&interval, "poll", 2*time.Second, "with --wait, re-read the command at least this often")
 	return cmd
 }
@@ -192,6 +193,9 @@ func (a *app) commandTable(cs []*apiv1.Command, detail bool) {
 		c := cs[0]
 		if c.GetBatchId() != "" {
 			fmt.Fprintf(a.env.Stdout, "batch: %s (awaiting approval: %v)\n", c.GetBatchId(), c.GetAwaitingApproval())
+		}
+		if c.GetMessage() != "" {
+			fmt.Fprintf(a.env.Stdout, "message: %s\n", c.GetMessage())
 		}
 		if c.GetBundleKey() != "" {
 			fmt.Fprintf(a.env.Stdout, "bundle key: %s\n", c.GetBundleKey())

@@ -35,8 +35,44 @@ func TestPluginBinaryOutOfProcess(t *testing.T) {
 	logind := startLogind(t, addr, nil)
 	bin := testutil.BuildBinary(t, "./plugins/reboot/cmd/bc-kind-reboot")
 
+	r := executeBinary(t, bin, []string{reboot.EnvBusAddress + "=" + addr})
+	require.Equal(t, kind.StatusSucceeded, r.Status, r.Message)
+	require.JSONEq(t, `{"accepted":true,"via":"logind"}`, string(r.Data))
+	require.Equal(t, []bool{false}, logind.Calls())
+}
+
+// The real binary's failure reaches bcd with the detail in the result and
+// the message: no bus at BCD_SYSTEM_BUS_ADDRESS is no-bus on logind's path.
+func TestPluginBinaryReportsTheFailureDetail(t *testing.T) {
+	bin := testutil.BuildBinary(t, "./plugins/reboot/cmd/bc-kind-reboot")
+	r := executeBinary(t, bin, []string{reboot.EnvBusAddress + "=unix:path=" + t.TempDir() + "/no-bus"})
+	require.Equal(t, kind.StatusFailed, r.Status)
+	require.Equal(t, reboot.ReasonNoBus, r.Reason)
+	require.Contains(t, r.Message, "asking logind for the reboot: connecting to D-Bus at unix:path=")
+	var res reboot.FailureResult
+	require.NoError(t, json.Unmarshal(r.Data, &res), string(r.Data))
+	require.Equal(t, reboot.ViaLogind, res.Path)
+	require.Contains(t, res.Error, "no-bus")
+}
+
+// bc-kind-reboot passes the SDK's conformance harness.
+func TestPluginConformance(t *testing.T) {
+	addr := startBus(t)
+	startLogind(t, addr, nil)
+	bin := testutil.BuildBinary(t, "./plugins/reboot/cmd/bc-kind-reboot")
+	kindtest.Run(t, bin, kindtest.Options{
+		Kinds:       []string{manifest.KindName},
+		Env:         []string{reboot.EnvBusAddress + "=" + addr},
+		BadPayloads: map[string]json.RawMessage{manifest.KindName: json.RawMessage(`{"force":true}`)},
+	})
+}
+
+// executeBinary loads bin as bcd does, with env added, checks it serves the
+// registered manifest, and runs one node.reboot through it.
+func executeBinary(t *testing.T, bin string, env []string) kind.Result {
+	t.Helper()
 	cmd := exec.Command(bin)
-	cmd.Env = append(os.Environ(), reboot.EnvBusAddress+"="+addr)
+	cmd.Env = append(os.Environ(), env...)
 	client := plugin.NewClient(&plugin.ClientConfig{
 		HandshakeConfig:  wire.Handshake,
 		Plugins:          wire.PluginSet(nil),
@@ -70,20 +106,5 @@ func TestPluginBinaryOutOfProcess(t *testing.T) {
 		require.NoError(t, err)
 		res = ev.GetResult()
 	}
-	r := kind.ResultFromProto(res)
-	require.Equal(t, kind.StatusSucceeded, r.Status, r.Message)
-	require.JSONEq(t, `{"accepted":true,"via":"logind"}`, string(r.Data))
-	require.Equal(t, []bool{false}, logind.Calls())
-}
-
-// bc-kind-reboot passes the SDK's conformance harness.
-func TestPluginConformance(t *testing.T) {
-	addr := startBus(t)
-	startLogind(t, addr, nil)
-	bin := testutil.BuildBinary(t, "./plugins/reboot/cmd/bc-kind-reboot")
-	kindtest.Run(t, bin, kindtest.Options{
-		Kinds:       []string{manifest.KindName},
-		Env:         []string{reboot.EnvBusAddress + "=" + addr},
-		BadPayloads: map[string]json.RawMessage{manifest.KindName: json.RawMessage(`{"force":true}`)},
-	})
+	return kind.ResultFromProto(res)
 }

@@ -26,7 +26,8 @@ const (
 
 // Outcome says how a reboot was asked for.
 type Outcome struct {
-	// Via is "logind" or "systemd".
+	// Via is "logind" or "systemd": the path that accepted the reboot or,
+	// with an error, the path that failed.
 	Via string `json:"via"`
 	// JobResult is systemd's job result on the fallback path ("done").
 	JobResult string `json:"jobResult,omitempty"`
@@ -38,7 +39,8 @@ type Outcome struct {
 // in systemctl reboot's job mode, and then it waits for the job's result:
 // "done" is success, anything else an error. On a real node a successful call
 // is followed by the process being killed; the caller must have journalled
-// the command with the boot id before calling.
+// the command with the boot id before calling. With an error, the Outcome
+// still names the path that failed, for the command's result.
 func Reboot(ctx context.Context, cfg Config, logger hclog.Logger) (Outcome, error) {
 	if logger == nil {
 		logger = hclog.NewNullLogger()
@@ -49,12 +51,12 @@ func Reboot(ctx context.Context, cfg Config, logger hclog.Logger) (Outcome, erro
 		return Outcome{Via: ViaLogind}, nil
 	}
 	if !serviceAbsent(err) {
-		return Outcome{}, err
+		return Outcome{Via: ViaLogind}, err
 	}
 	logger.Warn("logind is not on the bus; starting reboot.target through systemd", "error", err)
 	res, err := rebootSystemd(ctx, cfg)
 	if err != nil {
-		return Outcome{}, err
+		return Outcome{Via: ViaSystemdStart, JobResult: res}, err
 	}
 	logger.Info("systemd finished the reboot job", "result", res)
 	return Outcome{Via: ViaSystemdStart, JobResult: res}, nil

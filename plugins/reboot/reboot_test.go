@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -67,7 +68,13 @@ func TestLogindAccessDenied(t *testing.T) {
 	require.Contains(t, r.Message, "org.freedesktop.DBus.Error.AccessDenied")
 	require.Contains(t, r.Message, "Permission denied")
 	require.Contains(t, r.Message, "bcd must run as root, or polkit must allow")
-	require.JSONEq(t, `{"dbusError":"org.freedesktop.DBus.Error.AccessDenied"}`, string(r.Data))
+	require.True(t, strings.HasPrefix(r.Message, "asking logind for the reboot: "), r.Message)
+	// The detail is in the result, not only in bcd's log.
+	var res reboot.FailureResult
+	require.NoError(t, json.Unmarshal(r.Data, &res), string(r.Data))
+	require.Equal(t, reboot.ViaLogind, res.Path)
+	require.Equal(t, reboot.ErrNameAccessDenied, res.DBusError)
+	require.Contains(t, res.Error, "org.freedesktop.login1.Manager.Reboot: org.freedesktop.DBus.Error.AccessDenied: Permission denied")
 	require.Empty(t, systemd.Units(), "a refusal from logind must stand")
 }
 
@@ -92,7 +99,11 @@ func TestSystemdJobFailed(t *testing.T) {
 	require.Equal(t, kind.StatusFailed, r.Status)
 	require.Equal(t, reboot.ReasonJobFailed, r.Reason)
 	require.Contains(t, r.Message, `ended "failed"`)
-	require.JSONEq(t, `{"jobResult":"failed"}`, string(r.Data))
+	var res reboot.FailureResult
+	require.NoError(t, json.Unmarshal(r.Data, &res), string(r.Data))
+	require.Equal(t, reboot.FailureResult{Error: res.Error, Path: reboot.ViaSystemdStart, JobResult: "failed"}, res)
+	require.Contains(t, res.Error, `ended "failed"`)
+	require.True(t, strings.HasPrefix(r.Message, "asking systemd for the reboot: "), r.Message)
 }
 
 // Neither logind nor systemd: the bus's error for systemd's StartUnit is
@@ -103,7 +114,11 @@ func TestNeitherLogindNorSystemd(t *testing.T) {
 	r := run(t, addr)
 	require.Equal(t, kind.StatusFailed, r.Status)
 	require.Equal(t, reboot.ReasonRefused, r.Reason)
-	require.Contains(t, r.Message, reboot.SystemdStart+": org.freedesktop.DBus.Error.")
+	require.Contains(t, r.Message, reboot.SystemdStart+": org.freedesktop.DBus.Error.ServiceUnknown")
+	var res reboot.FailureResult
+	require.NoError(t, json.Unmarshal(r.Data, &res), string(r.Data))
+	require.Equal(t, reboot.ViaSystemdStart, res.Path, "logind was absent, so systemd's path failed")
+	require.Equal(t, "org.freedesktop.DBus.Error.ServiceUnknown", res.DBusError)
 }
 
 // A bus that cannot be reached is no-bus, not a refusal.
@@ -111,6 +126,13 @@ func TestNoBus(t *testing.T) {
 	r := run(t, "unix:path=/nonexistent/bus")
 	require.Equal(t, kind.StatusFailed, r.Status)
 	require.Equal(t, reboot.ReasonNoBus, r.Reason)
+	require.Contains(t, r.Message, "asking logind for the reboot: connecting to D-Bus at unix:path=/nonexistent/bus")
+	// The result says what happened; it used to be null.
+	var res reboot.FailureResult
+	require.NoError(t, json.Unmarshal(r.Data, &res), string(r.Data))
+	require.Equal(t, reboot.ViaLogind, res.Path)
+	require.Empty(t, res.DBusError)
+	require.Contains(t, res.Error, "connecting to D-Bus at unix:path=/nonexistent/bus")
 }
 
 func TestBusErrorUnwrapsAsBusError(t *testing.T) {

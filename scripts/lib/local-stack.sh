@@ -1,16 +1,28 @@
 # shellcheck shell=bash
-# local-stack.sh is sourced by scripts/demo: the pieces
-# both use to stand the whole system up on one machine and take it down again
-# (bc-server with a generated config, bcd nodes joined with one-time tokens on
-# mock GPUs, the CLI pointed at them). It defines functions and a few
-# variables only; the caller sets, before sourcing:
-#   ls_name  the prefix of every message ("run-local", "demo")
+# shellcheck disable=SC2154 # ls_name, bin and work are the caller's (below)
+# local-stack.sh is sourced by scripts/demo (make demo, and make run, its
+# other name): the pieces that stand the whole system up on one machine and
+# take it down again (bc-server with a generated config, bcd nodes joined with
+# one-time tokens on mock GPUs, the CLI pointed at them). It defines functions
+# and a few variables only; the caller sets, before sourcing:
+#   ls_name  the prefix of every message ("demo")
 #   bin      the absolute directory holding the built binaries
 #   work     a private temporary directory, removed by the caller
 # and calls ls_stop_all from its EXIT trap.
+#
+# Nothing it starts writes outside $work, and nothing it runs as root reaches
+# the host: each bcd node gets a sysfs root of its own under $work/NODE
+# (BCD_SYSFS_ROOT, so inventory.refresh's rescan: true writes there, not to
+# /sys/bus/pci/rescan) with its boot id file in it, and node.reboot asks a
+# fake logind on a private D-Bus (ls_start_bus; BCD_SYSTEM_BUS_ADDRESS for
+# the plugins, DBUS_SYSTEM_BUS_ADDRESS for bcd), never the host's logind.
+# TMPDIR is $work/tmp for everything it starts (go-plugin's sockets).
 
 ls_server_pid=""
-ls_bcd_pids=()
+ls_bus_pid=""
+ls_bus_addr=""
+# ls_node_pid: each node's running bcd, by node id.
+declare -A ls_node_pid=()
 
 # ls_say prints one progress line on stderr, so that stdout stays the
 # results (tables, or JSON with --json).
@@ -26,6 +38,9 @@ ls_need_bins() {
     [ -x "$bin/$b" ] || ls_die "$bin/$b is missing; build it with: make build"
   done
 }
+
+# ls_now prints the time in seconds since the epoch (a bash builtin, no fork).
+ls_now() { printf '%(%s)T\n' -1; }
 
 # ls_need_cmd CMD INSTALL: CMD on the PATH, or name the command that installs it.
 ls_need_cmd() {
@@ -95,7 +110,8 @@ auth:
 YAML
   chmod 600 "$ls_server_config"
   ls_say "starting bc-server (API 127.0.0.1:$ls_api_port, gateway 127.0.0.1:$ls_gw_port)"
-  "$bin/bc-server" --config "$ls_server_config" >"$work/server.log" 2>&1 &
+  mkdir -p "$work/tmp"
+  TMPDIR="$work/tmp" "$bin/bc-server" --config "$ls_server_config" >"$work/server.log" 2>&1 &
   ls_server_pid=$!
   ls_wait_for "bc-server to be ready" 60 ls_server_ready
   # The CLI reads no one's own config file: only the flags bc passes.
@@ -123,11 +139,34 @@ ls_create_node() {
   bc api nodes.create tenantId="$ls_tenant" nodeId="$1" >/dev/null
 }
 
+# ls_start_bus starts a private D-Bus with a fake logind on it
+# (internal/tools/fakelogind, built into $bin/tools), in $work/bus, logging
+# to $work/fakelogind.log, and sets ls_bus_addr once logind answers. Start
+# it before the nodes: their node.reboot asks it.
+ls_start_bus() {
+  mkdir -p "$work/bus"
+  "$bin/tools/fakelogind" --dir "$work/bus" >"$work/fakelogind.log" 2>&1 &
+  ls_bus_pid=$!
+  ls_wait_for "the fake logind on the private D-Bus" 30 test -s "$work/bus/address"
+  ls_bus_addr=$(cat "$work/bus/address")
+  ls_say "a private D-Bus with a fake logind ($ls_bus_addr): node.reboot never reaches this machine's logind"
+}
+
+# ls_new_boot NODE: a new boot id in NODE's sysfs root, where its bcd
+# (bootIdFile) and its plugins (BCD_SYSFS_ROOT) read it.
+ls_new_boot() {
+  local f="$work/$1/sysroot/proc/sys/kernel/random/boot_id"
+  mkdir -p "$(dirname "$f")"
+  cat /proc/sys/kernel/random/uuid >"$f"
+}
+
 # ls_join_node NODE [FAULTS]: join NODE with a one-time token and run its
 # bcd on the mock GPUs (nvmlSource mock:dgxh200, BCD_NVIDIA_SMI=mock) with
 # its own state dir under $work/NODE, logging to $work/NODE.log; FAULTS
-# (BCD_NVML_FAULTS, e.g. "gpu=3:row-remap-pending") injects GPU faults. It
-# returns once the node's session is open.
+# (BCD_NVML_FAULTS, e.g. "gpu=3:row-remap-pending") injects GPU faults. Its
+# sysfs root is $work/NODE/sysroot (an empty PCI bus, a rescan file, the
+# boot id) and its system bus the private one (ls_start_bus). It returns
+# once the node's session is open.
 ls_join_node() {
   ls_start_node "$@"
   ls_wait_session "$1"
@@ -139,15 +178,23 @@ ls_start_node() {
   local node=$1 faults=${2:-} join_token dir="$work/$1"
   join_token=$(bc api nodes.createJoinToken tenantId="$ls_tenant" nodeId="$node" | sed -n 's/.*"token": *"\([^"]*\)".*/\1/p')
   [ -n "$join_token" ] || ls_die "no join token in nodes.createJoinToken's answer for $node"
-  mkdir -p "$dir/state"
+  [ -n "$ls_bus_addr" ] || ls_die "ls_start_bus first: $node's node.reboot must have the private D-Bus to ask"
+  mkdir -p "$dir/state" "$dir/sysroot/sys/bus/pci/devices"
+  : >"$dir/sysroot/sys/bus/pci/rescan"
+  ls_new_boot "$node"
   {
     echo "role: node"
     echo "stateDir: \"$dir/state\""
     echo "pluginDir: \"$bin/plugins\""
     echo "nvmlSource: \"mock:dgxh200\""
+    echo "bootIdFile: \"$dir/sysroot/proc/sys/kernel/random/boot_id\""
     echo "pluginEnv:"
     echo "  BCD_NVIDIA_SMI: mock"
     [ -z "$faults" ] || echo "  BCD_NVML_FAULTS: \"$faults\""
+    # The kernel's view (proc/, sys/) and the PCI rescan, under $work.
+    echo "  BCD_SYSFS_ROOT: \"$dir/sysroot\""
+    # node.reboot asks the fake logind, never this machine's.
+    echo "  BCD_SYSTEM_BUS_ADDRESS: \"$ls_bus_addr\""
     # logs.collect assembles its bundle here rather than in the shared /tmp.
     echo "  BCD_LOGS_TMPDIR: \"$dir\""
     echo "logLevel: info"
@@ -155,8 +202,29 @@ ls_start_node() {
   ls_say "joining $node${faults:+ (injected GPU faults: $faults)}"
   "$bin/bcd" join --config "$dir/bcd.yaml" --token "$join_token" --server "127.0.0.1:$ls_gw_port" --ca-file "$work/ca/ca.pem" >"$work/$node.join.log" 2>&1 ||
     { cat "$work/$node.join.log" >&2; ls_die "bcd join $node failed"; }
-  "$bin/bcd" run --config "$dir/bcd.yaml" >"$work/$node.log" 2>&1 &
-  ls_bcd_pids+=("$!")
+  ls_run_bcd "$node"
+}
+
+# ls_run_bcd NODE: start NODE's (joined) bcd, logging to $work/NODE.log.
+ls_run_bcd() {
+  local node=$1
+  DBUS_SYSTEM_BUS_ADDRESS="$ls_bus_addr" TMPDIR="$work/tmp" "$bin/bcd" run --config "$work/$node/bcd.yaml" >"$work/$node.log" 2>&1 &
+  ls_node_pid[$node]=$!
+}
+
+# ls_reboot_node NODE: what a reboot does to NODE, without one: its bcd
+# stops, the boot id changes, and bcd starts again (its earlier log is kept
+# as $work/NODE.boot-N.log). It returns once the new session is open.
+ls_reboot_node() {
+  local node=$1 n=1
+  ls_stop "${ls_node_pid[$node]}"
+  unset "ls_node_pid[$node]"
+  while [ -e "$work/$node.boot-$n.log" ]; do n=$((n + 1)); done
+  mv "$work/$node.log" "$work/$node.boot-$n.log"
+  ls_new_boot "$node"
+  ls_say "$node: bcd stopped; a new boot id ($(cat "$work/$node/sysroot/proc/sys/kernel/random/boot_id")); bcd starts again"
+  ls_run_bcd "$node"
+  ls_wait_session "$node"
 }
 
 # ls_wait_session NODE: wait until NODE's bcd has its session open.
@@ -175,15 +243,24 @@ ls_stop() {
   wait "$pid" 2>/dev/null || true
 }
 
-# ls_stop_all stops what ls_start_server and ls_join_node started, by pid:
-# the bcd nodes first (each leaves unfinished work in its journal), then the
-# server.
+# ls_stop_all stops what ls_start_server, ls_start_bus and ls_join_node
+# started, by pid: the bcd nodes first (each leaves unfinished work in its
+# journal), then the server, then the private D-Bus.
 ls_stop_all() {
   local pid
-  for pid in "${ls_bcd_pids[@]}"; do ls_stop "$pid"; done
-  ls_bcd_pids=()
+  for pid in "${ls_node_pid[@]}"; do ls_stop "$pid"; done
+  ls_node_pid=()
   [ -z "$ls_server_pid" ] || ls_stop "$ls_server_pid"
   ls_server_pid=""
+  [ -z "$ls_bus_pid" ] || ls_stop "$ls_bus_pid"
+  ls_bus_pid=""
+}
+
+# ls_refused_writes prints the log lines in $work that say a write was
+# refused as read-only: a process that tried to write outside $work on a
+# machine (or in make demo-check's sandbox) where that is not allowed.
+ls_refused_writes() {
+  grep -Hi "read-only file system" "$work"/*.log 2>/dev/null || true
 }
 
 # ls_show_logs prints the last lines of every log in $work, for a failure.

@@ -10,15 +10,17 @@ package main
 
 import (
 	"context"
-	"flag"
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/spf13/pflag"
 
 	"github.com/better-compute/commands/controlplane/server"
 	"github.com/better-compute/commands/internal/version"
@@ -26,89 +28,170 @@ import (
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := run(ctx, os.Args[1:], os.Stderr)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
 	os.Exit(code)
 }
 
-// run parses flags over the config file and serves until ctx ends.
-func run(ctx context.Context, args []string, stderr io.Writer) int {
-	fs := flag.NewFlagSet("bc-server", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	var (
-		configPath  = fs.String("config", "", "config file (YAML)")
-		grpcListen  = fs.String("grpc-listen", "", "API address (default "+server.DefaultGRPCListen+")")
-		httpListen  = fs.String("http-listen", "", "health and metrics address (default "+server.DefaultHTTPListen+"; \"off\" disables)")
-		databaseURL = fs.String("database-url", "", "PostgreSQL URL (default: the PG* variables)")
-		authFile    = fs.String("auth-config", "", "identities and grants (YAML)")
-		kindsDir    = fs.String("kinds-dir", "", "directory of third-party kind manifests")
-		tlsCert     = fs.String("tls-cert", "", "server certificate (PEM)")
-		tlsKey      = fs.String("tls-key", "", "server key (PEM)")
-		clientCA    = fs.String("client-ca", "", "CA that verifies client certificates (PEM)")
-		gwListen    = fs.String("gateway-listen", "", "node gateway address, Session and Join (e.g. "+server.DefaultGatewayListen+"; off when unset)")
-		caDir       = fs.String("ca-dir", "", "node CA directory (ca.pem, ca-key.pem; created if missing)")
-		sweepEvery  = fs.Duration("sweep-interval", 0, "how often the CommandSweeper runs (default 5s)")
-		maxConns    = fs.Int("max-conns", 0, "database pool size (default 4 per CPU, at least 8)")
-		logLevel    = fs.String("log-level", "", "trace, debug, info, warn, error")
-		logJSON     = fs.Bool("log-json", false, "log as JSON")
-		shutdown    = fs.Duration("shutdown-timeout", 0, "graceful stop bound (default 15s)")
-		showVersion = fs.Bool("version", false, "print the version and exit")
-	)
-	fs.Usage = func() {
-		fmt.Fprintf(stderr, "Usage: bc-server [flags]\n\nFlags override the config file's settings.\n\n")
-		fs.PrintDefaults()
+// cmdline is what the command line says: the flags bind to these fields,
+// and set records which were given, so that only those override the config
+// file.
+type cmdline struct {
+	fs *pflag.FlagSet
+
+	configPath  string
+	grpcListen  string
+	httpListen  string
+	databaseURL string
+	authFile    string
+	kindsDir    string
+	tlsCert     string
+	tlsKey      string
+	clientCA    string
+	gwListen    string
+	caDir       string
+	sweepEvery  time.Duration
+	maxConns    int
+	logLevel    string
+	logJSON     bool
+	shutdown    time.Duration
+	components  []string
+	showVersion bool
+}
+
+// newCmdline registers bc-server's flags: --double-dash, as bcd's and
+// better-compute's (pflag), with the names the single-dash Go flags had.
+func newCmdline() *cmdline {
+	c := &cmdline{fs: pflag.NewFlagSet("bc-server", pflag.ContinueOnError)}
+	fs := c.fs
+	fs.StringVar(&c.configPath, "config", "", "config file (YAML)")
+	fs.StringVar(&c.grpcListen, "grpc-listen", "", "API address (default "+server.DefaultGRPCListen+")")
+	fs.StringVar(&c.httpListen, "http-listen", "", "health and metrics address (default "+server.DefaultHTTPListen+"; \"off\" disables)")
+	fs.StringVar(&c.databaseURL, "database-url", "", "PostgreSQL URL (default: the PG* variables)")
+	fs.StringVar(&c.authFile, "auth-config", "", "identities and grants (YAML)")
+	fs.StringVar(&c.kindsDir, "kinds-dir", "", "directory of third-party kind manifests")
+	fs.StringVar(&c.tlsCert, "tls-cert", "", "server certificate (PEM)")
+	fs.StringVar(&c.tlsKey, "tls-key", "", "server key (PEM)")
+	fs.StringVar(&c.clientCA, "client-ca", "", "CA that verifies client certificates (PEM)")
+	fs.StringVar(&c.gwListen, "gateway-listen", "", "node gateway address, Session and Join (e.g. "+server.DefaultGatewayListen+"; off when unset)")
+	fs.StringVar(&c.caDir, "ca-dir", "", "node CA directory (ca.pem, ca-key.pem; created if missing)")
+	fs.DurationVar(&c.sweepEvery, "sweep-interval", 0, "how often the CommandSweeper runs (default 5s)")
+	fs.IntVar(&c.maxConns, "max-conns", 0, "database pool size (default 4 per CPU, at least 8)")
+	fs.StringVar(&c.logLevel, "log-level", "", "trace, debug, info, warn, error")
+	fs.BoolVar(&c.logJSON, "log-json", false, "log as JSON")
+	fs.DurationVar(&c.shutdown, "shutdown-timeout", 0, "graceful stop bound (default 15s)")
+	fs.StringSliceVar(&c.components, "components", nil, "the parts this process runs: api, gateway, sweeper (default all); a gateway-only process reads no signing key")
+	fs.BoolVarP(&c.showVersion, "version", "v", false, "print the version and exit")
+	// pflag would print its own usage on -h and on every error; usage
+	// below decides where it goes (stdout for --help, stderr for a mistake).
+	fs.Usage = func() {}
+	fs.SortFlags = false
+	return c
+}
+
+// usage writes the synopsis and every flag.
+func (c *cmdline) usage(w io.Writer) {
+	fmt.Fprintf(w, "Usage: bc-server [--config FILE] [flags]\n\nRuns the control plane. Flags override the config file's settings.\n\nFlags:\n%s", c.fs.FlagUsages())
+}
+
+// errSingleDash is a Go-style -flag: pflag would read it as a cluster of
+// one-letter flags and fail with a confusing message, so it is named.
+var errSingleDash = errors.New("flags take two dashes")
+
+// parse reads args. A long flag spelt with one dash, as the Go flag package
+// allowed (-config), is refused with its -- spelling, so that an old unit
+// file or script fails with the fix in the message.
+func (c *cmdline) parse(args []string) error {
+	for _, a := range args {
+		if a == "--" {
+			break
+		}
+		if !strings.HasPrefix(a, "-") || strings.HasPrefix(a, "--") || len(a) <= 2 {
+			continue
+		}
+		name, _, _ := strings.Cut(a[1:], "=")
+		if c.fs.Lookup(name) != nil {
+			return fmt.Errorf("%s: %w: --%s", a, errSingleDash, strings.TrimPrefix(a, "-"))
+		}
 	}
-	if err := fs.Parse(args); err != nil {
+	return c.fs.Parse(args)
+}
+
+// apply sets on cfg what the flags given say; flags not given leave the
+// config file's values.
+func (c *cmdline) apply(cfg *server.Config) {
+	set := func(name string) bool { return c.fs.Changed(name) }
+	str := func(name string, dst *string, v string) {
+		if set(name) {
+			*dst = v
+		}
+	}
+	str("grpc-listen", &cfg.GRPCListen, c.grpcListen)
+	str("http-listen", &cfg.HTTPListen, c.httpListen)
+	if cfg.HTTPListen == "off" {
+		cfg.HTTPListen = ""
+	}
+	str("database-url", &cfg.DatabaseURL, c.databaseURL)
+	str("auth-config", &cfg.AuthFile, c.authFile)
+	str("kinds-dir", &cfg.KindsDir, c.kindsDir)
+	str("tls-cert", &cfg.TLS.Cert, c.tlsCert)
+	str("tls-key", &cfg.TLS.Key, c.tlsKey)
+	str("client-ca", &cfg.TLS.ClientCA, c.clientCA)
+	str("log-level", &cfg.LogLevel, c.logLevel)
+	str("gateway-listen", &cfg.Gateway.Listen, c.gwListen)
+	str("ca-dir", &cfg.Gateway.CADir, c.caDir)
+	if set("sweep-interval") {
+		cfg.Sweeper.Interval = server.Duration(c.sweepEvery)
+	}
+	if set("max-conns") {
+		cfg.MaxConns = int32(c.maxConns)
+	}
+	if set("log-json") {
+		cfg.LogJSON = c.logJSON
+	}
+	if set("shutdown-timeout") {
+		cfg.ShutdownTimeout = server.Duration(c.shutdown)
+	}
+	if set("auth-config") {
+		cfg.Auth.Identities = nil
+	}
+	if set("components") {
+		cfg.Components = append([]string(nil), c.components...)
+	}
+}
+
+// run parses flags over the config file and serves until ctx ends. --help
+// and --version print to stdout and exit 0; a usage error exits 2.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	c := newCmdline()
+	c.fs.SetOutput(io.Discard)
+	if err := c.parse(args); err != nil {
+		if errors.Is(err, pflag.ErrHelp) {
+			c.usage(stdout)
+			return 0
+		}
+		fmt.Fprintf(stderr, "bc-server: %v\n\n", err)
+		c.usage(stderr)
 		return 2
 	}
-	if *showVersion {
-		fmt.Fprintln(stderr, version.Version)
+	if c.fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "bc-server: unexpected argument %q (bc-server takes only flags)\n\n", c.fs.Arg(0))
+		c.usage(stderr)
+		return 2
+	}
+	if c.showVersion {
+		fmt.Fprintln(stdout, version.Version)
 		return 0
 	}
 	cfg := server.DefaultConfig()
-	if *configPath != "" {
+	if c.configPath != "" {
 		var err error
-		if cfg, err = server.LoadConfig(*configPath); err != nil {
+		if cfg, err = server.LoadConfig(c.configPath); err != nil {
 			fmt.Fprintf(stderr, "bc-server: %v\n", err)
 			return 2
 		}
 	}
-	set := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	str := func(name string, dst *string, v string) {
-		if set[name] {
-			*dst = v
-		}
-	}
-	str("grpc-listen", &cfg.GRPCListen, *grpcListen)
-	str("http-listen", &cfg.HTTPListen, *httpListen)
-	if cfg.HTTPListen == "off" {
-		cfg.HTTPListen = ""
-	}
-	str("database-url", &cfg.DatabaseURL, *databaseURL)
-	str("auth-config", &cfg.AuthFile, *authFile)
-	str("kinds-dir", &cfg.KindsDir, *kindsDir)
-	str("tls-cert", &cfg.TLS.Cert, *tlsCert)
-	str("tls-key", &cfg.TLS.Key, *tlsKey)
-	str("client-ca", &cfg.TLS.ClientCA, *clientCA)
-	str("log-level", &cfg.LogLevel, *logLevel)
-	str("gateway-listen", &cfg.Gateway.Listen, *gwListen)
-	str("ca-dir", &cfg.Gateway.CADir, *caDir)
-	if set["sweep-interval"] {
-		cfg.Sweeper.Interval = server.Duration(*sweepEvery)
-	}
-	if set["max-conns"] {
-		cfg.MaxConns = int32(*maxConns)
-	}
-	if set["log-json"] {
-		cfg.LogJSON = *logJSON
-	}
-	if set["shutdown-timeout"] {
-		cfg.ShutdownTimeout = server.Duration(*shutdown)
-	}
-	if set["auth-config"] {
-		cfg.Auth.Identities = nil
-	}
+	c.apply(&cfg)
 
 	logger := hclog.New(&hclog.LoggerOptions{
 		Name: "bc-server", Level: hclog.LevelFromString(cfg.LogLevel), JSONFormat: cfg.LogJSON, Output: stderr,
@@ -133,21 +216,21 @@ func run(ctx context.Context, args []string, stderr io.Writer) int {
 				return
 			case <-hup:
 				next := cfg
-				if *configPath != "" {
-					fresh, err := server.LoadConfig(*configPath)
+				if c.configPath != "" {
+					fresh, err := server.LoadConfig(c.configPath)
 					if err != nil {
 						logger.Error("reload refused", "error", err)
 						continue
 					}
-					if !set["auth-config"] {
+					if !c.fs.Changed("auth-config") {
 						next.Auth, next.AuthFile = fresh.Auth, fresh.AuthFile
 					}
 				}
 				if err := srv.ReloadAuth(next); err != nil {
 					logger.Error("reload refused", "error", err)
 				}
-				if *configPath != "" {
-					if fresh, err := server.LoadConfig(*configPath); err == nil {
+				if c.configPath != "" {
+					if fresh, err := server.LoadConfig(c.configPath); err == nil {
 						if err := srv.ReloadPKI(ctx, fresh.PKI); err != nil {
 							logger.Error("pki reload refused", "error", err)
 						}

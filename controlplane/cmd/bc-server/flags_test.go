@@ -1,0 +1,111 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/better-compute/commands/controlplane/auth"
+	"github.com/better-compute/commands/controlplane/server"
+	"github.com/better-compute/commands/internal/version"
+)
+
+func runArgs(args ...string) (code int, stdout, stderr string) {
+	var out, errb bytes.Buffer
+	code = run(context.Background(), args, &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+// --help is an answer, not a mistake: stdout, exit 0, as bcd and
+// better-compute do, listing the --double-dash flags.
+func TestHelpPrintsToStdoutAndExitsZero(t *testing.T) {
+	for _, arg := range []string{"--help", "-h"} {
+		code, out, errs := runArgs(arg)
+		require.Equal(t, 0, code, errs)
+		require.Empty(t, errs)
+		require.Contains(t, out, "Usage: bc-server")
+		for _, name := range []string{"--config", "--grpc-listen", "--http-listen", "--database-url", "--auth-config", "--gateway-listen", "--version"} {
+			require.Contains(t, out, name)
+		}
+		require.NotContains(t, out, " -config ", "the Go flag package's single-dash spelling is gone")
+	}
+}
+
+func TestVersionPrintsToStdout(t *testing.T) {
+	code, out, errs := runArgs("--version")
+	require.Equal(t, 0, code)
+	require.Empty(t, errs)
+	require.Equal(t, version.Version+"\n", out)
+}
+
+// A mistake goes to stderr with the usage and exits 2; a Go-style -flag
+// is named with its -- spelling, so an old unit file fails with the fix.
+func TestUsageErrorsExitTwoOnStderr(t *testing.T) {
+	code, out, errs := runArgs("--no-such-flag")
+	require.Equal(t, 2, code)
+	require.Empty(t, out)
+	require.Contains(t, errs, "unknown flag: --no-such-flag")
+	require.Contains(t, errs, "Usage: bc-server")
+
+	code, out, errs = runArgs("-config", "/etc/bc-server/server.yaml")
+	require.Equal(t, 2, code)
+	require.Empty(t, out)
+	require.Contains(t, errs, "-config: flags take two dashes: --config")
+
+	code, _, errs = runArgs("-grpc-listen=:1")
+	require.Equal(t, 2, code)
+	require.Contains(t, errs, "--grpc-listen=:1")
+
+	code, _, errs = runArgs("serve")
+	require.Equal(t, 2, code)
+	require.Contains(t, errs, `unexpected argument "serve"`)
+}
+
+// Every flag the single-dash parser had works in its -- form and sets the
+// config key it always set; flags not given leave the file's values.
+func TestEveryFlagInItsDoubleDashForm(t *testing.T) {
+	c := newCmdline()
+	require.NoError(t, c.parse([]string{
+		"--config", "server.yaml",
+		"--grpc-listen", "127.0.0.1:1",
+		"--http-listen=off",
+		"--database-url", "postgres://db/x",
+		"--auth-config", "auth.yaml",
+		"--kinds-dir", "kinds.d",
+		"--tls-cert", "c.pem", "--tls-key", "k.pem", "--client-ca", "ca.pem",
+		"--gateway-listen", ":7444", "--ca-dir", "node-ca",
+		"--sweep-interval", "3s", "--max-conns", "12",
+		"--log-level", "debug", "--log-json",
+		"--shutdown-timeout", "4s",
+	}))
+	require.Equal(t, "server.yaml", c.configPath)
+	cfg := server.DefaultConfig()
+	cfg.Auth.Identities = make([]auth.IdentityConfig, 1)
+	c.apply(&cfg)
+	require.Equal(t, "127.0.0.1:1", cfg.GRPCListen)
+	require.Empty(t, cfg.HTTPListen, "off disables the HTTP listener")
+	require.Equal(t, "postgres://db/x", cfg.DatabaseURL)
+	require.Equal(t, "auth.yaml", cfg.AuthFile)
+	require.Nil(t, cfg.Auth.Identities, "--auth-config replaces the file's identities")
+	require.Equal(t, "kinds.d", cfg.KindsDir)
+	require.Equal(t, "c.pem", cfg.TLS.Cert)
+	require.Equal(t, "k.pem", cfg.TLS.Key)
+	require.Equal(t, "ca.pem", cfg.TLS.ClientCA)
+	require.Equal(t, ":7444", cfg.Gateway.Listen)
+	require.Equal(t, "node-ca", cfg.Gateway.CADir)
+	require.Equal(t, server.Duration(3*time.Second), cfg.Sweeper.Interval)
+	require.Equal(t, int32(12), cfg.MaxConns)
+	require.Equal(t, "debug", cfg.LogLevel)
+	require.True(t, cfg.LogJSON)
+	require.Equal(t, server.Duration(4*time.Second), cfg.ShutdownTimeout)
+
+	// Nothing given: the config as it was.
+	c = newCmdline()
+	require.NoError(t, c.parse(nil))
+	cfg, want := server.DefaultConfig(), server.DefaultConfig()
+	c.apply(&cfg)
+	require.Equal(t, want, cfg)
+}
