@@ -8,6 +8,7 @@ package api
 import (
 	"context"
 	"errors"
+	"github.com/better-compute/commands/controlplane/batches"
 	"sync"
 	"time"
 
@@ -61,6 +62,10 @@ type Config struct {
 	// Join creates join tokens for nodes.createJoinToken; nil when the
 	// server runs no gateway, and then that call is UNSUPPORTED.
 	Join *join.Service
+	// Quorum is the destructive-batch quorum (the approver keys of the trust
+	// bundle and the threshold); nil or empty keys: batches are recorded for
+	// audit only and their commands go out at once.
+	Quorum func() batches.Quorum
 	// WatchPoll is how often a watch re-reads the outbox without a NOTIFY;
 	// events.DefaultPoll when zero.
 	WatchPoll time.Duration
@@ -79,13 +84,15 @@ type Server struct {
 	logger    hclog.Logger
 	allowlist map[string]bool
 	quorum    bool
-	bundles   *bundles.Bundles
-	join      *join.Service
-	poll      time.Duration
-	now       func() time.Time
-	hub       *hub
-	outage    *dbhealth.Outage
-	watches   *watchLimit
+	// quorumKeys is Config.Quorum.
+	quorumKeys func() batches.Quorum
+	bundles    *bundles.Bundles
+	join       *join.Service
+	poll       time.Duration
+	now        func() time.Time
+	hub        *hub
+	outage     *dbhealth.Outage
+	watches    *watchLimit
 	// done closes when the context given to Start ends: watches then end
 	// with UNAVAILABLE so that their clients resume on another replica.
 	done chan struct{}
@@ -103,7 +110,7 @@ func New(cfg Config) *Server {
 	}
 	s := &Server{
 		pool: cfg.Pool, queue: cfg.Queue, logger: logger.Named("api"),
-		allowlist: map[string]bool{}, quorum: cfg.BatchQuorum, bundles: cfg.Bundles, join: cfg.Join, poll: cfg.WatchPoll, now: cfg.Now,
+		allowlist: map[string]bool{}, quorum: cfg.BatchQuorum, quorumKeys: cfg.Quorum, bundles: cfg.Bundles, join: cfg.Join, poll: cfg.WatchPoll, now: cfg.Now,
 		hub: newHub(), watches: newWatchLimit(cfg.MaxWatchesPerIdentity), done: make(chan struct{}),
 	}
 	// One outage log for the API's requests: the first that cannot reach
@@ -137,6 +144,7 @@ func (s *Server) Register(g grpc.ServiceRegistrar) {
 	apiv1.RegisterCommandsServer(g, &commandsServer{s: s})
 	apiv1.RegisterEventsServer(g, &eventsServer{s: s})
 	apiv1.RegisterNodesServer(g, &nodesServer{s: s})
+	apiv1.RegisterCommandBatchesServer(g, &batchesServer{s: s})
 }
 
 // lookupNode tells auth which tenant owns a node.

@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"fmt"
+	"github.com/better-compute/commands/controlplane/batches"
 	"strconv"
 	"time"
 
@@ -101,6 +102,13 @@ func (c *commandsServer) Run(ctx context.Context, req *apiv1.RunCommandRequest) 
 	var cmd queue.Command
 	err = inTx(ctx, s.pool, func(tx pgx.Tx) error {
 		var err error
+		if p.BatchID != "" {
+			// The batch must be the tenant's and its scope must hold this
+			// (node, kind), and the payload when the leaf binds one.
+			if p.AwaitingApproval, err = batches.CheckScope(ctx, tx, p.TenantID, p.BatchID, p.NodeID, p.Kind, canonicalPayload(p.Payload), s.now()); err != nil {
+				return err
+			}
+		}
 		cmd, _, err = s.queue.Enqueue(ctx, tx, p)
 		return err
 	})
@@ -206,4 +214,13 @@ func (c *commandsServer) Cancel(ctx context.Context, req *apiv1.CancelCommandReq
 	}
 	s.outage.OK()
 	return s.toProto(cmd), nil
+}
+
+// canonicalPayload is the payload as a batch leaf's digest covers it ("{}"
+// for none): trust.PayloadDigest canonicalises the JSON itself.
+func canonicalPayload(p []byte) []byte {
+	if len(p) == 0 {
+		return []byte("{}")
+	}
+	return p
 }

@@ -53,7 +53,7 @@ func (s *Server) toProto(c queue.Command) *apiv1.Command {
 		d := trust.CommandDigest(c.CommandBytes)
 		out.CommandSha256 = hex.EncodeToString(d[:])
 	}
-	if c.BatchID != "" && s.quorum && c.NotBefore == nil && !c.State.Terminal() {
+	if c.AwaitingApproval && !c.State.Terminal() {
 		// Under the quorum a batched command is held until its batch is
 		// approved, which is when notBefore is set.
 		out.AwaitingApproval = true

@@ -35,6 +35,13 @@ const (
 	// PermEventsRead is reserved: events.watch checks tenant visibility and
 	// each event's node against PermNodesRead, not this.
 	PermEventsRead = "compute:events:read"
+	// PermBatchesCreate creates destructive batches (tenant/{tenantId}).
+	PermBatchesCreate = "compute:batches:create"
+	// PermBatchesRead reads batches (tenant/{tenantId}).
+	PermBatchesRead = "compute:batches:read"
+	// PermBatchesApprove uploads an approver's signature (tenant/{tenantId});
+	// the key, not the grant, is what counts, and an agent never approves.
+	PermBatchesApprove = "compute:batches:approve"
 )
 
 // Permissions are the permissions the API checks, each documented with its

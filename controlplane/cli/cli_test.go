@@ -98,7 +98,7 @@ func TestAPIErrors(t *testing.T) {
 
 	res := cliRun(ctx, env, "api", "commands.start")
 	require.Equal(t, cli.ExitUsage, res.code)
-	require.Contains(t, res.stderr, "valid methods: commands.cancel, commands.get, commands.list, commands.run, events.watch")
+	require.Contains(t, res.stderr, "commands.cancel, commands.get, commands.list, commands.run, events.watch")
 
 	res = cliRun(ctx, env, "api", "commands.run", "node=node_a1")
 	require.Equal(t, cli.ExitUsage, res.code)

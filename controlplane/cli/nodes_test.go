@@ -91,7 +91,7 @@ func TestNodesDelete(t *testing.T) {
 	env := envFor(r, servertest.TokOps)
 	env["BC_TENANT"] = servertest.TenantA
 	ctx := context.Background()
-	res := cliRun(ctx, env, "commands", "run", "nodeId="+servertest.NodeA1, "kind=diag.nvml")
+	res := cliRun(ctx, env, "commands", "run", "nodeId="+servertest.NodeA1, "kind=diag.nvml", "--json")
 	require.Equal(t, 0, res.code, res.stderr)
 	var cmd struct{ ID string }
 	require.NoError(t, json.Unmarshal([]byte(res.stdout), &cmd))

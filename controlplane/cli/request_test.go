@@ -21,7 +21,7 @@ func TestFindMethodMapsSpecNamesOntoServices(t *testing.T) {
 	require.True(t, m.Desc.IsStreamingServer())
 
 	_, err = FindMethod("commands.runn")
-	require.ErrorContains(t, err, "valid methods: commands.cancel, commands.get, commands.list, commands.run, events.watch")
+	require.ErrorContains(t, err, "commands.cancel, commands.get, commands.list, commands.run, events.watch")
 }
 
 func TestBuildRequestInTheSpecsForm(t *testing.T) {

@@ -27,6 +27,7 @@ import (
 
 	"github.com/better-compute/commands/controlplane/api"
 	"github.com/better-compute/commands/controlplane/auth"
+	"github.com/better-compute/commands/controlplane/batches"
 	"github.com/better-compute/commands/controlplane/bundles"
 	"github.com/better-compute/commands/controlplane/gateway"
 	"github.com/better-compute/commands/controlplane/join"
@@ -61,6 +62,7 @@ type Server struct {
 	// pki.commandSigning (or in a process without the api component); trust
 	// hands out the newest published trust bundle.
 	signer atomic.Pointer[signing.Authority]
+	quorum atomic.Pointer[batches.Quorum]
 	trust  *trustbundle.Source
 
 	// The gateway's parts; nil when cfg.Gateway.Listen is empty.
@@ -174,7 +176,7 @@ func New(ctx context.Context, cfg Config, reg *kinds.Registry, logger hclog.Logg
 		s.sweeper = sweeper.New(pool, q, sweeper.Options{Interval: time.Duration(cfg.Sweeper.Interval),
 			Nodes: s.nodeWakers, Workflows: s.workflowWakers, Logger: logger})
 	}
-	s.api = api.New(api.Config{Pool: pool, Queue: q, Logger: logger, Allowlist: cfg.Allowlist, BatchQuorum: cfg.BatchQuorum,
+	s.api = api.New(api.Config{Pool: pool, Queue: q, Logger: logger, Allowlist: cfg.Allowlist, BatchQuorum: cfg.BatchQuorum, Quorum: s.Quorum,
 		Bundles: support, Join: s.join, MaxWatchesPerIdentity: cfg.MaxWatchesPerIdentity})
 	s.metrics = newMetrics(pool)
 

@@ -3,6 +3,8 @@ package server
 import (
 	"context"
 	"fmt"
+	"github.com/better-compute/commands/controlplane/batches"
+	"github.com/better-compute/commands/internal/trust"
 	"time"
 
 	"github.com/better-compute/commands/controlplane/serverconfig"
@@ -28,6 +30,9 @@ func (s *Server) startSigning(ctx context.Context, cfg Config) error {
 		if len(pc.CommandSigningRoots) > 0 {
 			return fmt.Errorf("pki.commandSigningRoots needs pki.commandSigning: the current root signs the bundle that carries them")
 		}
+		if len(pc.Approvers) > 0 {
+			return fmt.Errorf("pki.approvers needs pki.commandSigning: approver keys reach the nodes in the trust bundle the root signs")
+		}
 		return nil
 	}
 	if !cfg.Runs(ComponentAPI) {
@@ -48,6 +53,7 @@ func (s *Server) startSigning(ctx context.Context, cfg Config) error {
 	}
 	s.signer.Store(a)
 	s.queue.SetSigner(a)
+	s.setQuorum(content)
 	s.logger.Info("command signing on", "trust_version", tb.GetVersion(), "roots", len(content.Roots), "approvers", len(content.Approvers))
 	return nil
 }
@@ -84,7 +90,27 @@ func (s *Server) ReloadPKI(ctx context.Context, pc serverconfig.PKIConfig) error
 	}
 	s.signer.Store(a)
 	s.queue.SetSigner(a)
+	s.setQuorum(content)
 	s.trust.Invalidate()
 	s.logger.Info("pki reloaded", "trust_version", tb.GetVersion(), "roots", len(content.Roots), "approvers", len(content.Approvers))
 	return nil
+}
+
+// setQuorum takes the approver keys and threshold of the bundle content: the
+// API checks approvals against them, and with keys and no break-glass
+// allowance a destructive kind needs a batch (batch-required).
+func (s *Server) setQuorum(content trust.Bundle) {
+	q := batches.Quorum{Approvers: content.Approvers, Threshold: content.ApprovalThreshold}
+	s.quorum.Store(&q)
+	if q.On() && content.UnbatchedDestructivePerHour == 0 {
+		s.queue.RequireBatches(true)
+	}
+}
+
+// Quorum is the destructive-batch quorum in force (no keys: audit only).
+func (s *Server) Quorum() batches.Quorum {
+	if q := s.quorum.Load(); q != nil {
+		return *q
+	}
+	return batches.Quorum{}
 }
