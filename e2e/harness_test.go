@@ -3,8 +3,9 @@
 // sweeper) on a real PostgreSQL, the real bcd binary joined to it with
 // `bcd join` and run with `bcd run`, and real plugin subprocesses (the
 // bcdcore test plugin's e2e kinds count their runs in a file). Commands go in
-// through the API or the CLI, exactly as an operator's would. Run them under
-// scripts/with-postgres.
+// through the API or the CLI, exactly as an operator's would. signed_test.go
+// runs the first-party plugins instead, with command signing on
+// (newSignedCluster). Run them under scripts/with-postgres.
 package e2e
 
 import (
@@ -226,6 +227,8 @@ type node struct {
 	// controlPlane, when set, is the gateway `bcd run` connects to instead
 	// of the one it joined through.
 	controlPlane string
+	// joinOut is what `bcd join` printed.
+	joinOut string
 }
 
 type lockedBuffer struct {
@@ -255,6 +258,7 @@ func (c *cluster) join() *node {
 		"--ca-file", filepath.Join(c.srv.CADir, "ca.pem"))
 	require.Equal(c.t, 0, code, "bcd join: %s", errs)
 	require.Contains(c.t, out, "joined as "+servertest.NodeA1)
+	n.joinOut = out
 	c.t.Cleanup(func() {
 		n.kill()
 		if c.t.Failed() {
@@ -291,6 +295,13 @@ func (n *node) bcd(args ...string) (string, string, int) {
 func (n *node) start() {
 	n.c.t.Helper()
 	before := n.sessions()
+	n.launch()
+	n.waitSession(before)
+}
+
+// launch runs `bcd run` without waiting for a session.
+func (n *node) launch() {
+	n.c.t.Helper()
 	n.proc = exec.Command(n.c.bcd, n.args("run")...)
 	n.proc.Stdout, n.proc.Stderr = n.logs, n.logs
 	require.NoError(n.c.t, n.proc.Start())
@@ -299,7 +310,6 @@ func (n *node) start() {
 		_ = p.Wait()
 		close(done)
 	}(n.proc, n.done)
-	n.waitSession(before)
 }
 
 // sessions counts the sessions bcd opened so far (its Welcome log lines).
