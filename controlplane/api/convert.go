@@ -45,6 +45,7 @@ func (s *Server) toProto(c queue.Command) *apiv1.Command {
 		WaitingReason:     c.WaitingReason,
 		WaitingMessage:    c.WaitingMessage,
 		KindVersion:       c.KindVersion,
+		Rebooted:          c.Rebooted,
 	}
 	if len(c.ResultSHA256) > 0 {
 		out.ResultSha256 = hex.EncodeToString(c.ResultSHA256)

@@ -1194,7 +1194,10 @@ type Command struct {
 	// kind_version is the version of the kind's manifest that the node the
 	// command went to runs (a fleet mid-upgrade runs several); empty before
 	// dispatch.
-	KindVersion   string `protobuf:"bytes,30,opt,name=kind_version,json=kindVersion,proto3" json:"kind_version,omitempty"`
+	KindVersion string `protobuf:"bytes,30,opt,name=kind_version,json=kindVersion,proto3" json:"kind_version,omitempty"`
+	// rebooted is true when a new boot (or role) on rejoin completed a
+	// self-terminating kind (node.reboot) as succeeded.
+	Rebooted      bool `protobuf:"varint,31,opt,name=rebooted,proto3" json:"rebooted,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1437,6 +1440,13 @@ func (x *Command) GetKindVersion() string {
 		return x.KindVersion
 	}
 	return ""
+}
+
+func (x *Command) GetRebooted() bool {
+	if x != nil {
+		return x.Rebooted
+	}
+	return false
 }
 
 // RunCommandRequest queues a command.
@@ -2911,7 +2921,7 @@ const file_bc_api_v1_api_proto_rawDesc = "" +
 	"\n" +
 	"updated_at\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAt\"N\n" +
 	"\x12AllocationBindings\x128\n" +
-	"\bbindings\x18\x01 \x03(\v2\x1c.bc.api.v1.AllocationBindingR\bbindings\"\x9b\t\n" +
+	"\bbindings\x18\x01 \x03(\v2\x1c.bc.api.v1.AllocationBindingR\bbindings\"\xb7\t\n" +
 	"\aCommand\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1b\n" +
 	"\ttenant_id\x18\x02 \x01(\tR\btenantId\x12\x17\n" +
@@ -2949,7 +2959,8 @@ const file_bc_api_v1_api_proto_rawDesc = "" +
 	"\fresult_bytes\x18\x1b \x01(\fR\vresultBytes\x12%\n" +
 	"\x0ewaiting_reason\x18\x1c \x01(\tR\rwaitingReason\x12'\n" +
 	"\x0fwaiting_message\x18\x1d \x01(\tR\x0ewaitingMessage\x12!\n" +
-	"\fkind_version\x18\x1e \x01(\tR\vkindVersionB\r\n" +
+	"\fkind_version\x18\x1e \x01(\tR\vkindVersion\x12\x1a\n" +
+	"\brebooted\x18\x1f \x01(\bR\brebootedB\r\n" +
 	"\v_retry_safe\"\x9b\x02\n" +
 	"\x11RunCommandRequest\x12\x1b\n" +
 	"\ttenant_id\x18\x01 \x01(\tR\btenantId\x12\x17\n" +
