@@ -2,6 +2,9 @@ package api_test
 
 import (
 	"context"
+	"github.com/better-compute/commands/controlplane/batches"
+	"github.com/better-compute/commands/internal/trust"
+	"github.com/jackc/pgx/v5"
 	"net/url"
 	"strings"
 	"testing"
@@ -77,24 +80,38 @@ func TestLogsCollectWithoutSupportBundles(t *testing.T) {
 // awaitingApproval: true and no notBefore"
 func TestBatchedCommandAwaitsApproval(t *testing.T) {
 	t.Parallel()
-	b := setup(t, func(c *api.Config) { c.BatchQuorum = true })
-	b.queue.RequireBatches(true)
-	batch := ids.NewBatch()
-	c, err := b.run(t, tokOps, &apiv1.RunCommandRequest{TenantId: tenantA, NodeId: nodeA1, Kind: "node.reboot",
-		IdempotencyKey: "reboot-0412", BatchId: batch})
+	pub, _, err := trust.NewEd25519()
 	require.NoError(t, err)
-	require.Equal(t, batch, c.GetBatchId())
+	quorum := batches.Quorum{Approvers: []trust.Approver{{Name: "alice", PublicKey: pub}}, Threshold: 1}
+	b := setup(t, func(c *api.Config) { c.BatchQuorum = true; c.Quorum = func() batches.Quorum { return quorum } })
+	b.queue.RequireBatches(true)
+	var batch batches.Batch
+	require.NoError(t, pgx.BeginFunc(context.Background(), b.pool, func(tx pgx.Tx) error {
+		var err error
+		batch, _, err = batches.Create(context.Background(), tx, quorum, batches.CreateParams{TenantID: tenantA, Requester: "ops", Reason: "reboot",
+			Scope: []batches.Leaf{{Subject: nodeA1, Kind: "node.reboot"}}}, time.Now())
+		return err
+	}))
+	c, err := b.run(t, tokOps, &apiv1.RunCommandRequest{TenantId: tenantA, NodeId: nodeA1, Kind: "node.reboot",
+		IdempotencyKey: "reboot-0412", BatchId: batch.ID})
+	require.NoError(t, err)
+	require.Equal(t, batch.ID, c.GetBatchId())
 	require.True(t, c.GetAwaitingApproval())
 	require.Nil(t, c.GetNotBefore())
 
-	// Once approved, notBefore is set and awaitingApproval is gone.
-	_, err = b.pool.Exec(context.Background(), `UPDATE commands SET not_before = now() WHERE id = $1`, c.GetId())
+	// Once approved, notBefore is set and awaitingApproval is gone (what
+	// batches.Approve does at the threshold).
+	_, err = b.pool.Exec(context.Background(), `UPDATE commands SET awaiting_approval = false, not_before = now() WHERE id = $1`, c.GetId())
 	require.NoError(t, err)
 	got, err := b.commands().Get(as(tokOps), &apiv1.GetCommandRequest{TenantId: tenantA, NodeId: nodeA1, CommandId: c.GetId()})
 	require.NoError(t, err)
 	require.False(t, got.GetAwaitingApproval())
 	require.NotNil(t, got.GetNotBefore())
 
+	// "the batch must exist in the caller's tenant" (before, a batchId that
+	// named no batch was accepted).
+	_, err = b.run(t, tokOps, &apiv1.RunCommandRequest{TenantId: tenantA, NodeId: nodeA1, Kind: "node.reboot", BatchId: ids.NewBatch()})
+	requireCode(t, err, apierr.InvalidInput)
 	_, err = b.run(t, tokOps, &apiv1.RunCommandRequest{TenantId: tenantA, NodeId: nodeA1, Kind: "node.reboot", BatchId: "not-a-batch"})
 	requireCode(t, err, apierr.InvalidInput)
 }
