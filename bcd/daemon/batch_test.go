@@ -16,8 +16,8 @@ import (
 	"github.com/better-compute/commands/bcd/truststore"
 	"github.com/better-compute/commands/internal/testutil"
 	"github.com/better-compute/commands/internal/trust"
-	"github.com/better-compute/commands/sdk/kind"
 	agentv1 "github.com/better-compute/commands/proto/bc/agent/v1"
+	"github.com/better-compute/commands/sdk/kind"
 )
 
 // quorum is a node's trust bundle with a 2-of-3 approver quorum and a
