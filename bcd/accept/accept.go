@@ -103,7 +103,9 @@ type Batches interface {
 	HasApproverKeys() bool
 	// VerifyApproval checks that cmd is in an approved batch: the approval
 	// verifies against the approver keys and the inclusion proof puts the
-	// command's leaf under it. It returns nil when it does.
+	// command's leaf under it. It returns nil when it does. It consumes
+	// nothing: the caller consumes the leaf of a command it accepts
+	// (Decision.UsesBatchLeaf).
 	VerifyApproval(cmd Command) error
 	// UnbatchedAllowed reports whether the break-glass allowance
 	// (unbatchedDestructivePerHour) has room for one more unbatched
