@@ -103,7 +103,9 @@ type Batches interface {
 	HasApproverKeys() bool
 	// VerifyApproval checks that cmd is in an approved batch: the approval
 	// verifies against the approver keys and the inclusion proof puts the
-	// command's leaf under it. It returns nil when it does.
+	// command's leaf under it. It returns nil when it does. It consumes
+	// nothing: the caller consumes the leaf of a command it accepts
+	// (Decision.UsesBatchLeaf).
 	VerifyApproval(cmd Command) error
 	// UnbatchedAllowed reports whether the break-glass allowance
 	// (unbatchedDestructivePerHour) has room for one more unbatched
@@ -161,6 +163,10 @@ type Decision struct {
 	// UsesUnbatchedAllowance is set when a destructive command was accepted
 	// on the break-glass allowance, which the caller then consumes.
 	UsesUnbatchedAllowance bool
+	// UsesBatchLeaf is set when a destructive command was accepted in an
+	// approved batch: the caller consumes its leaf, so that no other
+	// command runs on it.
+	UsesBatchLeaf bool
 }
 
 // Journal reports whether the refusal is journaled: all but BUSY, which the
@@ -212,12 +218,13 @@ func Check(in Input) Decision {
 		}
 	}
 	// 5. BATCH_UNAPPROVED or UNBATCHED_LIMIT
-	unbatched := false
+	unbatched, batched := false, false
 	if m.Flags.Destructive && in.Batches != nil && in.Batches.HasApproverKeys() {
 		if cmd.BatchID != "" {
 			if err := in.Batches.VerifyApproval(cmd); err != nil {
 				return withManifest(reject(BatchUnapproved, "batch %s: %v", cmd.BatchID, err), m)
 			}
+			batched = true
 		} else {
 			if !in.Batches.UnbatchedAllowed(now) {
 				return withManifest(reject(UnbatchedLimit, "destructive kind %q outside an approved batch, and no break-glass allowance is left", cmd.Kind), m)
@@ -229,7 +236,7 @@ func Check(in Input) Decision {
 	if in.Lanes != nil && !in.Lanes.Free(m.Lane) {
 		return withManifest(reject(Busy, "every %s worker is busy", m.Lane), m)
 	}
-	return Decision{Accepted: true, Manifest: m, UsesUnbatchedAllowance: unbatched}
+	return Decision{Accepted: true, Manifest: m, UsesUnbatchedAllowance: unbatched, UsesBatchLeaf: batched}
 }
 
 func withManifest(d Decision, m kind.Manifest) Decision {

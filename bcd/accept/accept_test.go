@@ -183,13 +183,18 @@ func TestCheck_5_Batches(t *testing.T) {
 	require.Contains(t, d.Reason, "batch_1")
 
 	in.Batches = batches{keys: true}
-	require.True(t, Check(in).Accepted, "an approved batch passes")
+	d = Check(in)
+	require.True(t, d.Accepted, "an approved batch passes")
+	require.True(t, d.UsesBatchLeaf, "the caller consumes the leaf")
+	require.False(t, d.UsesUnbatchedAllowance)
 
 	// Without approver keys a batch is for audit only.
 	in = good()
 	in.Command.Kind = "node.reboot"
 	in.Batches = batches{keys: false}
-	require.True(t, Check(in).Accepted)
+	d = Check(in)
+	require.True(t, d.Accepted)
+	require.False(t, d.UsesBatchLeaf || d.UsesUnbatchedAllowance, "nothing to consume without approver keys")
 	in.Batches = nil
 	require.True(t, Check(in).Accepted)
 

@@ -23,11 +23,20 @@ const (
 	ReasonJournalError = "journal-error"
 )
 
-// UnbatchedAllowanceUser is implemented by an accept.Batches that counts
-// the break-glass allowance: the daemon calls it for each destructive
-// command accepted on the allowance.
-type UnbatchedAllowanceUser interface {
-	UseUnbatched(now time.Time)
+// BatchConsumer is implemented by an accept.Batches that keeps what
+// accepted commands use up: "a (batch, leaf) is consumed once", and the
+// break-glass allowance counts the unbatched destructive commands of the
+// last hour. For a command check 5 accepted on a batch leaf or on the
+// allowance, the daemon calls Consume once the command has a lane worker
+// (so a BUSY command consumes nothing) and before it journals and runs it.
+// Consume checks again as it records, so of two commands racing for one
+// leaf, or for the last of the allowance, one is refused: code is the
+// refusal (BATCH_UNAPPROVED or UNBATCHED_LIMIT), journaled like check 5's,
+// and err says why. With code "" an error means the record could not be
+// persisted: the command fails unjournaled, nothing ran, and a redelivery
+// tries again. A command already recorded consumes nothing more.
+type BatchConsumer interface {
+	Consume(cmd accept.Command, unbatched bool, now time.Time) (code accept.Code, err error)
 }
 
 // Submit runs cmd through the acceptance checks, the journal, its lane and
@@ -171,6 +180,10 @@ func (d *Daemon) decide(e *entry, dec accept.Decision) {
 	journaled := make(chan error, 1)
 	err := d.pool.TryRun(dec.Manifest.Lane, func(release func()) {
 		e.release = release
+		if refused := d.consume(e, rec, dec); refused {
+			journaled <- errRefused
+			return
+		}
 		stored, inserted, err := d.journal.Insert(rec)
 		journaled <- err
 		if err != nil {
@@ -196,18 +209,54 @@ func (d *Daemon) decide(e *entry, dec accept.Decision) {
 		d.abandon(e)
 		return
 	}
-	if err := <-journaled; err != nil {
+	switch err := <-journaled; {
+	case errors.Is(err, errRefused):
+		// consume finished it.
+	case err != nil:
 		d.logger.Error("cannot journal the command: not running it", "command_id", e.cmd.ID, "error", err)
 		rec.State, rec.Reason, rec.Message = journal.StateFailed, ReasonJournalError, err.Error()
 		rec.FinishedAt = d.cfg.Now()
 		d.finish(e, rec)
-		return
 	}
-	if dec.UsesUnbatchedAllowance {
-		if u, ok := d.cfg.Batches.(UnbatchedAllowanceUser); ok {
-			u.UseUnbatched(d.cfg.Now())
+}
+
+// errRefused tells decide that consume refused the command and finished it.
+var errRefused = errors.New("refused by check 5 on consumption")
+
+// consume has the batch leaf or the break-glass allowance that check 5
+// accepted the command on consumed (see BatchConsumer), on the command's
+// lane worker, before it is journaled. It returns true when the command
+// must not run, having finished it: refused (journaled) when another
+// command took the leaf or the allowance first, failed (not journaled, so
+// a redelivery tries again) when the consumption could not be persisted.
+func (d *Daemon) consume(e *entry, rec journal.Record, dec accept.Decision) bool {
+	if !dec.UsesBatchLeaf && !dec.UsesUnbatchedAllowance {
+		return false
+	}
+	c, ok := d.cfg.Batches.(BatchConsumer)
+	if !ok {
+		return false
+	}
+	code, err := c.Consume(e.cmd, dec.UsesUnbatchedAllowance, d.serverNow())
+	switch {
+	case code != "":
+		rec.State, rec.RejectCode, rec.Reason = journal.StateRejected, string(code), string(code)
+		rec.Message = fmt.Sprintf("batch %s: %v", e.cmd.BatchID, err)
+		if dec.UsesUnbatchedAllowance {
+			rec.Message = fmt.Sprintf("destructive kind %q outside an approved batch: %v", e.cmd.Kind, err)
 		}
+		rec.FinishedAt = d.cfg.Now()
+		d.logger.Info("command refused", "command_id", e.cmd.ID, "kind", e.cmd.Kind, "code", code, "reason", rec.Message)
+		d.insertAndFinish(e, rec)
+		return true
+	case err != nil:
+		d.logger.Error("cannot record what the destructive command consumes: not running it", "command_id", e.cmd.ID, "error", err)
+		rec.State, rec.Reason, rec.Message = journal.StateFailed, ReasonJournalError, err.Error()
+		rec.FinishedAt = d.cfg.Now()
+		d.finish(e, rec)
+		return true
 	}
+	return false
 }
 
 func (d *Daemon) newRecord(cmd accept.Command, m kind.Manifest) journal.Record {

@@ -14,7 +14,7 @@ const (
 	// Stdout serves test.stdout, which writes to stdout after the handshake.
 	Stdout = "./internal/testplugins/cmd/bc-kind-stdout"
 	// BCDCore serves bcd's core test kinds (bcdcore.hold, .holdonce, .bulk,
-	// .reboot, .attested and the e2e kinds): they record each run's command
+	// .reboot, .attested, .destroy and the e2e kinds): they record each run's command
 	// id in a file and hold until released.
 	BCDCore = "./internal/testplugins/bcdcore_plugin"
 	// GRPCFloor is a bare gRPC server on a unix socket: the cold-start floor.

@@ -79,7 +79,7 @@ func readBootID(path string) (string, error) {
 type stackOptions struct {
 	// allowed are the kinds a restricted node certificate allows.
 	allowed []string
-	// trust is check 4, the clock and the node key; nil for a local
+	// trust is checks 4 and 5, the clock and the node key; nil for a local
 	// bcd exec, which takes its command from the operator, not a gateway.
 	trust *nodeTrust
 	// onSpec asks the control plane for a newer node spec.
@@ -110,7 +110,7 @@ func openStack(ctx context.Context, cfg config.Config, logger hclog.Logger, opts
 	dcfg := daemon.Config{NodeID: cfg.NodeID, Role: cfg.Role, BootID: boot, Lanes: cfg.Lanes,
 		AllowedKinds: opts.allowed, OnSpecRequest: opts.onSpec}
 	if opts.trust != nil {
-		dcfg.Trust, dcfg.Clock, dcfg.NodeKey = opts.trust.verifier, opts.trust.clock, opts.trust.key
+		dcfg.Trust, dcfg.Batches, dcfg.Clock, dcfg.NodeKey = opts.trust.verifier, opts.trust.batches, opts.trust.clock, opts.trust.key
 	}
 	d, err := daemon.New(logger, dcfg, j, state, host)
 	if err != nil {

@@ -6,21 +6,29 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/better-compute/commands/bcd/batchcheck"
 	"github.com/better-compute/commands/bcd/config"
+	"github.com/better-compute/commands/bcd/daemon"
 	"github.com/better-compute/commands/bcd/truststore"
 	"github.com/better-compute/commands/internal/trust"
 )
 
 // nodeTrust is what `bcd run` verifies with and signs with: the trust
-// bundle (trust.json, or the first from trustAnchors), check 4 over it for
-// the node the certificate names, the bounded clock they share, and the
-// node key that signs attested results and AllocationBound statements.
+// bundle (trust.json, or the first from trustAnchors), checks 4 and 5 over
+// it for the node the certificate names (check 5 with its ledger of
+// consumed batch leaves and break-glass allowance, batches.json), the
+// bounded clock they share, and the node key that signs attested results
+// and AllocationBound statements.
 type nodeTrust struct {
 	store    *truststore.Store
 	verifier *truststore.Verifier
+	batches  *batchcheck.Checker
 	clock    *trust.Clock
 	key      crypto.Signer
 }
+
+// The daemon consumes what check 5 accepted a command on.
+var _ daemon.BatchConsumer = (*batchcheck.Checker)(nil)
 
 // openTrust opens the node's trust bundle in the state directory. nodeID
 // is the node's own id, from its certificate when it joined: the audience
@@ -39,10 +47,16 @@ func openTrust(cfg config.Config, nodeID string, key crypto.Signer, logger hclog
 		// The bundle's issue time is a signed lower bound of the time.
 		clock.ObserveSigned(b.IssuedAt)
 	}
-	logger.Info("trust bundle", "version", store.Version(), "commands_signed", store.HasCommandSigningRoots(), "anchors", len(anchors), "max_clock_skew", clock.MaxOffset())
+	batches, err := batchcheck.Open(cfg.StateDir, batchcheck.Config{Store: store, NodeID: nodeID, Clock: clock, Logger: logger})
+	if err != nil {
+		return nil, err
+	}
+	logger.Info("trust bundle", "version", store.Version(), "commands_signed", store.HasCommandSigningRoots(),
+		"batch_quorum", batches.HasApproverKeys(), "anchors", len(anchors), "max_clock_skew", clock.MaxOffset())
 	return &nodeTrust{
 		store:    store,
 		verifier: &truststore.Verifier{Store: store, NodeID: nodeID, Clock: clock},
+		batches:  batches,
 		clock:    clock,
 		key:      key,
 	}, nil

@@ -122,6 +122,11 @@ func main() {
 		// bcdcore.attested is hold for an attested kind: bcd signs its
 		// outcome with the node key.
 		kind.Kind{Manifest: manifest("bcdcore.attested", kind.LaneControl, kind.Flags{RetrySafe: true, Attested: true}), Handler: kind.HandlerFunc(hold)},
+		// bcdcore.destroy is hold for a destructive kind that is not
+		// self-terminating: once approver keys are configured it runs only
+		// in an approved batch (or on the break-glass allowance), and its
+		// record shows whether it ran.
+		kind.Kind{Manifest: manifest("bcdcore.destroy", kind.LaneControl, kind.Flags{Destructive: true}), Handler: kind.HandlerFunc(hold)},
 		// The e2e kinds are the same, runnable through commands.run, so the
 		// end-to-end tests (e2e/) can register them with the control plane.
 		kind.Kind{Manifest: runnable(manifest("e2e.hold", kind.LaneControl, kind.Flags{RetrySafe: true})), Handler: kind.HandlerFunc(hold)},
