@@ -18,7 +18,6 @@
 package batchcheck
 
 import (
-	"crypto/sha256"
 	"errors"
 	"fmt"
 	"os"
@@ -154,11 +153,11 @@ func (c *Checker) batchCheck(cmd accept.Command) (trust.BatchCheck, error) {
 		return trust.BatchCheck{}, fmt.Errorf("%w: leaf index %d", trust.ErrNotInBatch, env.GetLeafIndex())
 	}
 	// The payload bytes as received (check 4 made them the signed ones),
-	// never a digest or a leaf hash the envelope could carry.
-	sum := sha256.Sum256(cmd.Payload)
+	// never a digest or a leaf hash the envelope could carry; digested over
+	// their canonical JSON, as the control plane checks a leaf's binding.
 	return trust.BatchCheck{
 		Approval: env.GetBatchApproval(), LeafIndex: uint64(env.GetLeafIndex()), Proof: env.GetInclusionProof(),
-		BatchID: cmd.BatchID, NodeID: c.cfg.NodeID, Kind: cmd.Kind, PayloadSHA256: sum[:],
+		BatchID: cmd.BatchID, NodeID: c.cfg.NodeID, Kind: cmd.Kind, PayloadSHA256: trust.PayloadDigest(cmd.Payload),
 	}, nil
 }
 

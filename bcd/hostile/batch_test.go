@@ -2,7 +2,6 @@ package hostile
 
 import (
 	"crypto/ed25519"
-	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"path/filepath"
@@ -71,7 +70,7 @@ func (b *batch) by(k ed25519.PrivateKey) trust.Signature { return trust.SignAppr
 // (bound to payload, if such a leaf exists).
 func (b *batch) proof(t *testing.T, subject, kind string, payload []byte) (int64, [][]byte) {
 	t.Helper()
-	sum := sha256.Sum256(payload)
+	sum := trustDigest(payload)
 	i, ok := b.tree.Index(subject, kind, sum[:])
 	require.True(t, ok, "%s/%s is in %s", subject, kind, b.id)
 	p, err := b.tree.Proof(i)
@@ -122,7 +121,7 @@ func TestHostileGateway_DestructiveBatches(t *testing.T) {
 		require.NoError(t, err)
 		return b
 	}()
-	sum := sha256.Sum256(payload)
+	sum := trustDigest(payload)
 	// batch_1 is the one approved batch of the node's own: its leaf binds
 	// the payload; the other leaves are other nodes'.
 	b1 := newBatch(t, "batch_1", "dave",
@@ -250,4 +249,11 @@ func TestHostileGateway_DestructiveBatches(t *testing.T) {
 		require.Equal(t, want, ran, "the plugin ran exactly the approved commands and the one the allowance admitted, once each")
 		require.Len(t, s.refused, 13)
 	})
+}
+
+// trustDigest is the leaf's payload digest as the node computes it.
+func trustDigest(payload []byte) [32]byte {
+	var out [32]byte
+	copy(out[:], trust.PayloadDigest(payload))
+	return out
 }
