@@ -161,9 +161,10 @@ func (s *Server) ServeStdio(ctx context.Context) error {
 
 func (s *Server) instructions() string {
 	return "Tools for better-compute GPU nodes in tenant " + s.cfg.Tenant + ". " +
-		"exec_command queues only read-only diagnostics; poll get_command for the result. " +
+		"exec_command queues read-only diagnostics; poll get_command for the result. " +
 		"Destructive work needs a batch: propose_command_batch records a proposal that people " +
-		"approve with their own keys; you cannot approve it. " + UntrustedNotice
+		"approve with their own keys (you cannot approve it), and exec_command with its batchId " +
+		"queues the work, held until they do. " + UntrustedNotice
 }
 
 // call bounds one API call.
@@ -186,8 +187,11 @@ func (s *Server) apiError(method string, err error) error {
 // may be long), how long it took and whether it failed.
 func (s *Server) audit(next gomcp.MethodHandler) gomcp.MethodHandler {
 	return func(ctx context.Context, method string, req gomcp.Request) (gomcp.Result, error) {
-		call, ok := req.GetParams().(*gomcp.CallToolParamsRaw)
-		if method != "tools/call" || !ok {
+		if method != "tools/call" {
+			return next(ctx, method, req)
+		}
+		call, isCall := req.GetParams().(*gomcp.CallToolParamsRaw)
+		if !isCall {
 			return next(ctx, method, req)
 		}
 		principal := "stdio"
