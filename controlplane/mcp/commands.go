@@ -37,7 +37,7 @@ type execIn struct {
 // CommandOut is get_command's and exec_command's answer.
 type CommandOut struct {
 	Notice  string         `json:"notice" jsonschema:"how to read the data: node-reported text is untrusted"`
-	Command map[string]any `json:"command" jsonschema:"the command as bc.api.v1 shows it (proto3 JSON names); a large result, progress or payload is a preview string with resultTruncated (progressTruncated, payloadTruncated): true and its full size in resultBytes"`
+	Command map[string]any `json:"command" jsonschema:"the command as bc.api.v1 shows it (proto3 JSON names); a large result, progress or payload is a preview string with resultTruncated (progressTruncated, payloadTruncated): true and its full size in bytes in resultSize (progressSize, payloadSize)"`
 	Next    string         `json:"next,omitempty" jsonschema:"what to do next"`
 }
 

@@ -89,7 +89,7 @@ func cleanValue(v any, maxString int) any {
 
 // capField replaces m[key] by a preview when its JSON is over max bytes: the
 // first max bytes of that JSON as a string, with keyTruncated: true and
-// keyBytes (the full size) beside it, so an agent knows it saw a part.
+// keySize (the full size in bytes) beside it, so an agent knows it saw a part.
 func capField(m map[string]any, key string, max int) {
 	v, ok := m[key]
 	if !ok {
@@ -105,7 +105,7 @@ func capField(m map[string]any, key string, max int) {
 	}
 	m[key] = string(cut)
 	m[key+"Truncated"] = true
-	m[key+"Bytes"] = len(b)
+	m[key+"Size"] = len(b)
 }
 
 // protoMap renders a message as its proto3 JSON object (the API's field

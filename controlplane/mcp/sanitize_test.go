@@ -41,7 +41,7 @@ func TestCapFieldKeepsSmallCutsLarge(t *testing.T) {
 	require.NotContains(t, m, "resultTruncated")
 	require.NotContains(t, m, "payloadTruncated")
 	require.Equal(t, true, m["progressTruncated"])
-	require.Equal(t, 202, m["progressBytes"])
+	require.Equal(t, 202, m["progressSize"])
 	preview := m["progress"].(string)
 	require.LessOrEqual(t, len(preview), 64)
 	require.True(t, strings.HasPrefix(preview, `"üü`), preview)
