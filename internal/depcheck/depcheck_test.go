@@ -32,7 +32,7 @@ func TestRepositoryHoldsItsWalls(t *testing.T) {
 		report = append(report, v.String())
 	}
 	require.Empty(t, report, "broken walls:\n%s", strings.Join(report, "\n"))
-	for _, bin := range []string{"bcd/cmd/bcd", "controlplane/cmd/bc-server", "controlplane/cmd/better-compute", "plugins/nvml/cmd/bc-kind-nvml"} {
+	for _, bin := range []string{"bcd/cmd/bcd", "controlplane/cmd/bc-server", "controlplane/cmd/better-compute", "controlplane/cmd/bc-mcp", "plugins/nvml/cmd/bc-kind-nvml"} {
 		t.Logf("go list -deps ./%s: %d packages", bin, g.Count(Module+"/"+bin))
 	}
 }
@@ -57,6 +57,7 @@ func TestAWrongImportBreaksItsWall(t *testing.T) {
 		{into: "plugins/nvml/manifest", imports: Module + "/plugins/internal/gpu/smi", rule: ruleNamed(t, "a first-party manifest")},
 		{into: "controlplane/kinds", imports: Module + "/plugins/logs", rule: ruleNamed(t, "bc-server's kind registry")},
 		{into: "controlplane/cli", imports: "github.com/jackc/pgx/v5/pgxpool", rule: ruleNamed(t, "better-compute links")},
+		{into: "controlplane/mcp", imports: "github.com/jackc/pgx/v5/pgxpool", rule: ruleNamed(t, "bc-mcp links")},
 		{into: "controlplane/server", imports: "github.com/godbus/dbus/v5", rule: ruleNamed(t, "bc-server links")},
 		{into: "sdk/kind", imports: Module + "/internal/version", rule: ruleNamed(t, "the SDK links")},
 		{into: "sdk/wire", imports: "github.com/jackc/pgx/v5", rule: ruleNamed(t, "the SDK links")},

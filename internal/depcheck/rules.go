@@ -138,6 +138,13 @@ var Rules = []Rule{
 		},
 	},
 	{
+		Name: "bc-mcp links neither pgx, godbus nor a plugin package",
+		From: func(p string) bool { return p == Module+"/controlplane/cmd/bc-mcp" },
+		Forbid: func(_ string, p *Package) bool {
+			return inModule(p, modPGX, modGodbus) || under(p.ImportPath, "plugins")
+		},
+	},
+	{
 		Name: "bc-server links neither godbus, go-systemd nor go-nvml",
 		From: func(p string) bool { return p == Module+"/controlplane/cmd/bc-server" },
 		Forbid: func(_ string, p *Package) bool {
