@@ -1,8 +1,14 @@
 package mcp_test
 
 import (
+	"bytes"
 	"context"
+	"github.com/better-compute/commands/controlplane/cli"
+	"github.com/better-compute/commands/controlplane/serverconfig"
+	"github.com/better-compute/commands/internal/trust"
 	"net"
+	"os"
+	"path/filepath"
 	"slices"
 	"sync"
 	"testing"
@@ -149,13 +155,29 @@ func startFakeAPI(t *testing.T, threshold uint32) (*fakeBatches, *servertest.Run
 	return fake, r, lis.Addr().String()
 }
 
-// An agent proposes a reboot batch (against the fake CommandBatches: this
-// bc-server serves none yet), gets the id, a summary and the approve line,
-// then queues node.reboot in it through the real queue, where it waits for
-// people's approvals. Nothing ever calls Approve.
+// "An MCP client from the SDK, over stdio, lists the tools (no approve
+// tool), runs exec_command for diag.nvml, and proposes a reboot batch that a
+// person then approves with the CLI": live against a bc-server with a 1-of-1
+// quorum. The agent's own approval is refused whatever its grants; the
+// person's `better-compute batch approve` releases the command.
 func TestProposeAndRunInBatch(t *testing.T) {
-	fake, _, addr := startFakeAPI(t, 2)
-	cs, _ := connectStdio(t, addr)
+	dir := t.TempDir()
+	pub, priv, err := trust.NewEd25519()
+	require.NoError(t, err)
+	pp, err := trust.MarshalPublicKeyPEM(pub)
+	require.NoError(t, err)
+	kp, err := trust.MarshalPrivateKeyPEM(priv)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "alice.pub"), pp, 0o644))
+	keyFile := filepath.Join(dir, "alice.pem")
+	require.NoError(t, os.WriteFile(keyFile, kp, 0o600))
+	signing, _ := servertest.Signing(t)
+	r := servertest.Start(t, func(c *server.Config) {
+		withAgent(c)
+		signing(c)
+		c.PKI.Approvers = []serverconfig.ApproverConfig{{Name: "alice", PublicKey: filepath.Join(dir, "alice.pub")}}
+	})
+	cs, _ := connectStdio(t, r.GRPC)
 	node := servertest.NodeA1
 
 	args := map[string]any{"reason": "Reboot node_a1 after the kernel update", "idempotencyKey": "reboot-a1-batch",
@@ -164,42 +186,43 @@ func TestProposeAndRunInBatch(t *testing.T) {
 	id := out["batchId"].(string)
 	require.Regexp(t, `^batch_[0-9A-Z]{26}$`, id)
 	require.Equal(t, "awaiting-approval", out["state"])
-	require.Equal(t, float64(2), out["approvalsNeeded"])
 	require.Equal(t, "better-compute batch approve --tenant tenant_a --batch "+id+" --key approver.pem", out["approveCommand"])
 	require.Contains(t, out["summary"], "node.reboot on node_a1")
-	require.Contains(t, out["summary"], "Reboot node_a1 after the kernel update")
-	require.Contains(t, out["summary"], "2 more approval(s) of 2")
 	require.Contains(t, out["notice"], "you cannot approve it")
-	require.NotContains(t, out["batch"], "statement", "the signed statement is for approvers' tools")
-
-	creates, tokens := fake.calls()
-	require.Len(t, creates, 1)
-	want := &apiv1.CreateCommandBatchRequest{TenantId: servertest.TenantA, Reason: "Reboot node_a1 after the kernel update",
-		IdempotencyKey: "reboot-a1-batch", DeadlineSeconds: new(int32(1800)),
-		Scope: []*apiv1.BatchLeaf{{Subject: node, Kind: "node.reboot"}}}
-	require.True(t, proto.Equal(want, creates[0]), "got %v", creates[0])
-	require.Equal(t, "Bearer "+TokAgent, tokens[0], "bc-mcp calls as the agent principal")
-
 	again := ok(t, cs, mcp.ToolProposeBatch, args)
 	require.Equal(t, id, again["batchId"], "a retry with the key is the same batch")
 
-	// node.reboot in the batch is queued, held for approvals.
 	run := ok(t, cs, mcp.ToolExecCommand, map[string]any{"nodeId": node, "kind": "node.reboot", "idempotencyKey": "reboot-a1", "batchId": id})
 	cmd := run["command"].(map[string]any)
 	require.Equal(t, "pending", cmd["state"])
-	require.Equal(t, id, cmd["batchId"])
 	require.Equal(t, true, cmd["awaitingApproval"])
-	require.Contains(t, run["next"], "held until people approve batch "+id)
-
-	// Not in the batch's scope, or an unknown batch: refused before the queue.
 	msg := refused(t, cs, mcp.ToolExecCommand, map[string]any{"nodeId": "node_other", "kind": "node.reboot", "idempotencyKey": "r-x", "batchId": id})
 	require.Contains(t, msg, "has no leaf for node.reboot on node_other")
-	msg = refused(t, cs, mcp.ToolExecCommand, map[string]any{"nodeId": node, "kind": "node.reboot", "idempotencyKey": "r-y", "batchId": ids.NewBatch()})
-	require.Contains(t, msg, "commandBatches.get: NOT_FOUND")
 
-	fake.mu.Lock()
-	defer fake.mu.Unlock()
-	require.Zero(t, fake.approves, "bc-mcp never calls Approve")
+	// The agent's principal cannot approve, even signing with a real key.
+	conn, err := grpc.NewClient(r.GRPC, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	require.NoError(t, err)
+	defer conn.Close()
+	actx := metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer "+TokAgent)
+	b, err := apiv1.NewCommandBatchesClient(conn).Get(actx, &apiv1.GetCommandBatchRequest{TenantId: servertest.TenantA, BatchId: id})
+	require.NoError(t, err)
+	sig := trust.SignApproval(priv, b.GetStatement())
+	_, err = apiv1.NewCommandBatchesClient(conn).Approve(actx, &apiv1.ApproveCommandBatchRequest{TenantId: servertest.TenantA, BatchId: id, KeyId: sig.KeyID, Signature: sig.Sig})
+	require.Equal(t, codes.PermissionDenied, status.Code(err), "%v", err)
+
+	// A person approves with the CLI, as the returned line says.
+	var so, se bytes.Buffer
+	conf := filepath.Join(t.TempDir(), "bc.yaml")
+	require.NoError(t, os.WriteFile(conf, nil, 0o600))
+	env := map[string]string{"BC_ENDPOINT": "http://" + r.GRPC, "BC_TOKEN": servertest.TokAdmin, "BC_CONFIG": conf}
+	code := cli.Main(context.Background(), cli.Env{Args: []string{"batch", "approve", "--tenant", servertest.TenantA, "--batch", id, "--key", keyFile},
+		Stdout: &so, Stderr: &se, Getenv: func(k string) string { return env[k] }})
+	require.Equal(t, cli.ExitOK, code, se.String())
+	require.Contains(t, so.String(), "is approved")
+	got := ok(t, cs, mcp.ToolGetCommand, map[string]any{"nodeId": node, "commandId": cmd["id"]})
+	gc := got["command"].(map[string]any)
+	require.NotEqual(t, true, gc["awaitingApproval"], "released by the person's approval")
+	require.NotEmpty(t, gc["notBefore"])
 }
 
 // Without an approver quorum a batch is recorded for audit only and its

@@ -38,12 +38,14 @@ const TokAgent = "agent-token"
 // withAgent adds the agent identity to a servertest config.
 func withAgent(c *server.Config) {
 	c.Auth.Identities = append(c.Auth.Identities, auth.IdentityConfig{
-		Name: "agent", Tenants: []string{servertest.TenantA}, Tokens: []string{TokAgent},
+		Name: "agent", Tenants: []string{servertest.TenantA}, Tokens: []string{TokAgent}, Agent: true,
 		Grants: []auth.Grant{
 			{Permission: auth.PermNodesRead, Resource: "compute-node/*"},
 			{Permission: auth.PermNodesExec, Resource: "compute-node/*"},
 			{Permission: "compute:batches:create", Resource: auth.TenantResource(servertest.TenantA)},
 			{Permission: "compute:batches:read", Resource: auth.TenantResource(servertest.TenantA)},
+			// Even granted, an agent principal never approves.
+			{Permission: auth.PermBatchesApprove, Resource: auth.TenantResource(servertest.TenantA)},
 		},
 	})
 }
