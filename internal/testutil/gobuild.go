@@ -31,7 +31,8 @@ func RepoRoot(t testing.TB) string {
 
 // BuildBinary builds the Go main package pkg (a path relative to the
 // repository root, such as "./sdk/example/cmd/bc-kind-example") once per test
-// process and returns the binary's path. Tests run real subprocesses built
+// process and returns the binary's path. A package under ./sdk/ is built in
+// the SDK's own module. Tests run real subprocesses built
 // from the tree, never stand-ins.
 func BuildBinary(t testing.TB, pkg string) string {
 	t.Helper()
@@ -51,8 +52,14 @@ func BuildBinary(t testing.TB, pkg string) string {
 	out := filepath.Join(buildDir, name)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", out, pkg)
-	cmd.Dir = RepoRoot(t)
+	dir, target := RepoRoot(t), pkg
+	if rest, ok := strings.CutPrefix(pkg, "./sdk/"); ok {
+		// The SDK is its own module: build its packages from its root, so
+		// that it works with the workspace (go.work) and without it.
+		dir, target = filepath.Join(dir, "sdk"), "./"+rest
+	}
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", out, target)
+	cmd.Dir = dir
 	if b, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("go build %s: %v\n%s", pkg, err, b)
 	}
