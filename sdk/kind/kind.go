@@ -40,11 +40,16 @@ type Progress interface {
 	Report(percent int, message string)
 }
 
-// ProgressFunc adapts a function to Progress.
+// ProgressFunc adapts a function to Progress. A nil ProgressFunc reports
+// nothing: a unit test that leaves it unset never panics.
 type ProgressFunc func(percent int, message string)
 
-// Report calls f.
-func (f ProgressFunc) Report(percent int, message string) { f(percent, message) }
+// Report calls f, unless f is nil.
+func (f ProgressFunc) Report(percent int, message string) {
+	if f != nil {
+		f(percent, message)
+	}
+}
 
 // Condition is a node condition such as RebootRequired.
 type Condition struct {

@@ -74,6 +74,33 @@ func TestCheckCancel_CatchesAPluginThatIgnoresTheCancel(t *testing.T) {
 	require.ErrorContains(t, err, "no outcome within")
 }
 
+// A handler that reports progress and then ignores the cancel fails the
+// check even when it ends within the bound and returns ctx.Err() (so the SDK
+// calls it cancelled): it did all its work after the cancel. Before the
+// check counted progress after the cancel, this passed.
+func TestCheckCancel_CatchesAHandlerThatReportsProgressAndIgnoresTheCancel(t *testing.T) {
+	p := kindtest.Start(t, sdktest.BuildBinary(t, testplugins.KindTest), kindtest.Options{})
+	err := p.CheckCancel(kindtest.Case{Kind: "test.sleep", Payload: json.RawMessage(`{"steps":15,"stepMs":20,"ignoreCancel":true,"returnCtxErr":true}`)}, 5*time.Second, 5*time.Second)
+	require.ErrorContains(t, err, "progress steps after the cancel")
+	require.ErrorContains(t, err, "step 15")
+}
+
+// A handler that returns at once on the cancel but leaves its work running
+// (still reporting progress) fails the check: its result is not the end of
+// its work.
+func TestCheckCancel_CatchesWorkThatGoesOnAfterTheResult(t *testing.T) {
+	p := kindtest.Start(t, sdktest.BuildBinary(t, testplugins.KindTest), kindtest.Options{})
+	err := p.CheckCancel(kindtest.Case{Kind: "test.sleep", Payload: json.RawMessage(`{"steps":1000,"stepMs":20,"detach":true}`)}, 5*time.Second, 5*time.Second)
+	require.ErrorContains(t, err, "after its result")
+}
+
+// The check passes a handler that stops between actions, however often it
+// reports progress.
+func TestCheckCancel_PassesAHandlerThatStops(t *testing.T) {
+	p := kindtest.Start(t, sdktest.BuildBinary(t, testplugins.KindTest), kindtest.Options{})
+	require.NoError(t, p.CheckCancel(kindtest.Case{Kind: "test.sleep", Payload: json.RawMessage(`{"steps":100000,"stepMs":1}`)}, 5*time.Second, 5*time.Second))
+}
+
 func TestCheckCancel_CatchesACommandThatIsNotLongRunning(t *testing.T) {
 	p := kindtest.Start(t, sdktest.BuildBinary(t, testplugins.KindTest), kindtest.Options{})
 	err := p.CheckCancel(kindtest.Case{Kind: "test.noop", Payload: json.RawMessage(`{}`)}, 5*time.Second, time.Second)
