@@ -19,6 +19,12 @@ const (
 	// .reboot, .attested and the e2e kinds): they record each run's command
 	// id in a file and hold until released.
 	BCDCore = "./internal/testplugins/bcdcore_plugin"
+	// Legacy serves legacy.echo over protocol version 1 only, with the
+	// handshake plugins had before versions were negotiated.
+	Legacy = "./internal/testplugins/cmd/bc-kind-legacy"
+	// Versioned serves versioned.hold at the version given at build time
+	// (testutil.BuildVersion), for upgrades across a reload.
+	Versioned = "./internal/testplugins/cmd/bc-kind-versioned"
 	// GRPCFloor is a bare gRPC server on a unix socket: the cold-start floor.
 	GRPCFloor = "./internal/testplugins/cmd/grpc-floor"
 )

@@ -30,6 +30,11 @@ type Command struct {
 	Payload json.RawMessage
 	// Deadline is when bcd gives up on the run (the manifest's timeout).
 	Deadline time.Time
+	// NotAfter is the command's not_after in the node's clock: the latest
+	// time it could start (zero when unknown). bcd's plugin host waits for
+	// a plugin that is down only until then, never the kind's whole
+	// timeout; a handler may read it, but its run is bounded by Deadline.
+	NotAfter time.Time
 }
 
 // Decode unmarshals the payload into v.

@@ -152,6 +152,9 @@ func (s *Server) Execute(req *pluginv1.ExecuteRequest, stream grpc.ServerStreami
 	ctx := stream.Context()
 	pc := req.GetCommand()
 	cmd := Command{ID: pc.GetId(), Kind: pc.GetKind(), NodeID: pc.GetNodeId(), Payload: pc.GetPayload()}
+	if pc.GetNotAfter() != nil {
+		cmd.NotAfter = pc.GetNotAfter().AsTime()
+	}
 	if pc.GetDeadline() != nil {
 		cmd.Deadline = pc.GetDeadline().AsTime()
 		var cancel context.CancelFunc

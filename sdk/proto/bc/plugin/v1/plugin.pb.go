@@ -5,7 +5,8 @@
 // every version it speaks and the plugin picks the highest it knows, so a
 // plugin built on an older SDK keeps working with a later bcd.
 //   1: Manifests, Execute with Progress and Result, Cancel, the Host service.
-//   2: 1, plus ManifestsResponse.capabilities and Progress.after_cancel.
+//   2: 1, plus ManifestsResponse.capabilities, Progress.after_cancel and
+//      Command.not_after.
 // A later version only adds: fields a version-1 peer ignores, or RPCs that
 // bcd calls only once the plugin negotiated the version that has them.
 
@@ -436,9 +437,12 @@ type Command struct {
 	Id    string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
 	Kind  string                 `protobuf:"bytes,2,opt,name=kind,proto3" json:"kind,omitempty"`
 	// payload is the command's JSON payload, exactly as received.
-	Payload       []byte                 `protobuf:"bytes,3,opt,name=payload,proto3" json:"payload,omitempty"`
-	Deadline      *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=deadline,proto3" json:"deadline,omitempty"`
-	NodeId        string                 `protobuf:"bytes,5,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	Payload  []byte                 `protobuf:"bytes,3,opt,name=payload,proto3" json:"payload,omitempty"`
+	Deadline *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=deadline,proto3" json:"deadline,omitempty"`
+	NodeId   string                 `protobuf:"bytes,5,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	// not_after (protocol 2) is the command's not_after in the node's clock:
+	// the latest time it could start.
+	NotAfter      *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=not_after,json=notAfter,proto3" json:"not_after,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -506,6 +510,13 @@ func (x *Command) GetNodeId() string {
 		return x.NodeId
 	}
 	return ""
+}
+
+func (x *Command) GetNotAfter() *timestamppb.Timestamp {
+	if x != nil {
+		return x.NotAfter
+	}
+	return nil
 }
 
 type ExecuteRequest struct {
@@ -1402,13 +1413,14 @@ const file_bc_plugin_v1_plugin_proto_rawDesc = "" +
 	"\tmanifests\x18\x01 \x03(\v2\x16.bc.plugin.v1.ManifestR\tmanifests\x12\x1f\n" +
 	"\vsdk_version\x18\x02 \x01(\tR\n" +
 	"sdkVersion\x12\"\n" +
-	"\fcapabilities\x18\x03 \x03(\tR\fcapabilities\"\x98\x01\n" +
+	"\fcapabilities\x18\x03 \x03(\tR\fcapabilities\"\xd1\x01\n" +
 	"\aCommand\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x18\n" +
 	"\apayload\x18\x03 \x01(\fR\apayload\x126\n" +
 	"\bdeadline\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\bdeadline\x12\x17\n" +
-	"\anode_id\x18\x05 \x01(\tR\x06nodeId\"g\n" +
+	"\anode_id\x18\x05 \x01(\tR\x06nodeId\x127\n" +
+	"\tnot_after\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\bnotAfter\"g\n" +
 	"\x0eExecuteRequest\x12/\n" +
 	"\acommand\x18\x01 \x01(\v2\x15.bc.plugin.v1.CommandR\acommand\x12$\n" +
 	"\x0ehost_broker_id\x18\x02 \x01(\rR\fhostBrokerId\"a\n" +
@@ -1529,34 +1541,35 @@ var file_bc_plugin_v1_plugin_proto_depIdxs = []int32{
 	2,  // 2: bc.plugin.v1.Manifest.flags:type_name -> bc.plugin.v1.Flags
 	3,  // 3: bc.plugin.v1.ManifestsResponse.manifests:type_name -> bc.plugin.v1.Manifest
 	25, // 4: bc.plugin.v1.Command.deadline:type_name -> google.protobuf.Timestamp
-	6,  // 5: bc.plugin.v1.ExecuteRequest.command:type_name -> bc.plugin.v1.Command
-	1,  // 6: bc.plugin.v1.Result.status:type_name -> bc.plugin.v1.Status
-	8,  // 7: bc.plugin.v1.ExecuteEvent.progress:type_name -> bc.plugin.v1.Progress
-	9,  // 8: bc.plugin.v1.ExecuteEvent.result:type_name -> bc.plugin.v1.Result
-	25, // 9: bc.plugin.v1.GetInventoryResponse.collected_at:type_name -> google.protobuf.Timestamp
-	25, // 10: bc.plugin.v1.Condition.since:type_name -> google.protobuf.Timestamp
-	20, // 11: bc.plugin.v1.GetConditionsResponse.conditions:type_name -> bc.plugin.v1.Condition
-	4,  // 12: bc.plugin.v1.KindPlugin.Manifests:input_type -> bc.plugin.v1.ManifestsRequest
-	7,  // 13: bc.plugin.v1.KindPlugin.Execute:input_type -> bc.plugin.v1.ExecuteRequest
-	11, // 14: bc.plugin.v1.KindPlugin.Cancel:input_type -> bc.plugin.v1.CancelRequest
-	13, // 15: bc.plugin.v1.Host.GetInventory:input_type -> bc.plugin.v1.GetInventoryRequest
-	15, // 16: bc.plugin.v1.Host.PutInventory:input_type -> bc.plugin.v1.PutInventoryRequest
-	17, // 17: bc.plugin.v1.Host.GetNodeSpec:input_type -> bc.plugin.v1.GetNodeSpecRequest
-	19, // 18: bc.plugin.v1.Host.GetConditions:input_type -> bc.plugin.v1.GetConditionsRequest
-	22, // 19: bc.plugin.v1.Host.GetJournal:input_type -> bc.plugin.v1.GetJournalRequest
-	5,  // 20: bc.plugin.v1.KindPlugin.Manifests:output_type -> bc.plugin.v1.ManifestsResponse
-	10, // 21: bc.plugin.v1.KindPlugin.Execute:output_type -> bc.plugin.v1.ExecuteEvent
-	12, // 22: bc.plugin.v1.KindPlugin.Cancel:output_type -> bc.plugin.v1.CancelResponse
-	14, // 23: bc.plugin.v1.Host.GetInventory:output_type -> bc.plugin.v1.GetInventoryResponse
-	16, // 24: bc.plugin.v1.Host.PutInventory:output_type -> bc.plugin.v1.PutInventoryResponse
-	18, // 25: bc.plugin.v1.Host.GetNodeSpec:output_type -> bc.plugin.v1.GetNodeSpecResponse
-	21, // 26: bc.plugin.v1.Host.GetConditions:output_type -> bc.plugin.v1.GetConditionsResponse
-	23, // 27: bc.plugin.v1.Host.GetJournal:output_type -> bc.plugin.v1.GetJournalResponse
-	20, // [20:28] is the sub-list for method output_type
-	12, // [12:20] is the sub-list for method input_type
-	12, // [12:12] is the sub-list for extension type_name
-	12, // [12:12] is the sub-list for extension extendee
-	0,  // [0:12] is the sub-list for field type_name
+	25, // 5: bc.plugin.v1.Command.not_after:type_name -> google.protobuf.Timestamp
+	6,  // 6: bc.plugin.v1.ExecuteRequest.command:type_name -> bc.plugin.v1.Command
+	1,  // 7: bc.plugin.v1.Result.status:type_name -> bc.plugin.v1.Status
+	8,  // 8: bc.plugin.v1.ExecuteEvent.progress:type_name -> bc.plugin.v1.Progress
+	9,  // 9: bc.plugin.v1.ExecuteEvent.result:type_name -> bc.plugin.v1.Result
+	25, // 10: bc.plugin.v1.GetInventoryResponse.collected_at:type_name -> google.protobuf.Timestamp
+	25, // 11: bc.plugin.v1.Condition.since:type_name -> google.protobuf.Timestamp
+	20, // 12: bc.plugin.v1.GetConditionsResponse.conditions:type_name -> bc.plugin.v1.Condition
+	4,  // 13: bc.plugin.v1.KindPlugin.Manifests:input_type -> bc.plugin.v1.ManifestsRequest
+	7,  // 14: bc.plugin.v1.KindPlugin.Execute:input_type -> bc.plugin.v1.ExecuteRequest
+	11, // 15: bc.plugin.v1.KindPlugin.Cancel:input_type -> bc.plugin.v1.CancelRequest
+	13, // 16: bc.plugin.v1.Host.GetInventory:input_type -> bc.plugin.v1.GetInventoryRequest
+	15, // 17: bc.plugin.v1.Host.PutInventory:input_type -> bc.plugin.v1.PutInventoryRequest
+	17, // 18: bc.plugin.v1.Host.GetNodeSpec:input_type -> bc.plugin.v1.GetNodeSpecRequest
+	19, // 19: bc.plugin.v1.Host.GetConditions:input_type -> bc.plugin.v1.GetConditionsRequest
+	22, // 20: bc.plugin.v1.Host.GetJournal:input_type -> bc.plugin.v1.GetJournalRequest
+	5,  // 21: bc.plugin.v1.KindPlugin.Manifests:output_type -> bc.plugin.v1.ManifestsResponse
+	10, // 22: bc.plugin.v1.KindPlugin.Execute:output_type -> bc.plugin.v1.ExecuteEvent
+	12, // 23: bc.plugin.v1.KindPlugin.Cancel:output_type -> bc.plugin.v1.CancelResponse
+	14, // 24: bc.plugin.v1.Host.GetInventory:output_type -> bc.plugin.v1.GetInventoryResponse
+	16, // 25: bc.plugin.v1.Host.PutInventory:output_type -> bc.plugin.v1.PutInventoryResponse
+	18, // 26: bc.plugin.v1.Host.GetNodeSpec:output_type -> bc.plugin.v1.GetNodeSpecResponse
+	21, // 27: bc.plugin.v1.Host.GetConditions:output_type -> bc.plugin.v1.GetConditionsResponse
+	23, // 28: bc.plugin.v1.Host.GetJournal:output_type -> bc.plugin.v1.GetJournalResponse
+	21, // [21:29] is the sub-list for method output_type
+	13, // [13:21] is the sub-list for method input_type
+	13, // [13:13] is the sub-list for extension type_name
+	13, // [13:13] is the sub-list for extension extendee
+	0,  // [0:13] is the sub-list for field type_name
 }
 
 func init() { file_bc_plugin_v1_plugin_proto_init() }

@@ -5,7 +5,8 @@
 // every version it speaks and the plugin picks the highest it knows, so a
 // plugin built on an older SDK keeps working with a later bcd.
 //   1: Manifests, Execute with Progress and Result, Cancel, the Host service.
-//   2: 1, plus ManifestsResponse.capabilities and Progress.after_cancel.
+//   2: 1, plus ManifestsResponse.capabilities, Progress.after_cancel and
+//      Command.not_after.
 // A later version only adds: fields a version-1 peer ignores, or RPCs that
 // bcd calls only once the plugin negotiated the version that has them.
 
