@@ -18,8 +18,10 @@ import (
 	"github.com/better-compute/commands/sdk/wire"
 )
 
-// SDKVersion is reported to bcd in Manifests.
-const SDKVersion = "0.1.0"
+// SDKVersion is reported to bcd in Manifests. A release of the SDK module
+// is tagged sdk/v<SDKVersion> in the repository. 0.2.0 serves protocol
+// versions 1 and 2 (wire.ProtocolVersions); 0.1.0 served protocol 1 only.
+const SDKVersion = "0.2.0"
 
 // Serve serves kinds as a bcd plugin and never returns. It validates every
 // manifest first and exits with status 1, naming what is wrong, when one is
