@@ -5,6 +5,14 @@ VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo de
 LDFLAGS   := -X github.com/better-compute/commands/internal/version.Version=$(VERSION)
 GOFLAGS_TEST ?= -race -count=1
 PKGS      ?= ./...
+# The SDK is its own module (sdk/go.mod): `go test ./...` at the root does
+# not descend into it, so every target runs it in its own right too.
+SDK       := sdk
+SDK_PKGS  ?= ./...
+# Each module is built and tested on its own, not through go.work: the SDK
+# as a vendor sees it (its go.mod and go.sum alone), the root through its
+# replace of ./sdk. go.work is for development (editors, ad-hoc go test).
+export GOWORK := off
 
 # go-nvml's cgo wrappers call NVML functions that its own nvml.h marks
 # deprecated, and gcc warns about each one: about 145 lines on a cold build,
@@ -21,9 +29,10 @@ export CGO_CFLAGS
 
 all: build
 
-## build: the daemon, the first-party plugins, the control plane and the CLI into ./bin
+## build: the daemon, the first-party plugins, the control plane and the CLI into ./bin; the SDK module compiles
 build:
 	@mkdir -p $(BIN)
+	cd $(SDK) && $(GO) build ./...
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/ ./bcd/cmd/... ./controlplane/cmd/...
 	@mkdir -p $(BIN)/plugins
 	@for p in $$(ls -d plugins/*/cmd/* 2>/dev/null); do \
@@ -38,12 +47,19 @@ deps-test:
 deps-demo:
 	@scripts/install-deps demo
 
-## test: vet, then the whole suite with -race, against a throwaway PostgreSQL
+## test: vet, then the whole suite with -race (the repository's module against a throwaway PostgreSQL, then the SDK's module)
 test: deps-test fmt-check vet proto-check cgo-warnings-check
 	scripts/with-postgres $(GO) test $(GOFLAGS_TEST) $(PKGS)
+	cd $(SDK) && $(GO) test $(GOFLAGS_TEST) $(SDK_PKGS)
+
+## test-sdk: the SDK module's tests alone (no PostgreSQL needed)
+.PHONY: test-sdk
+test-sdk:
+	cd $(SDK) && $(GO) test $(GOFLAGS_TEST) $(SDK_PKGS)
 
 vet:
 	$(GO) vet ./...
+	cd $(SDK) && $(GO) vet ./...
 
 fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go' | grep -v '\.pb\.go$$')); \
@@ -91,6 +107,7 @@ docs-check:
 ## bench: benchmarks, each beside a floor measured in the same run
 bench:
 	scripts/with-postgres $(GO) test -run '^$$' -bench . -benchtime 2000x $(PKGS)
+	cd $(SDK) && $(GO) test -run '^$$' -bench . -benchtime 2000x $(SDK_PKGS)
 
 .PHONY: packages check-packages
 ## packages: bcd's and bc-server's .deb and .rpm into dist/ (nfpm, pinned in go.mod)

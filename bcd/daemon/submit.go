@@ -306,6 +306,11 @@ func (d *Daemon) run(e *entry, rec journal.Record) {
 	d.publish(e, updateOf(rec))
 
 	kc := kind.Command{ID: rec.ID, Kind: rec.Kind, NodeID: rec.NodeID, Payload: rec.Payload, Deadline: now.Add(e.manifest.Timeout.D())}
+	if !rec.NotAfter.IsZero() {
+		// not_after is server time; the plugin host waits in the node's
+		// clock for a plugin that is down, and only until then.
+		kc.NotAfter = rec.NotAfter.Add(now.Sub(d.serverNow()))
+	}
 	res, err := d.exec.Execute(ctx, kc, func(percent int, message string) {
 		d.publish(e, Update{CommandID: rec.ID, Kind: rec.Kind, State: journal.StateRunning, Progress: &Progress{Percent: percent, Message: message}})
 	})

@@ -1,6 +1,7 @@
 package pluginhost
 
 import (
+	"bytes"
 	"encoding/hex"
 	"fmt"
 	"io/fs"
@@ -20,32 +21,44 @@ type binary struct {
 	path string
 	// sha256 is the pinned digest, nil when unpinned.
 	sha256 []byte
+	// file identifies the file's content as discovered: a reload keeps the
+	// running process of a binary whose file and pin did not change.
+	file fileID
+}
+
+// same reports whether b names the very file, and the pin, that o did.
+func (b binary) same(o binary) bool {
+	return b.path == o.path && b.file == o.file && bytes.Equal(b.sha256, o.sha256)
 }
 
 // discover lists the plugin binaries in dir, in name order. Directories,
 // hidden files and files without an execute bit are skipped quietly (a README
 // may sit there); a file that looks like a plugin but is unsafe to run is
-// refused with an error: a symlink that leaves dir or does not end at a
-// regular file, a file writable by group or others (anyone could swap what
-// bcd runs), a pin that is not hex.
-func discover(logger hclog.Logger, dir string, pins map[string]string) ([]binary, []error) {
-	var errs []error
+// refused with an error that says why, and logged: a symlink that leaves dir
+// or does not end at a regular file, a file or directory that another user
+// could change (see trusted), a pin that is not hex.
+func discover(logger hclog.Logger, dir string, pins map[string]string) ([]binary, []Refusal) {
+	var errs []Refusal
 	refuse := func(name, format string, args ...any) {
 		err := fmt.Errorf("%w: %s: %s", ErrRefused, name, fmt.Sprintf(format, args...))
 		logger.Error("refusing plugin", "plugin", name, "error", err)
-		errs = append(errs, err)
+		errs = append(errs, Refusal{Plugin: name, Err: err})
+	}
+	dirErr := func(err error) []Refusal {
+		logger.Error("cannot read the plugin directory", "error", err)
+		return []Refusal{{Err: err}}
 	}
 	root, err := filepath.EvalSymlinks(dir)
 	if err != nil {
-		return nil, []error{fmt.Errorf("plugin directory %s: %w", dir, err)}
+		return nil, dirErr(fmt.Errorf("plugin directory %s: %w", dir, err))
 	}
 	root, err = filepath.Abs(root)
 	if err != nil {
-		return nil, []error{fmt.Errorf("plugin directory %s: %w", dir, err)}
+		return nil, dirErr(fmt.Errorf("plugin directory %s: %w", dir, err))
 	}
 	entries, err := os.ReadDir(root)
 	if err != nil {
-		return nil, []error{fmt.Errorf("reading plugin directory %s: %w", dir, err)}
+		return nil, dirErr(fmt.Errorf("reading plugin directory %s: %w", dir, err))
 	}
 	seen := map[string]bool{}
 	var out []binary
@@ -88,11 +101,12 @@ func discover(logger hclog.Logger, dir string, pins map[string]string) ([]binary
 		case info.Mode().Perm()&0o111 == 0:
 			logger.Debug("skipping file that is not executable", "file", name)
 			continue
-		case info.Mode().Perm()&0o022 != 0:
-			refuse(name, "writable by group or others (mode %s)", info.Mode().Perm())
+		}
+		if why := trusted(path, info); why != "" {
+			refuse(name, "%s", why)
 			continue
 		}
-		b := binary{name: name, path: path}
+		b := binary{name: name, path: path, file: fileIDOf(info)}
 		if pin, ok := pins[name]; ok {
 			sum, err := hex.DecodeString(strings.TrimSpace(pin))
 			if err != nil || len(sum) != 32 {

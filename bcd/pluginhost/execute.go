@@ -29,8 +29,10 @@ const crashWait = 2 * time.Second
 //   - ErrPluginCrashed: failed, reason plugin-crashed; the plugin exited (or
 //     its connection broke) mid-command, and it is being restarted;
 //   - ErrPluginUnavailable: failed, reason plugin-unavailable; the plugin was
-//     down and did not come back before ctx ended (or cancelled, reason
-//     cancelled, when ctx was cancelled);
+//     down and did not come back by the command's not_after (cmd.NotAfter,
+//     or its deadline when it has none), or its restart was refused (its
+//     pin, its file's trust, other manifests), which fails it at once; or
+//     cancelled, reason cancelled, when ctx was cancelled meanwhile;
 //   - ErrClosed: failed, reason interrupted; the host is shutting down;
 //   - wire.ErrNoOutcome: ctx ended and the plugin did not report within the
 //     cancel grace: cancelled (ctx cancelled) or failed, reason timeout;
@@ -43,6 +45,12 @@ const crashWait = 2 * time.Second
 func (h *Host) Execute(ctx context.Context, cmd kind.Command, progress func(percent int, message string)) (kind.Result, error) {
 	h.kindsLock.RLock()
 	r, ok := h.kinds[cmd.Kind]
+	if ok {
+		// Counted before the lock is let go: a reload that retires this
+		// plugin waits for the command before it stops the process.
+		r.inst.acquire()
+		defer r.inst.release()
+	}
 	h.kindsLock.RUnlock()
 	if !ok {
 		return kind.Result{Status: kind.StatusFailed, Reason: kind.ReasonUnknownKind, Message: fmt.Sprintf("no plugin serves kind %q", cmd.Kind)},
@@ -57,16 +65,38 @@ func (h *Host) Execute(ctx context.Context, cmd kind.Command, progress func(perc
 	runCtx, cancel := context.WithDeadline(ctx, deadline.Add(h.cfg.CancelGrace))
 	defer cancel()
 
-	p, err := r.inst.get(runCtx)
+	// A plugin that is down is waited for only until the command's
+	// not_after: past it the command must not start, and a kind's timeout
+	// may be hours.
+	waitCtx := runCtx
+	if !cmd.NotAfter.IsZero() {
+		var cancelWait context.CancelFunc
+		waitCtx, cancelWait = context.WithDeadline(runCtx, cmd.NotAfter)
+		defer cancelWait()
+	}
+	p, err := r.inst.get(waitCtx)
 	if err != nil {
 		switch {
+		case errors.Is(err, ErrClosed) && !h.isClosed():
+			return kind.Result{Status: kind.StatusFailed, Reason: ReasonPluginUnavailable, Message: "the plugin " + r.inst.bin.name + " was replaced by a reload and its old process is gone; nothing ran"},
+				fmt.Errorf("%w: %s: %w", ErrPluginUnavailable, r.inst.bin.name, err)
 		case errors.Is(err, ErrClosed):
 			return kind.Result{Status: kind.StatusFailed, Reason: ReasonInterrupted, Message: "bcd's plugin host is shutting down"}, err
+		case errors.Is(err, ErrRefused):
+			return kind.Result{Status: kind.StatusFailed, Reason: ReasonPluginUnavailable, Message: "the plugin " + r.inst.bin.name + " is down and its restart was refused (" + err.Error() + "); nothing ran"},
+				fmt.Errorf("%w: %s: %w", ErrPluginUnavailable, r.inst.bin.name, err)
 		case errors.Is(ctx.Err(), context.Canceled):
 			return kind.Result{Status: kind.StatusCancelled, Reason: kind.ReasonCancelled, Message: "cancelled while the plugin " + r.inst.bin.name + " was restarting; nothing ran"},
 				fmt.Errorf("%w: %s: %w", ErrPluginUnavailable, r.inst.bin.name, err)
 		default:
-			return kind.Result{Status: kind.StatusFailed, Reason: ReasonPluginUnavailable, Message: "the plugin " + r.inst.bin.name + " did not come back in time; nothing ran"},
+			msg := "the plugin " + r.inst.bin.name + " did not come back in time; nothing ran"
+			if !cmd.NotAfter.IsZero() && !time.Now().Before(cmd.NotAfter) {
+				msg = "the plugin " + r.inst.bin.name + " did not come back by the command's not_after; nothing ran"
+			}
+			if why := r.inst.whyDown(); why != nil {
+				msg += " (last restart: " + why.Error() + ")"
+			}
+			return kind.Result{Status: kind.StatusFailed, Reason: ReasonPluginUnavailable, Message: msg},
 				fmt.Errorf("%w: %s: %w", ErrPluginUnavailable, r.inst.bin.name, err)
 		}
 	}
@@ -80,6 +110,9 @@ func (h *Host) Execute(ctx context.Context, cmd kind.Command, progress func(perc
 			Deadline: timestamppb.New(deadline),
 		},
 		HostBrokerId: p.brokerID,
+	}
+	if !cmd.NotAfter.IsZero() {
+		req.Command.NotAfter = timestamppb.New(cmd.NotAfter)
 	}
 	var onProgress func(*pluginv1.Progress)
 	if progress != nil {
@@ -100,7 +133,7 @@ func (h *Host) failure(ctx context.Context, in *instance, p *proc, err error) (k
 		}
 		return kind.Result{Status: kind.StatusFailed, Reason: ReasonTimeout, Message: "the plugin reported no outcome by the deadline"}, err
 	}
-	if in.closingNow() {
+	if h.isClosed() && in.closingNow() {
 		return kind.Result{Status: kind.StatusFailed, Reason: ReasonInterrupted, Message: "bcd's plugin host shut down while the command ran"}, fmt.Errorf("%w: %w", ErrClosed, err)
 	}
 	if crashed(p, err) {
@@ -134,6 +167,13 @@ func crashed(p *proc, err error) bool {
 	case <-timer.C:
 		return false
 	}
+}
+
+// whyDown is why the plugin's last restart failed, or nil.
+func (in *instance) whyDown() error {
+	in.procLock.Lock()
+	defer in.procLock.Unlock()
+	return in.downErr
 }
 
 func (in *instance) closingNow() bool {

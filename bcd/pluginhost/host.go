@@ -12,9 +12,7 @@ package pluginhost
 import (
 	"context"
 	"errors"
-	"fmt"
 	"sort"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -116,10 +114,23 @@ type Host struct {
 	cfg      Config
 	services kind.Host
 
-	// kindsLock guards kinds and instances.
+	// kindsLock guards kinds, instances, live, refused and pins.
 	kindsLock sync.RWMutex
-	kinds     map[string]route
+	// kinds routes each kind to the instance that serves it now.
+	kinds map[string]route
+	// instances are the current plugins, in name order: what serves new
+	// commands.
 	instances []*instance
+	// live holds every instance not yet closed: the current ones and those
+	// a reload retired that still finish their commands.
+	live map[*instance]struct{}
+	// refused are the plugin files the last Start or Reload refused.
+	refused []Refusal
+	// pins are the SHA-256 pins in force (Config.SHA256, or a reload's).
+	pins map[string]string
+
+	// reloadLock serialises Start and Reload.
+	reloadLock sync.Mutex
 
 	// started is set by the first Start; a second is refused.
 	started atomic.Bool
@@ -135,6 +146,29 @@ type route struct {
 	inst     *instance
 }
 
+// Refusal is one plugin file the host refused to run, and why.
+type Refusal struct {
+	// Plugin is the file name in the plugin directory ("" for the
+	// directory itself).
+	Plugin string
+	// Err wraps ErrRefused (or the directory's error) and says why.
+	Err error
+}
+
+// Plugin describes one plugin the host runs now.
+type Plugin struct {
+	// Name is the binary's file name in the plugin directory.
+	Name string
+	// Protocol is the protocol version negotiated with it (wire.ProtocolVersion1, 2).
+	Protocol int
+	// SDKVersion is the sdk/kind version it was built with, as it says.
+	SDKVersion string
+	// Capabilities are what it listed (protocol 2 on).
+	Capabilities []string
+	// Kinds are the kinds it serves, sorted.
+	Kinds []string
+}
+
 // New returns a host for cfg; nothing starts before Start. services is bcd's
 // side of the Host callback service (inventory, node spec, conditions,
 // journal), served to every plugin over go-plugin's broker; nil serves
@@ -148,6 +182,8 @@ func New(logger hclog.Logger, cfg Config, services kind.Host) *Host {
 		cfg:      cfg.withDefaults(),
 		services: services,
 		kinds:    map[string]route{},
+		live:     map[*instance]struct{}{},
+		pins:     cfg.SHA256,
 		closed:   make(chan struct{}),
 	}
 }
@@ -156,56 +192,39 @@ func New(logger hclog.Logger, cfg Config, services kind.Host) *Host {
 // and validates its manifests and keeps it running. It returns nil when every
 // plugin file loaded. Otherwise it returns the refusals joined, each wrapping
 // ErrRefused and naming the file (a kind claimed twice names both binaries:
-// the first in name order keeps the kind, the second is stopped); the plugins
-// that did load stay up and serve Execute, so the caller may go on. Start
-// runs once; call Close whatever it returned.
+// the first in name order keeps the kind, the second is stopped), each also
+// logged and kept for Refused; the plugins that did load stay up and serve
+// Execute, so the caller may go on. Start runs once; call Close whatever it
+// returned.
 func (h *Host) Start(ctx context.Context) error {
 	if !h.started.CompareAndSwap(false, true) {
 		return errors.New("plugin host already started")
 	}
-	select {
-	case <-h.closed:
-		return ErrClosed
-	default:
-	}
-	bins, errs := discover(h.logger, h.cfg.Dir, h.cfg.SHA256)
-	insts := make([]*instance, len(bins))
-	startErrs := make([]error, len(bins))
-	var wg sync.WaitGroup
-	for i, b := range bins {
-		insts[i] = newInstance(h, b)
-		wg.Go(func() { startErrs[i] = insts[i].start(ctx) })
-	}
-	wg.Wait()
-
-	h.kindsLock.Lock()
-	defer h.kindsLock.Unlock()
-	for i, in := range insts {
-		if startErrs[i] != nil {
-			errs = append(errs, startErrs[i])
-			continue
-		}
-		var dup error
-		for _, m := range in.manifests {
-			if other, ok := h.kinds[m.Kind]; ok {
-				dup = fmt.Errorf("%w: kind %s is claimed by both %s and %s; %s is stopped", ErrRefused, m.Kind, other.inst.bin.name, in.bin.name, in.bin.name)
-				break
-			}
-		}
-		if dup != nil {
-			h.logger.Error("refusing plugin", "plugin", in.bin.name, "error", dup)
-			in.close()
-			errs = append(errs, dup)
-			continue
-		}
-		for _, m := range in.manifests {
-			h.kinds[m.Kind] = route{manifest: m, inst: in}
-		}
-		h.instances = append(h.instances, in)
-		h.logger.Info("plugin loaded", "plugin", in.bin.name, "kinds", strings.Join(kindNames(in.manifests), ","))
-	}
-	return errors.Join(errs...)
+	_, err := h.load(ctx, h.cfg.SHA256)
+	return err
 }
+
+// Refused lists the plugin files the last Start or Reload refused, in name
+// order. bcd kinds exits non-zero when there is any.
+func (h *Host) Refused() []Refusal {
+	h.kindsLock.RLock()
+	defer h.kindsLock.RUnlock()
+	return append([]Refusal(nil), h.refused...)
+}
+
+// Plugins describes the plugins that serve new commands now, in name order.
+func (h *Host) Plugins() []Plugin {
+	h.kindsLock.RLock()
+	defer h.kindsLock.RUnlock()
+	out := make([]Plugin, 0, len(h.instances))
+	for _, in := range h.instances {
+		out = append(out, Plugin{Name: in.bin.name, Protocol: in.protocol, SDKVersion: in.sdkVersion,
+			Capabilities: append([]string(nil), in.capabilities...), Kinds: kindNames(in.manifests)})
+	}
+	return out
+}
+
+func (h *Host) isClosed() bool { return isClosed(h.closed) }
 
 func kindNames(ms []kind.Manifest) []string {
 	out := make([]string, 0, len(ms))
@@ -235,12 +254,16 @@ func (h *Host) Manifest(kindName string) (kind.Manifest, bool) {
 	return r.manifest, ok
 }
 
-// Close stops every plugin and kills its whole process group. In-flight
-// commands end failed with reason interrupted.
+// Close stops every plugin, a retired one still finishing its commands
+// included, and kills its whole process group. In-flight commands end
+// failed with reason interrupted.
 func (h *Host) Close() error {
 	h.closeOnce.Do(func() { close(h.closed) })
 	h.kindsLock.RLock()
-	insts := append([]*instance(nil), h.instances...)
+	insts := make([]*instance, 0, len(h.live))
+	for in := range h.live {
+		insts = append(insts, in)
+	}
 	h.kindsLock.RUnlock()
 	var wg sync.WaitGroup
 	for _, in := range insts {

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -22,10 +24,14 @@ type instance struct {
 	logger hclog.Logger
 
 	// manifests are read at the first start and never change: a restarted
-	// process must serve the same kinds.
-	manifests []kind.Manifest
+	// process must serve the same kinds. protocol, sdkVersion and
+	// capabilities are what that first process negotiated and said.
+	manifests    []kind.Manifest
+	protocol     int
+	sdkVersion   string
+	capabilities []string
 
-	// procLock guards cur, ready and closing.
+	// procLock guards cur, ready, closing and downErr.
 	procLock sync.Mutex
 	// cur is the running process, nil while the plugin is down.
 	cur *proc
@@ -33,6 +39,18 @@ type instance struct {
 	// made each time the plugin goes down.
 	ready   chan struct{}
 	closing bool
+	// downErr is why the last restart failed, nil once one succeeds. When
+	// it wraps ErrRefused (a pin that differs, a file now untrusted, other
+	// manifests), waiting for the next attempt is pointless: commands fail
+	// at once.
+	downErr error
+
+	// inflight counts the commands routed to this instance and not yet
+	// finished; retired is set once a reload replaced or removed it. A
+	// retired instance is closed when its last command finishes, and is not
+	// restarted if its process exits.
+	inflight atomic.Int64
+	retired  atomic.Bool
 
 	// supervised is closed when the supervisor goroutine returns.
 	supervised chan struct{}
@@ -44,6 +62,9 @@ type proc struct {
 	// brokerID is where the Host service is served to this process.
 	brokerID uint32
 	started  time.Time
+	// sdkVersion and capabilities are what its ManifestsResponse said.
+	sdkVersion   string
+	capabilities []string
 }
 
 func newInstance(h *Host, b binary) *instance {
@@ -65,6 +86,7 @@ func (in *instance) start(ctx context.Context) error {
 		return fmt.Errorf("%w: %s: %w", ErrRefused, in.bin.name, err)
 	}
 	in.manifests = ms
+	in.protocol, in.sdkVersion, in.capabilities = p.Kind.Protocol, p.sdkVersion, p.capabilities
 	in.procLock.Lock()
 	in.cur = p
 	close(in.ready)
@@ -76,6 +98,15 @@ func (in *instance) start(ctx context.Context) error {
 // spawn starts one process, serves it the Host service and reads its
 // manifests.
 func (in *instance) spawn(ctx context.Context) (*proc, []kind.Manifest, error) {
+	// The file is checked again at every start: one that became writable
+	// by others since discovery must not run at a restart.
+	info, err := os.Stat(in.bin.path)
+	if err != nil {
+		return nil, nil, err
+	}
+	if why := trusted(in.bin.path, info); why != "" {
+		return nil, nil, fmt.Errorf("%w: %s", ErrRefused, why)
+	}
 	wp, err := wire.Start(wire.Launch{
 		Path:         in.bin.path,
 		Env:          in.h.cfg.pluginEnv(),
@@ -107,6 +138,11 @@ func (in *instance) readManifests(ctx context.Context, p *proc) ([]kind.Manifest
 	if len(resp.GetManifests()) == 0 {
 		return nil, errors.New("serves no kinds")
 	}
+	p.sdkVersion = resp.GetSdkVersion()
+	if p.Kind.Protocol >= wire.ProtocolVersion2 {
+		// A protocol-1 plugin knows no capabilities: never read any.
+		p.capabilities = resp.GetCapabilities()
+	}
 	var errs []error
 	seen := map[string]bool{}
 	ms := make([]kind.Manifest, 0, len(resp.GetManifests()))
@@ -124,9 +160,25 @@ func (in *instance) readManifests(ctx context.Context, p *proc) ([]kind.Manifest
 		ms = append(ms, m)
 	}
 	if err := errors.Join(errs...); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%w: %w", errBadManifests, err)
 	}
 	return ms, nil
+}
+
+// errBadManifests is wrapped by readManifests' validation failures.
+var errBadManifests = errors.New("the plugin serves invalid manifests")
+
+// refusal marks a failed restart as a refusal (wrapping ErrRefused) when
+// trying again cannot help until an operator acts: a pin that differs, a
+// file that is not trusted, invalid or other manifests.
+func refusal(err error) error {
+	switch {
+	case errors.Is(err, ErrRefused):
+		return err
+	case errors.Is(err, wire.ErrChecksum), errors.Is(err, errBadManifests):
+		return fmt.Errorf("%w: %w", ErrRefused, err)
+	}
+	return err
 }
 
 // sameKinds reports whether a restarted process serves what the first did.
@@ -168,6 +220,14 @@ func (in *instance) supervise(p *proc) {
 			in.ready = make(chan struct{})
 		}
 		in.procLock.Unlock()
+		if in.retired.Load() {
+			// A reload replaced this binary: its file may be the new
+			// version now, so never restart it; its commands have failed.
+			in.logger.Warn("retired plugin exited; not restarting it", "pid", p.Pid)
+			in.reap(p)
+			go in.h.closeRetired(in)
+			return
+		}
 		in.logger.Error("plugin exited; restarting it", "pid", p.Pid, "up", time.Since(p.started).Round(time.Millisecond))
 		in.reap(p)
 		if time.Since(p.started) >= in.h.cfg.RestartBackoffMax {
@@ -186,10 +246,13 @@ func (in *instance) supervise(p *proc) {
 			np, ms, err := in.spawn(context.Background())
 			if err == nil && !in.sameKinds(ms) {
 				in.stop(np)
-				err = errors.New("the restarted binary serves other kinds or manifests than at start; restart bcd to load it")
+				err = fmt.Errorf("%w: the restarted binary serves other kinds or manifests than at start; reload bcd (bcd reload, or SIGHUP) to load it", ErrRefused)
 			}
 			if err != nil {
 				in.logger.Error("plugin restart failed", "attempt", attempt, "next_in", backoff(in.h.cfg.RestartBackoffMin, in.h.cfg.RestartBackoffMax, attempt), "error", err)
+				in.procLock.Lock()
+				in.downErr = refusal(err)
+				in.procLock.Unlock()
 				continue
 			}
 			in.procLock.Lock()
@@ -198,7 +261,7 @@ func (in *instance) supervise(p *proc) {
 				in.stop(np)
 				return
 			}
-			in.cur = np
+			in.cur, in.downErr = np, nil
 			close(in.ready)
 			in.procLock.Unlock()
 			in.logger.Info("plugin restarted", "pid", np.Pid, "attempt", attempt)
@@ -218,10 +281,12 @@ func backoff(lo, hi time.Duration, attempt int) time.Duration {
 }
 
 // get returns the running process, waiting for a restart while ctx allows.
+// A plugin whose last restart was refused (downErr wraps ErrRefused) is not
+// waited for: that error comes back at once.
 func (in *instance) get(ctx context.Context) (*proc, error) {
 	for {
 		in.procLock.Lock()
-		p, closing := in.cur, in.closing
+		p, closing, downErr := in.cur, in.closing, in.downErr
 		if p != nil && isClosed(p.Exited) {
 			// Exited, and the supervisor has not seen it yet: never hand
 			// out a dead process; wait for its replacement.
@@ -235,12 +300,35 @@ func (in *instance) get(ctx context.Context) (*proc, error) {
 			return nil, ErrClosed
 		case p != nil:
 			return p, nil
+		case errors.Is(downErr, ErrRefused):
+			return nil, downErr
 		}
 		select {
 		case <-ready:
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		}
+	}
+}
+
+// acquire counts a command routed to in; call it with the host's kindsLock
+// held, so that a reload's retire sees it.
+func (in *instance) acquire() { in.inflight.Add(1) }
+
+// release ends what acquire counted; the last command of a retired
+// instance closes it.
+func (in *instance) release() {
+	if in.inflight.Add(-1) == 0 && in.retired.Load() {
+		go in.h.closeRetired(in)
+	}
+}
+
+// retire marks in replaced by a reload: it takes no new commands (the
+// reload routed its kinds elsewhere), finishes those it runs, then closes.
+func (in *instance) retire() {
+	in.retired.Store(true)
+	if in.inflight.Load() == 0 {
+		go in.h.closeRetired(in)
 	}
 }
 

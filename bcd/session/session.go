@@ -108,6 +108,9 @@ type Client struct {
 	lastInv  time.Time
 	lastCond string
 	sentOnce bool
+	// endSession ends the session open now (nil between sessions): Rehello
+	// calls it so that the next Hello carries what changed.
+	endSession context.CancelFunc
 
 	// own are the conditions the client finds itself (TrustBundle,
 	// ClockSkew, NodeSpec).
@@ -194,6 +197,22 @@ func (c *Client) RequestSpec(have int64) {
 	_ = c.send(&agentv1.NodeMessage{Msg: &agentv1.NodeMessage_SpecRequest{SpecRequest: &agentv1.SpecRequest{HaveGeneration: have}}})
 }
 
+// Rehello ends the session open now, so that the client reconnects (after
+// the shortest backoff) with a new Hello: how the kinds bcd reloaded, with
+// their new digests, reach the control plane. Nothing is lost: the
+// gateway replays what is not terminal, the daemon re-attaches what runs,
+// and unacknowledged updates are sent again after the Welcome. Without an
+// open session it does nothing; the next Hello carries the kinds anyway.
+func (c *Client) Rehello() {
+	c.lock.Lock()
+	end := c.endSession
+	c.lock.Unlock()
+	if end != nil {
+		c.logger.Info("ending the session so that a new Hello reports the reloaded kinds")
+		end()
+	}
+}
+
 // Run holds sessions until ctx ends, reconnecting with exponential backoff
 // and jitter after each failure; a session that got its Welcome resets the
 // backoff.
@@ -244,6 +263,14 @@ func Jitter(d time.Duration) time.Duration {
 func (c *Client) session(ctx context.Context, conn *grpc.ClientConn) (welcomed bool, err error) {
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	c.lock.Lock()
+	c.endSession = cancel
+	c.lock.Unlock()
+	defer func() {
+		c.lock.Lock()
+		c.endSession = nil
+		c.lock.Unlock()
+	}()
 	stream, err := agentv1.NewSessionClient(conn).Connect(sctx)
 	if err != nil {
 		return false, fmt.Errorf("connect: %w", err)

@@ -18,7 +18,7 @@ func load(t *testing.T, overlay string) *Graph {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	g, err := Load(ctx, testutil.RepoRoot(t), overlay, "./...")
+	g, err := Load(ctx, testutil.RepoRoot(t), overlay, Patterns...)
 	require.NoError(t, err)
 	return g
 }
@@ -32,6 +32,16 @@ func TestRepositoryHoldsItsWalls(t *testing.T) {
 		report = append(report, v.String())
 	}
 	require.Empty(t, report, "broken walls:\n%s", strings.Join(report, "\n"))
+	// The SDK is its own module: every package under sdk/ belongs to it, so
+	// a vendor's go get of it brings only its own go.mod's requirements.
+	sdkPkgs := 0
+	for _, p := range g.roots() {
+		if under(p, "sdk") {
+			sdkPkgs++
+			require.Equal(t, SDKModule, g.Package(p).ModulePath(), "%s is in the SDK's module", p)
+		}
+	}
+	require.NotZero(t, sdkPkgs, "the SDK's packages are loaded")
 	for _, bin := range []string{"bcd/cmd/bcd", "controlplane/cmd/bc-server", "controlplane/cmd/better-compute", "controlplane/cmd/bc-mcp", "plugins/nvml/cmd/bc-kind-nvml"} {
 		t.Logf("go list -deps ./%s: %d packages", bin, g.Count(Module+"/"+bin))
 	}

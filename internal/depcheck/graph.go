@@ -22,6 +22,16 @@ import (
 // Module is the repository's module path; the walls are drawn inside it.
 const Module = "github.com/better-compute/commands"
 
+// SDKModule is the SDK's own module (sdk/go.mod), nested in the repository:
+// a vendor's `go get` fetches it alone. Its packages keep their import paths
+// under Module, so the walls name them as before; `go list ./...` at the
+// root does not descend into it, so Patterns names it besides.
+const SDKModule = Module + "/sdk"
+
+// Patterns are the package patterns the walls are checked over: the
+// repository's module and the SDK's.
+var Patterns = []string{"./...", SDKModule + "/..."}
+
 // Package is what the walls need of one package in `go list -json`.
 type Package struct {
 	ImportPath string

@@ -31,13 +31,28 @@ func RepoRoot(t testing.TB) string {
 
 // BuildBinary builds the Go main package pkg (a path relative to the
 // repository root, such as "./sdk/example/cmd/bc-kind-example") once per test
-// process and returns the binary's path. Tests run real subprocesses built
+// process and returns the binary's path. A package under ./sdk/ is built in
+// the SDK's own module. Tests run real subprocesses built
 // from the tree, never stand-ins.
 func BuildBinary(t testing.TB, pkg string) string {
 	t.Helper()
+	return build(t, pkg, "")
+}
+
+// BuildVersion builds the main package pkg with its main.version variable
+// set to version (-ldflags -X), once per test process: one plugin in
+// several versions, for upgrade tests.
+func BuildVersion(t testing.TB, pkg, version string) string {
+	t.Helper()
+	return build(t, pkg, version)
+}
+
+func build(t testing.TB, pkg, version string) string {
+	t.Helper()
 	buildLock.Lock()
 	defer buildLock.Unlock()
-	if p, ok := built[pkg]; ok {
+	key := pkg + "@" + version
+	if p, ok := built[key]; ok {
 		return p
 	}
 	if buildDir == "" {
@@ -48,15 +63,26 @@ func BuildBinary(t testing.TB, pkg string) string {
 		buildDir = d
 	}
 	name := strings.ReplaceAll(strings.Trim(pkg, "./"), "/", "_")
+	args := []string{"build"}
+	if version != "" {
+		name += "-" + version
+		args = append(args, "-ldflags", "-X main.version="+version)
+	}
 	out := filepath.Join(buildDir, name)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", out, pkg)
-	cmd.Dir = RepoRoot(t)
+	dir, target := RepoRoot(t), pkg
+	if rest, ok := strings.CutPrefix(pkg, "./sdk/"); ok {
+		// The SDK is its own module: build its packages from its root, so
+		// that it works with the workspace (go.work) and without it.
+		dir, target = filepath.Join(dir, "sdk"), "./"+rest
+	}
+	cmd := exec.CommandContext(ctx, "go", append(args, "-o", out, target)...)
+	cmd.Dir = dir
 	if b, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("go build %s: %v\n%s", pkg, err, b)
 	}
-	built[pkg] = out
+	built[key] = out
 	return out
 }
 

@@ -30,6 +30,11 @@ type Command struct {
 	Payload json.RawMessage
 	// Deadline is when bcd gives up on the run (the manifest's timeout).
 	Deadline time.Time
+	// NotAfter is the command's not_after in the node's clock: the latest
+	// time it could start (zero when unknown). bcd's plugin host waits for
+	// a plugin that is down only until then, never the kind's whole
+	// timeout; a handler may read it, but its run is bounded by Deadline.
+	NotAfter time.Time
 }
 
 // Decode unmarshals the payload into v.
@@ -40,11 +45,16 @@ type Progress interface {
 	Report(percent int, message string)
 }
 
-// ProgressFunc adapts a function to Progress.
+// ProgressFunc adapts a function to Progress. A nil ProgressFunc reports
+// nothing: a unit test that leaves it unset never panics.
 type ProgressFunc func(percent int, message string)
 
-// Report calls f.
-func (f ProgressFunc) Report(percent int, message string) { f(percent, message) }
+// Report calls f, unless f is nil.
+func (f ProgressFunc) Report(percent int, message string) {
+	if f != nil {
+		f(percent, message)
+	}
+}
 
 // Condition is a node condition such as RebootRequired.
 type Condition struct {

@@ -7,6 +7,7 @@ import (
 	"runtime/debug"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -17,8 +18,10 @@ import (
 	"github.com/better-compute/commands/sdk/wire"
 )
 
-// SDKVersion is reported to bcd in Manifests.
-const SDKVersion = "0.1.0"
+// SDKVersion is reported to bcd in Manifests. A release of the SDK module
+// is tagged sdk/v<SDKVersion> in the repository. 0.2.0 serves protocol
+// versions 1 and 2 (wire.ProtocolVersions); 0.1.0 served protocol 1 only.
+const SDKVersion = "0.2.0"
 
 // Serve serves kinds as a bcd plugin and never returns. It validates every
 // manifest first and exits with status 1, naming what is wrong, when one is
@@ -33,7 +36,9 @@ func Serve(kinds ...Kind) {
 	}
 	plugin.Serve(&plugin.ServeConfig{
 		HandshakeConfig: wire.Handshake,
-		Plugins:         wire.PluginSet(srv.bind),
+		// Every protocol version this SDK speaks: an older bcd offers only
+		// the older ones, and go-plugin picks the highest both know.
+		VersionedPlugins: wire.VersionedPlugins(srv.bind),
 		GRPCServer: func(opts []grpc.ServerOption) *grpc.Server {
 			return grpc.NewServer(append(opts, wire.ServerOptions()...)...)
 		},
@@ -136,7 +141,7 @@ func (s *Server) Manifests(ctx context.Context, req *pluginv1.ManifestsRequest) 
 		names = append(names, n)
 	}
 	sort.Strings(names)
-	resp := &pluginv1.ManifestsResponse{SdkVersion: SDKVersion}
+	resp := &pluginv1.ManifestsResponse{SdkVersion: SDKVersion, Capabilities: append([]string(nil), wire.Capabilities...)}
 	for _, n := range names {
 		resp.Manifests = append(resp.Manifests, ManifestToProto(s.kinds[n].Manifest))
 	}
@@ -149,6 +154,9 @@ func (s *Server) Execute(req *pluginv1.ExecuteRequest, stream grpc.ServerStreami
 	ctx := stream.Context()
 	pc := req.GetCommand()
 	cmd := Command{ID: pc.GetId(), Kind: pc.GetKind(), NodeID: pc.GetNodeId(), Payload: pc.GetPayload()}
+	if pc.GetNotAfter() != nil {
+		cmd.NotAfter = pc.GetNotAfter().AsTime()
+	}
 	if pc.GetDeadline() != nil {
 		cmd.Deadline = pc.GetDeadline().AsTime()
 		var cancel context.CancelFunc
@@ -178,11 +186,25 @@ func (s *Server) Execute(req *pluginv1.ExecuteRequest, stream grpc.ServerStreami
 		logger.Warn("refusing payload", "error", err)
 		return finish(Result{Status: StatusFailed, Reason: ReasonInvalidPayload, Message: err.Error()})
 	}
+	// returned is set once the handler returned: a report after it is work
+	// the handler left running, which the stream can no longer carry; it is
+	// logged once (wire.LateProgressMessage), for bcd's log and the harness.
+	var returned, lateLogged atomic.Bool
 	progress := ProgressFunc(func(percent int, message string) {
+		if returned.Load() {
+			if lateLogged.CompareAndSwap(false, true) {
+				logger.Warn(wire.LateProgressMessage, "percent", percent, "message", message)
+			}
+			return
+		}
 		if percent < -1 || percent > 100 {
 			percent = -1
 		}
-		if err := send(&pluginv1.ExecuteEvent{Event: &pluginv1.ExecuteEvent_Progress{Progress: &pluginv1.Progress{Percent: int32(percent), Message: message}}}); err != nil {
+		// A report after the cancel (or the deadline) says the handler was
+		// still at work then: the harness allows the action under way, not
+		// more.
+		pr := &pluginv1.Progress{Percent: int32(percent), Message: message, AfterCancel: ctx.Err() != nil}
+		if err := send(&pluginv1.ExecuteEvent{Event: &pluginv1.ExecuteEvent_Progress{Progress: pr}}); err != nil {
 			logger.Debug("progress not sent", "error", err)
 		}
 	})
@@ -192,6 +214,7 @@ func (s *Server) Execute(req *pluginv1.ExecuteRequest, stream grpc.ServerStreami
 		Host:     s.host(req.GetHostBrokerId()),
 		Logger:   logger,
 	})
+	returned.Store(true)
 	return finish(r)
 }
 
@@ -240,13 +263,13 @@ func (s *Server) track(ctx context.Context, id string) (context.Context, func())
 }
 
 // Run calls h and turns its outcome, or its panic, into a Result. A nil
-// Logger or Progress in req is replaced by one that discards, so handlers
-// never check them.
+// Logger or Progress in req (a nil ProgressFunc included) is replaced by one
+// that discards, so handlers never check them.
 func Run(ctx context.Context, h Handler, req Request) (r Result) {
 	if req.Logger == nil {
 		req.Logger = hclog.NewNullLogger()
 	}
-	if req.Progress == nil {
+	if f, ok := req.Progress.(ProgressFunc); req.Progress == nil || (ok && f == nil) {
 		req.Progress = ProgressFunc(func(int, string) {})
 	}
 	defer func() {

@@ -184,3 +184,17 @@ func TestNewServer_RefusesInvalidOrDuplicateKinds(t *testing.T) {
 	_, err = NewServer(hclog.NewNullLogger(), Kind{Manifest: testManifest("t.kind")})
 	require.ErrorContains(t, err, "no handler")
 }
+
+// A nil ProgressFunc in a Request reads as no progress reporter: the handler
+// reports and Run neither panics nor fails the command. Before, Report
+// called the nil func and the command failed with reason panic.
+func TestRun_NilProgressFuncIsNone(t *testing.T) {
+	var none ProgressFunc
+	res := Run(context.Background(), HandlerFunc(func(_ context.Context, req Request) (any, error) {
+		req.Progress.Report(50, "half way")
+		return map[string]int{"done": 1}, nil
+	}), Request{Progress: none})
+	require.Equal(t, StatusSucceeded, res.Status, res.Message)
+	require.JSONEq(t, `{"done":1}`, string(res.Data))
+	require.NotPanics(t, func() { none.Report(1, "direct") })
+}

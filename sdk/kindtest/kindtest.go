@@ -13,8 +13,9 @@
 // and checks, each as a sub-test: the manifests are valid; a payload that
 // violates a kind's schema is refused (failed, invalid-payload) and the
 // plugin keeps serving; a long-running command stops within a bound once
-// cancelled and reports its own outcome; a panic becomes a failed result;
-// nothing is written to stdout after the handshake.
+// cancelled, reports its own outcome, and stops its work (no progress beyond
+// the action under way at the cancel, none after its result); a panic
+// becomes a failed result; nothing is written to stdout after the handshake.
 package kindtest
 
 import (
@@ -23,10 +24,13 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/better-compute/commands/sdk/kind"
+	pluginv1 "github.com/better-compute/commands/sdk/proto/bc/plugin/v1"
 	"github.com/better-compute/commands/sdk/wire"
 )
 
@@ -67,7 +71,16 @@ type Options struct {
 	// StdoutWindow is how long the stdout check waits for stray output that
 	// is still in flight; 250 ms when 0.
 	StdoutWindow time.Duration
+	// QuietWindow is how long, after a cancelled command's result, the
+	// cancel check watches for work that goes on (progress the handler
+	// reports after it returned); 250 ms when 0.
+	QuietWindow time.Duration
 }
+
+// MaxProgressAfterCancel is how many progress reports a handler may make
+// after its context ended: the one for the action already under way. A
+// handler that reports more went on working after the cancel.
+const MaxProgressAfterCancel = 1
 
 func (o Options) withDefaults() Options {
 	if o.CancelAfter <= 0 {
@@ -81,6 +94,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.StdoutWindow <= 0 {
 		o.StdoutWindow = 250 * time.Millisecond
+	}
+	if o.QuietWindow <= 0 {
+		o.QuietWindow = 250 * time.Millisecond
 	}
 	return o
 }
@@ -198,7 +214,13 @@ func (p *Plugin) CheckBadPayload(kindName string, payload json.RawMessage) error
 }
 
 // CheckCancel runs c, cancels it at its first progress report or after
-// cancelAfter, and requires the plugin's own cancelled result within within.
+// cancelAfter, and requires the plugin's own cancelled result within within,
+// and proof that the handler stopped its work: at most
+// MaxProgressAfterCancel progress reports made after its context ended, and
+// none after its result (watched for the Options.QuietWindow). A handler
+// that reports progress and ignores the cancel fails here even when it ends
+// within the bound and returns ctx.Err(). The proof needs a plugin of
+// protocol 2 (this SDK on); for an older one only the outcome is checked.
 func (p *Plugin) CheckCancel(c Case, cancelAfter, within time.Duration) error {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -208,9 +230,19 @@ func (p *Plugin) CheckCancel(c Case, cancelAfter, within time.Duration) error {
 		err error
 		at  time.Time
 	}
+	// afterLock guards after, the reports the plugin marked as made after
+	// the command's context ended.
+	var afterLock sync.Mutex
+	var after []string
+	id := newCommandID()
 	done := make(chan outcome, 1)
 	go func() {
-		res, err := p.Execute(ctx, c.Kind, c.Payload, func(int, string) {
+		res, err := p.execute(ctx, id, c.Kind, c.Payload, func(pr *pluginv1.Progress) {
+			if pr.GetAfterCancel() {
+				afterLock.Lock()
+				after = append(after, fmt.Sprintf("[%d%%] %s", pr.GetPercent(), pr.GetMessage()))
+				afterLock.Unlock()
+			}
 			select {
 			case progressed <- struct{}{}:
 			default:
@@ -248,7 +280,39 @@ func (p *Plugin) CheckCancel(c Case, cancelAfter, within time.Duration) error {
 	if o.res.Status != kind.StatusCancelled {
 		return fmt.Errorf("%s: got %s (reason %q: %s) after the cancel, want cancelled", c.Kind, o.res.Status, o.res.Reason, o.res.Message)
 	}
+	afterLock.Lock()
+	late := append([]string(nil), after...)
+	afterLock.Unlock()
+	if len(late) > MaxProgressAfterCancel {
+		return fmt.Errorf("%s: the handler reported %d progress steps after the cancel (%s): it went on working; stop between actions when ctx is done",
+			c.Kind, len(late), strings.Join(late, ", "))
+	}
+	if err := p.checkQuiet(id); err != nil {
+		return fmt.Errorf("%s: %w", c.Kind, err)
+	}
 	return p.checkServing()
+}
+
+// checkQuiet watches the plugin's log for the quiet window for a progress
+// report on command id made after its handler returned: work that goes on
+// after its result (a goroutine the handler left running).
+func (p *Plugin) checkQuiet(id string) error {
+	deadline := time.NewTimer(p.quiet)
+	defer deadline.Stop()
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		for _, line := range strings.Split(p.Logs(), "\n") {
+			if strings.Contains(line, wire.LateProgressMessage) && strings.Contains(line, id) {
+				return fmt.Errorf("the handler reported progress after its result, so its work goes on after it returned (%s): wait for what it started before returning", strings.TrimSpace(line))
+			}
+		}
+		select {
+		case <-deadline.C:
+			return nil
+		case <-tick.C:
+		}
+	}
 }
 
 // CheckPanic runs c, whose handler panics: the result must be failed with

@@ -11,20 +11,20 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/better-compute/commands/internal/testplugins"
-	"github.com/better-compute/commands/internal/testutil"
+	"github.com/better-compute/commands/sdk/internal/sdktest"
+	"github.com/better-compute/commands/sdk/internal/testplugins"
 	"github.com/better-compute/commands/sdk/kindtest"
 )
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	testutil.CleanupBuilds()
+	sdktest.CleanupBuilds()
 	os.Exit(code)
 }
 
 // The example plugin passes the harness: the SDK guide's plugin is conformant.
 func TestRun_ExamplePlugin(t *testing.T) {
-	bin := testutil.BuildBinary(t, "./sdk/example/cmd/bc-kind-example")
+	bin := sdktest.BuildBinary(t, "./example/cmd/bc-kind-example")
 	kindtest.Run(t, bin, kindtest.Options{
 		Kinds:       []string{"example.echo", "example.noop"},
 		BadPayloads: map[string]json.RawMessage{"example.echo": json.RawMessage(`{"message":""}`)},
@@ -33,7 +33,7 @@ func TestRun_ExamplePlugin(t *testing.T) {
 }
 
 func TestRun_TestPlugin_WithAPanickingKind(t *testing.T) {
-	bin := testutil.BuildBinary(t, testplugins.KindTest)
+	bin := sdktest.BuildBinary(t, testplugins.KindTest)
 	kindtest.Run(t, bin, kindtest.Options{
 		LongRunning: &kindtest.Case{Kind: "test.sleep", Payload: json.RawMessage(`{"steps":100000,"stepMs":20}`)},
 		Panic:       &kindtest.Case{Kind: "test.panic", Payload: json.RawMessage(`{}`)},
@@ -42,20 +42,20 @@ func TestRun_TestPlugin_WithAPanickingKind(t *testing.T) {
 }
 
 func TestCheckStdout_CatchesAPluginThatWritesToStdout(t *testing.T) {
-	p := kindtest.Start(t, testutil.BuildBinary(t, testplugins.Stdout), kindtest.Options{})
+	p := kindtest.Start(t, sdktest.BuildBinary(t, testplugins.Stdout), kindtest.Options{})
 	require.NoError(t, p.CheckStdout(10*time.Millisecond), "nothing written yet")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	_, err := p.Execute(ctx, "test.stdout", json.RawMessage(`{}`), nil)
 	require.NoError(t, err)
-	testutil.WaitFor(t, 10*time.Second, "the stray line to arrive", func() bool { return p.Stdout() != "" })
+	sdktest.WaitFor(t, 10*time.Second, "the stray line to arrive", func() bool { return p.Stdout() != "" })
 	err = p.CheckStdout(10 * time.Millisecond)
 	require.ErrorContains(t, err, "wrote to stdout after the handshake")
 	require.ErrorContains(t, err, "test.stdout writes to stdout")
 }
 
 func TestCheckManifests_CatchesAnInvalidManifest(t *testing.T) {
-	p := kindtest.Start(t, testutil.BuildBinary(t, testplugins.BadManifest), kindtest.Options{})
+	p := kindtest.Start(t, sdktest.BuildBinary(t, testplugins.BadManifest), kindtest.Options{})
 	_, err := p.CheckManifests(nil)
 	require.ErrorContains(t, err, "lane")
 	require.ErrorContains(t, err, "timeout")
@@ -63,31 +63,58 @@ func TestCheckManifests_CatchesAnInvalidManifest(t *testing.T) {
 }
 
 func TestCheckManifests_CatchesAMissingKind(t *testing.T) {
-	p := kindtest.Start(t, testutil.BuildBinary(t, testplugins.KindTest), kindtest.Options{})
+	p := kindtest.Start(t, sdktest.BuildBinary(t, testplugins.KindTest), kindtest.Options{})
 	_, err := p.CheckManifests([]string{"test.sleep", "test.missing"})
 	require.ErrorContains(t, err, "kind test.missing is not served")
 }
 
 func TestCheckCancel_CatchesAPluginThatIgnoresTheCancel(t *testing.T) {
-	p := kindtest.Start(t, testutil.BuildBinary(t, testplugins.KindTest), kindtest.Options{CancelWithin: 300 * time.Millisecond})
+	p := kindtest.Start(t, sdktest.BuildBinary(t, testplugins.KindTest), kindtest.Options{CancelWithin: 300 * time.Millisecond})
 	err := p.CheckCancel(kindtest.Case{Kind: "test.sleep", Payload: json.RawMessage(`{"steps":1000,"stepMs":20,"ignoreCancel":true}`)}, 50*time.Millisecond, 300*time.Millisecond)
 	require.ErrorContains(t, err, "no outcome within")
 }
 
+// A handler that reports progress and then ignores the cancel fails the
+// check even when it ends within the bound and returns ctx.Err() (so the SDK
+// calls it cancelled): it did all its work after the cancel. Before the
+// check counted progress after the cancel, this passed.
+func TestCheckCancel_CatchesAHandlerThatReportsProgressAndIgnoresTheCancel(t *testing.T) {
+	p := kindtest.Start(t, sdktest.BuildBinary(t, testplugins.KindTest), kindtest.Options{})
+	err := p.CheckCancel(kindtest.Case{Kind: "test.sleep", Payload: json.RawMessage(`{"steps":15,"stepMs":20,"ignoreCancel":true,"returnCtxErr":true}`)}, 5*time.Second, 5*time.Second)
+	require.ErrorContains(t, err, "progress steps after the cancel")
+	require.ErrorContains(t, err, "step 15")
+}
+
+// A handler that returns at once on the cancel but leaves its work running
+// (still reporting progress) fails the check: its result is not the end of
+// its work.
+func TestCheckCancel_CatchesWorkThatGoesOnAfterTheResult(t *testing.T) {
+	p := kindtest.Start(t, sdktest.BuildBinary(t, testplugins.KindTest), kindtest.Options{})
+	err := p.CheckCancel(kindtest.Case{Kind: "test.sleep", Payload: json.RawMessage(`{"steps":1000,"stepMs":20,"detach":true}`)}, 5*time.Second, 5*time.Second)
+	require.ErrorContains(t, err, "after its result")
+}
+
+// The check passes a handler that stops between actions, however often it
+// reports progress.
+func TestCheckCancel_PassesAHandlerThatStops(t *testing.T) {
+	p := kindtest.Start(t, sdktest.BuildBinary(t, testplugins.KindTest), kindtest.Options{})
+	require.NoError(t, p.CheckCancel(kindtest.Case{Kind: "test.sleep", Payload: json.RawMessage(`{"steps":100000,"stepMs":1}`)}, 5*time.Second, 5*time.Second))
+}
+
 func TestCheckCancel_CatchesACommandThatIsNotLongRunning(t *testing.T) {
-	p := kindtest.Start(t, testutil.BuildBinary(t, testplugins.KindTest), kindtest.Options{})
+	p := kindtest.Start(t, sdktest.BuildBinary(t, testplugins.KindTest), kindtest.Options{})
 	err := p.CheckCancel(kindtest.Case{Kind: "test.noop", Payload: json.RawMessage(`{}`)}, 5*time.Second, time.Second)
 	require.ErrorContains(t, err, "ended before it was cancelled")
 }
 
 func TestCheckBadPayload_CatchesAKindThatAcceptsIt(t *testing.T) {
-	p := kindtest.Start(t, testutil.BuildBinary(t, testplugins.KindTest), kindtest.Options{})
+	p := kindtest.Start(t, sdktest.BuildBinary(t, testplugins.KindTest), kindtest.Options{})
 	err := p.CheckBadPayload("test.noop", json.RawMessage(`{"anything":"goes"}`))
 	require.ErrorContains(t, err, "want failed with reason invalid-payload")
 }
 
 func TestCheckPanic_CatchesAKindThatDoesNotPanic(t *testing.T) {
-	p := kindtest.Start(t, testutil.BuildBinary(t, testplugins.KindTest), kindtest.Options{})
+	p := kindtest.Start(t, sdktest.BuildBinary(t, testplugins.KindTest), kindtest.Options{})
 	err := p.CheckPanic(kindtest.Case{Kind: "test.noop", Payload: json.RawMessage(`{}`)})
 	require.ErrorContains(t, err, "want failed with reason panic")
 }

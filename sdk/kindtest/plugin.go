@@ -30,6 +30,7 @@ type Plugin struct {
 	stdout   *lockedBuffer
 	logs     *testLogWriter
 	grace    time.Duration
+	quiet    time.Duration
 	stopOnce sync.Once
 }
 
@@ -48,7 +49,7 @@ func Start(t testing.TB, binary string, opts Options) *Plugin {
 // nil. Call Stop when done.
 func Launch(binary string, opts Options, t testing.TB) (*Plugin, error) {
 	opts = opts.withDefaults()
-	logs := &testLogWriter{t: t}
+	logs := &testLogWriter{t: t, text: &lockedBuffer{}}
 	stdout := &lockedBuffer{}
 	proc, err := wire.Start(wire.Launch{
 		Path: binary,
@@ -64,7 +65,7 @@ func Launch(binary string, opts Options, t testing.TB) (*Plugin, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &Plugin{proc: proc, stdout: stdout, logs: logs, grace: opts.CancelWithin}
+	p := &Plugin{proc: proc, stdout: stdout, logs: logs, grace: opts.CancelWithin, quiet: opts.QuietWindow}
 	p.brokerID = proc.ServeHost(kind.NewHostServer(opts.Host))
 	return p, nil
 }
@@ -79,6 +80,14 @@ func (p *Plugin) Stop() {
 
 // Pid is the plugin's process id.
 func (p *Plugin) Pid() int { return p.proc.Pid }
+
+// Protocol is the protocol version negotiated with the plugin
+// (wire.ProtocolVersion1 for a plugin built on an SDK before versions were
+// negotiated).
+func (p *Plugin) Protocol() int { return p.proc.Kind.Protocol }
+
+// Logs is what the plugin has logged so far (its stderr, as bcd re-emits it).
+func (p *Plugin) Logs() string { return p.logs.text.String() }
 
 // Exited reports whether the plugin process has exited.
 func (p *Plugin) Exited() bool {
@@ -109,17 +118,25 @@ func (p *Plugin) Manifests(ctx context.Context) ([]kind.Manifest, error) {
 // awaited for the cancel grace (Options.CancelWithin); wire.ErrNoOutcome
 // when it does not come.
 func (p *Plugin) Execute(ctx context.Context, kindName string, payload json.RawMessage, progress func(percent int, message string)) (kind.Result, error) {
-	id := fmt.Sprintf("cmd_kindtest_%d", time.Now().UnixNano())
+	var onProgress func(*pluginv1.Progress)
+	if progress != nil {
+		onProgress = func(pr *pluginv1.Progress) { progress(int(pr.GetPercent()), pr.GetMessage()) }
+	}
+	return p.execute(ctx, newCommandID(), kindName, payload, onProgress)
+}
+
+// newCommandID is a unique command id for one harness run.
+func newCommandID() string { return fmt.Sprintf("cmd_kindtest_%d", time.Now().UnixNano()) }
+
+// execute runs one command with the given id, handing each progress event
+// over as the plugin sent it (after_cancel included).
+func (p *Plugin) execute(ctx context.Context, id, kindName string, payload json.RawMessage, onProgress func(*pluginv1.Progress)) (kind.Result, error) {
 	req := &pluginv1.ExecuteRequest{
 		Command:      &pluginv1.Command{Id: id, Kind: kindName, NodeId: "node_kindtest", Payload: payload},
 		HostBrokerId: p.brokerID,
 	}
 	if d, ok := ctx.Deadline(); ok {
 		req.Command.Deadline = timestamppb.New(d)
-	}
-	var onProgress func(*pluginv1.Progress)
-	if progress != nil {
-		onProgress = func(pr *pluginv1.Progress) { progress(int(pr.GetPercent()), pr.GetMessage()) }
 	}
 	res, err := wire.Execute(ctx, p.proc.Kind, req, onProgress, p.grace)
 	if err != nil {
@@ -155,11 +172,14 @@ type testLogWriter struct {
 	mu     sync.Mutex
 	t      testing.TB
 	closed bool
+	// text keeps every line, for checks that read the plugin's log.
+	text *lockedBuffer
 }
 
 var _ io.Writer = (*testLogWriter)(nil)
 
 func (w *testLogWriter) Write(b []byte) (int, error) {
+	_, _ = w.text.Write(b)
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.t != nil && !w.closed {

@@ -86,7 +86,7 @@ func NewClient(l Launch) (*plugin.Client, *exec.Cmd) {
 	}
 	client := plugin.NewClient(&plugin.ClientConfig{
 		HandshakeConfig:     Handshake,
-		Plugins:             PluginSet(nil),
+		VersionedPlugins:    VersionedPlugins(nil),
 		Cmd:                 cmd,
 		SecureConfig:        secure,
 		AllowedProtocols:    []plugin.Protocol{plugin.ProtocolGRPC},
@@ -120,6 +120,7 @@ func Dispense(client *plugin.Client) (*Client, error) {
 	if !ok {
 		return nil, fmt.Errorf("dispensing %q: got %T, want *wire.Client", PluginName, raw)
 	}
+	c.Protocol = client.NegotiatedVersion()
 	return c, nil
 }
 

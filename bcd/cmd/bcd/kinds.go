@@ -26,9 +26,25 @@ func cmdKinds(args []string, stdout, stderr io.Writer) error {
 	logger := newLogger(cfg, stderr)
 	host := startPlugins(context.Background(), logger, cfg, nil)
 	defer host.Close()
-	ms := host.Manifests()
+	if err := listKinds(host.Manifests(), *asJSON, stdout); err != nil {
+		return err
+	}
+	// What loaded is listed either way; a refused plugin makes the exit
+	// status say so, so that a script (the SDK guide's jq step) stops.
+	refused := host.Refused()
+	for _, r := range refused {
+		fmt.Fprintf(stderr, "bcd kinds: refused plugin %s: %v\n", orDir(r.Plugin), r.Err)
+	}
+	if len(refused) > 0 {
+		return &exitError{code: 1, err: fmt.Errorf("%d plugin(s) refused", len(refused))}
+	}
+	return nil
+}
+
+// listKinds prints the manifests as a table, or as JSON with their digests.
+func listKinds(ms []kind.Manifest, asJSON bool, stdout io.Writer) error {
 	sort.Slice(ms, func(i, j int) bool { return ms[i].Kind < ms[j].Kind })
-	if *asJSON {
+	if asJSON {
 		type entry struct {
 			kind.Manifest
 			Digest string `json:"digest"`

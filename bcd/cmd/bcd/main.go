@@ -1,7 +1,8 @@
 // Command bcd is the better-compute node daemon. `bcd run` is the daemon;
 // `bcd exec` runs one kind locally through the same acceptance checks,
 // lane, journal and plugin path; `bcd kinds` lists the loaded kinds;
-// `bcd journal` shows the journal.
+// `bcd reload` makes the running daemon reload its plugins; `bcd journal`
+// shows the journal.
 package main
 
 import (
@@ -24,7 +25,11 @@ Usage:
   bcd join --token T --server ADDR --ca-file F
                                 exchange a one-time join token for the node certificate
   bcd exec KIND [--payload JSON] run one command locally, through acceptance, lane, journal and plugin
-  bcd kinds [--json]            list the loaded kinds and their manifests
+  bcd kinds [--json]            list the loaded kinds and their manifests; exits 1 when a
+                                plugin was refused, naming it and why
+  bcd reload [--json]           make the running bcd reload its plugin directory (SIGHUP):
+                                running commands finish on the old plugins, new ones go
+                                to the new; exits 1 when a plugin was refused
   bcd journal [--limit N] [--json]
                                 show the most recent journal records (bcd run must be stopped)
   bcd --version                 print the version
@@ -83,6 +88,8 @@ func run(args []string, stdout, stderr io.Writer) error {
 		return cmdExec(args[1:], stdout, stderr)
 	case "kinds":
 		return cmdKinds(args[1:], stdout, stderr)
+	case "reload":
+		return cmdReload(args[1:], stdout, stderr)
 	case "journal":
 		return cmdJournal(args[1:], stdout, stderr)
 	}

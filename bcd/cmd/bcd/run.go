@@ -18,7 +18,8 @@ import (
 
 // cmdRun is the daemon: it loads the plugins, settles what the journal
 // holds unfinished, holds the session with the control plane when one is
-// configured (or was joined), and serves until SIGINT or SIGTERM.
+// configured (or was joined), reloads its plugin directory on SIGHUP, and
+// serves until SIGINT or SIGTERM.
 func cmdRun(args []string, stderr io.Writer) error {
 	fs, cf := flags("run", "[flags]", stderr)
 	if err := parse(fs, args); err != nil {
@@ -58,6 +59,8 @@ func cmdRun(args []string, stderr io.Writer) error {
 	logger := newLogger(cfg, stderr)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	hup, stopHup := notifyHangup()
+	defer stopHup()
 	key, err := signerOf(j)
 	if err != nil {
 		return &exitError{code: 2, err: err}
@@ -97,6 +100,20 @@ func cmdRun(args []string, stderr io.Writer) error {
 		return err
 	}
 	logger.Info("bcd is running", "rerun", len(rep.Rerun), "interrupted", len(rep.Interrupted), "rebooted", len(rep.Rebooted), "not_rebooted", len(rep.NotRebooted))
+	// SIGHUP (bcd reload, systemctl reload bcd) reloads the plugin
+	// directory; the pid file tells bcd reload whom to signal.
+	removePid, err := writePidFile(cfg.StateDir)
+	if err != nil {
+		logger.Warn("bcd reload will not find this process", "error", err)
+	} else {
+		defer removePid()
+	}
+	rl := &reloader{logger: logger.Named("reload"), flags: cf, s: s, stateDir: cfg.StateDir, rehello: func() {
+		if c := client.Load(); c != nil {
+			c.Rehello()
+		}
+	}}
+	go rl.watch(ctx, hup)
 	// Under systemd (Type=notify): READY once the plugins are loaded and the
 	// journal settled, then WATCHDOG while the journal still answers, so a
 	// wedged bcd is restarted rather than kept alive by a timer.

@@ -5,9 +5,15 @@
 // `make docs` runs it and `make docs-check` (and this package's test) fail
 // when the committed file is stale.
 //
+// With -manifest it writes the same page for a third-party kind from its
+// manifest file instead (the file bc-server reads from its kindsDir: JSON
+// or YAML, one manifest or a list), so a vendor documents their kind the way
+// the first-party kinds are.
+//
 // Usage:
 //
 //	go run ./internal/tools/kinddoc -o docs/reference/kinds.md
+//	go run ./internal/tools/kinddoc -manifest acme.json -o acme.md
 package main
 
 import (
@@ -21,9 +27,16 @@ import (
 
 func main() {
 	out := flag.String("o", "docs/reference/kinds.md", "file to write the kind reference to")
+	manifest := flag.String("manifest", "", "a third-party manifest file (JSON or YAML, kind.Manifest's shape): write its reference page instead")
 	flag.Parse()
 	logger := hclog.New(&hclog.LoggerOptions{Name: "kinddoc", Output: os.Stderr})
-	if err := write(*out); err != nil {
+	var err error
+	if *manifest != "" {
+		err = writeManifestPage(*manifest, *out)
+	} else {
+		err = write(*out)
+	}
+	if err != nil {
 		logger.Error("writing the kind reference", "file", *out, "error", err)
 		os.Exit(1)
 	}
@@ -35,6 +48,25 @@ func write(path string) error {
 	if err != nil {
 		return err
 	}
+	return writeFile(path, b)
+}
+
+// writeManifestPage renders the page of the manifests in manifestPath and
+// writes it to path.
+func writeManifestPage(manifestPath, path string) error {
+	data, err := os.ReadFile(manifestPath)
+	if err != nil {
+		return err
+	}
+	b, err := RenderManifestFile(manifestPath, data)
+	if err != nil {
+		return err
+	}
+	return writeFile(path, b)
+}
+
+// writeFile writes b to path, creating its directory.
+func writeFile(path string, b []byte) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return fmt.Errorf("creating the directory of %s: %w", path, err)
 	}

@@ -40,11 +40,18 @@ type sleepPayload struct {
 	Steps        int    `json:"steps"`
 	StepMs       int    `json:"stepMs"`
 	IgnoreCancel bool   `json:"ignoreCancel"`
+	// ReturnCtxErr, with IgnoreCancel, works through every step regardless
+	// of the cancel and then returns ctx.Err(), so the SDK reports it
+	// cancelled: a handler that looks as if it honoured the cancel.
+	ReturnCtxErr bool `json:"returnCtxErr"`
+	// Detach returns at once on the cancel but leaves the steps running in
+	// a goroutine, still reporting progress: work that outlives its result.
+	Detach bool `json:"detach"`
 }
 
 // sleep runs steps of stepMs each, reporting progress after each, and stops
-// between steps when cancelled (unless told to ignore it), returning how many
-// steps ran: the real outcome.
+// between steps when cancelled (unless told to misbehave), returning how
+// many steps ran: the real outcome.
 func sleep(ctx context.Context, req kind.Request) (any, error) {
 	var p sleepPayload
 	if err := req.Command.Decode(&p); err != nil {
@@ -55,20 +62,34 @@ func sleep(ctx context.Context, req kind.Request) (any, error) {
 			return nil, err
 		}
 	}
+	step := time.Duration(p.StepMs) * time.Millisecond
 	req.Progress.Report(0, "started")
+	if p.Detach {
+		go func() {
+			for i := 1; i <= p.Steps; i++ {
+				time.Sleep(step)
+				req.Progress.Report(i*100/max(p.Steps, 1), fmt.Sprintf("detached step %d", i))
+			}
+		}()
+		<-ctx.Done()
+		return map[string]int{"steps": 0}, ctx.Err()
+	}
 	done := 0
 	for done < p.Steps {
 		if p.IgnoreCancel {
-			time.Sleep(time.Duration(p.StepMs) * time.Millisecond)
+			time.Sleep(step)
 		} else {
 			select {
 			case <-ctx.Done():
 				return map[string]int{"steps": done}, ctx.Err()
-			case <-time.After(time.Duration(p.StepMs) * time.Millisecond):
+			case <-time.After(step):
 			}
 		}
 		done++
 		req.Progress.Report(done*100/p.Steps, fmt.Sprintf("step %d", done))
+	}
+	if p.ReturnCtxErr {
+		return map[string]int{"steps": done}, ctx.Err()
 	}
 	return map[string]int{"steps": done}, nil
 }
@@ -135,7 +156,7 @@ func noop(context.Context, kind.Request) (any, error) { return struct{}{}, nil }
 
 func main() {
 	kind.Serve(
-		kind.Kind{Manifest: manifest("test.sleep", `{"type":"object","properties":{"pidFile":{"type":"string"},"steps":{"type":"integer","minimum":0},"stepMs":{"type":"integer","minimum":0},"ignoreCancel":{"type":"boolean"}},"required":["steps"]}`), Handler: kind.HandlerFunc(sleep)},
+		kind.Kind{Manifest: manifest("test.sleep", `{"type":"object","properties":{"pidFile":{"type":"string"},"steps":{"type":"integer","minimum":0},"stepMs":{"type":"integer","minimum":0},"ignoreCancel":{"type":"boolean"},"returnCtxErr":{"type":"boolean"},"detach":{"type":"boolean"}},"required":["steps"]}`), Handler: kind.HandlerFunc(sleep)},
 		kind.Kind{Manifest: manifest("test.child", `{"type":"object","properties":{"pidFile":{"type":"string"}},"required":["pidFile"]}`), Handler: kind.HandlerFunc(child)},
 		kind.Kind{Manifest: manifest("test.panic", `{"type":"object"}`), Handler: kind.HandlerFunc(panicky)},
 		kind.Kind{Manifest: manifest("test.host", `{"type":"object"}`), Handler: kind.HandlerFunc(host)},
