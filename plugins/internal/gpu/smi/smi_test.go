@@ -193,7 +193,7 @@ func TestQueryOfAMissingNvidiaSmi(t *testing.T) {
 // A hung nvidia-smi (a GSP hang) is killed by the timeout, children and all.
 func TestQueryKillsAHungNvidiaSmi(t *testing.T) {
 	fake := gputest.NewSmi(t, gputest.SmiAnswer{Hang: true})
-	a := Tool{Path: fake.Path, Timeout: 300 * time.Millisecond}.Query(context.Background())
+	a := Tool{Path: fake.Path, Timeout: 1500 * time.Millisecond}.Query(context.Background())
 	require.False(t, a.Status.Answered)
 	require.True(t, strings.HasPrefix(a.Status.Reason, "nvidia-smi hung and was killed after "), a.Status.Reason)
 	require.True(t, strings.HasSuffix(a.Status.Reason, " (a GSP or driver hang; see XID 119)"), a.Status.Reason)
