@@ -213,6 +213,11 @@ func (in *instance) supervise(p *proc) {
 		in.procLock.Lock()
 		if in.closing {
 			in.procLock.Unlock()
+			if in.retired.Load() {
+				// A retired plugin whose last command ended closes as it
+				// exits: say so whichever came first.
+				in.logger.Warn("retired plugin exited; not restarting it", "pid", p.Pid)
+			}
 			return
 		}
 		if in.cur == p {
