@@ -75,6 +75,10 @@ type Config struct {
 	CompactEvery time.Duration
 	// Now is the clock; time.Now when nil.
 	Now func() time.Time
+	// OnState, when set, is called for every state change the daemon
+	// publishes (not progress steps, not duplicate answers): bcd's metrics
+	// count commands by kind, state and reason there. Keep it cheap.
+	OnState func(u Update)
 }
 
 // Daemon runs commands. Its methods are safe for concurrent use.
@@ -170,7 +174,7 @@ func New(logger hclog.Logger, cfg Config, j *journal.Journal, state *State, exec
 		exec:        exec,
 		pool:        lanes.New(cfg.Lanes),
 		bootID:      boot,
-		subs:        subscribers{set: map[*watcher]struct{}{}},
+		subs:        subscribers{set: map[*watcher]struct{}{}, onState: cfg.OnState},
 		baseCtx:     ctx,
 		baseCancel:  cancel,
 		active:      map[string]*entry{},

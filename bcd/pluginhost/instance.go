@@ -69,6 +69,7 @@ func (in *instance) start(ctx context.Context) error {
 	in.cur = p
 	close(in.ready)
 	in.procLock.Unlock()
+	in.h.cfg.event(in.bin.name, EventStart)
 	go in.supervise(p)
 	return nil
 }
@@ -168,6 +169,7 @@ func (in *instance) supervise(p *proc) {
 			in.ready = make(chan struct{})
 		}
 		in.procLock.Unlock()
+		in.h.cfg.event(in.bin.name, EventCrash)
 		in.logger.Error("plugin exited; restarting it", "pid", p.Pid, "up", time.Since(p.started).Round(time.Millisecond))
 		in.reap(p)
 		if time.Since(p.started) >= in.h.cfg.RestartBackoffMax {
@@ -201,6 +203,7 @@ func (in *instance) supervise(p *proc) {
 			in.cur = np
 			close(in.ready)
 			in.procLock.Unlock()
+			in.h.cfg.event(in.bin.name, EventRestart)
 			in.logger.Info("plugin restarted", "pid", np.Pid, "attempt", attempt)
 			p = np
 			break

@@ -110,7 +110,11 @@ func (s *session) dispatch(ctx context.Context, c queue.Command, now time.Time) 
 		return nil // cancelled, settled, or fenced by a newer session meanwhile
 	}
 	s.takeCredit(cur)
-	return s.sendCommand(cur)
+	if err := s.sendCommand(cur); err != nil {
+		return err
+	}
+	s.g.opts.Observer.Dispatched(cur, s.g.opts.Now().Sub(dueAt(cur)))
+	return nil
 }
 
 // takeCredit takes a credit of c's lane for c.
@@ -120,6 +124,7 @@ func (s *session) takeCredit(c queue.Command) {
 	}
 	s.outstanding[c.ID] = credit{lane: c.Lane, attempts: c.Attempts}
 	s.perLane[c.Lane]++
+	s.g.opts.Observer.Credits(c.Lane, 1)
 	s.g.noteOutstanding(s.id.NodeID, c.Lane, s.perLane[c.Lane])
 }
 
@@ -132,6 +137,7 @@ func (s *session) releaseCredit(id string) {
 	delete(s.outstanding, id)
 	delete(s.cancelSent, id)
 	s.perLane[cr.lane]--
+	s.g.opts.Observer.Credits(cr.lane, -1)
 }
 
 // Envelope is c's envelope for a session of epoch: the command's bytes

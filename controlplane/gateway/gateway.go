@@ -56,6 +56,9 @@ type Options struct {
 	// command (the server checks a logs.collect bundle against the blob
 	// store there). It runs on the session's goroutine: keep it short.
 	OnSettled func(ctx context.Context, c queue.Command)
+	// Observer is told of credits, dispatches and reports (the server's
+	// metrics); none when nil.
+	Observer Observer
 }
 
 func (o *Options) defaults() {
@@ -79,6 +82,9 @@ func (o *Options) defaults() {
 	}
 	if o.Now == nil {
 		o.Now = time.Now
+	}
+	if o.Observer == nil {
+		o.Observer = nopObserver{}
 	}
 }
 

@@ -107,6 +107,7 @@ func (s *session) land(ctx context.Context, u *agentv1.CommandUpdate) (outcome, 
 		return s.landErr(ctx, "storing a report", u, err)
 	}
 	s.g.outage.ok()
+	s.g.opts.Observer.Reported(cur, changed)
 	if !changed && t.Progress != nil && !cur.State.Terminal() {
 		// A step of a command already running: the transition changed
 		// nothing, so store the progress itself, throttled.

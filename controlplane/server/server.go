@@ -128,6 +128,7 @@ func New(ctx context.Context, cfg Config, reg *kinds.Registry, logger hclog.Logg
 		return nil, err
 	}
 	s := &Server{cfg: cfg, logger: logger.Named("server"), pool: pool, authn: authn}
+	s.metrics = newMetrics(pool)
 	closeOnErr := func(err error) (*Server, error) {
 		pool.Close()
 		if s.grpcLis != nil {
@@ -174,11 +175,16 @@ func New(ctx context.Context, cfg Config, reg *kinds.Registry, logger hclog.Logg
 	s.nodeWakers, s.workflowWakers = &sweeper.Wakers{}, &sweeper.Wakers{}
 	if !cfg.Sweeper.Disabled && cfg.Runs(ComponentSweeper) {
 		s.sweeper = sweeper.New(pool, q, sweeper.Options{Interval: time.Duration(cfg.Sweeper.Interval),
-			Nodes: s.nodeWakers, Workflows: s.workflowWakers, Logger: logger})
+			Nodes: s.nodeWakers, Workflows: s.workflowWakers, Logger: logger, OnSwept: s.metrics.ops.onSwept})
 	}
 	s.api = api.New(api.Config{Pool: pool, Queue: q, Logger: logger, Allowlist: cfg.Allowlist, BatchQuorum: cfg.BatchQuorum, Quorum: s.Quorum,
 		Bundles: support, Join: s.join, MaxWatchesPerIdentity: cfg.MaxWatchesPerIdentity})
-	s.metrics = newMetrics(pool)
+	if s.gateway != nil {
+		registerGateway(s.metrics.reg, s.gateway)
+	}
+	if s.sweeper != nil {
+		registerSweeper(s.metrics.reg, s.sweeper)
+	}
 
 	authn.AllowUnauthenticated(healthpb.Health_ServiceDesc.ServiceName,
 		reflectionv1.ServerReflection_ServiceDesc.ServiceName, reflectionv1alpha.ServerReflection_ServiceDesc.ServiceName)
@@ -269,7 +275,7 @@ func (s *Server) newGateway(gc GatewayConfig) error {
 	s.gateway = gateway.New(s.pool, s.queue, s.logger, gateway.Options{
 		Poll: time.Duration(gc.Poll), CancelResend: time.Duration(gc.CancelResend),
 		BusyBackoffMin: time.Duration(gc.BusyBackoffMin), BusyBackoffMax: time.Duration(gc.BusyBackoffMax),
-		OnSettled: s.checkBundle, TrustBundle: s.trust, NodeCA: ca.Pool(),
+		OnSettled: s.checkBundle, TrustBundle: s.trust, NodeCA: ca.Pool(), Observer: s.metrics.ops,
 	})
 	s.join = join.New(s.pool, s.queue, ca, s.trust, s.logger)
 	s.sessions = newNodeSessions(s.pool, s.queue, s.logger)

@@ -5,12 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/signal"
 	"sync/atomic"
 	"syscall"
 
 	"github.com/better-compute/commands/bcd/conditions"
+	"github.com/better-compute/commands/bcd/metrics"
 	"github.com/better-compute/commands/bcd/notify"
 	"github.com/better-compute/commands/bcd/session"
 	"github.com/better-compute/commands/internal/version"
@@ -70,7 +72,24 @@ func cmdRun(args []string, stderr io.Writer) error {
 		logger.Info("restricted identity: the node certificate allows only some kinds", "allowed_kinds", j.id.AllowedKinds)
 	}
 	var client atomic.Pointer[session.Client]
+	var (
+		m      *metrics.Metrics
+		metLis net.Listener
+	)
+	if cfg.MetricsListen != "" {
+		if metLis, err = metrics.Listen(cfg.MetricsListen); err != nil {
+			return &exitError{code: 2, err: err}
+		}
+		m = metrics.New()
+		m.Session(func() metrics.Session {
+			if c := client.Load(); c != nil {
+				return c
+			}
+			return nil
+		})
+	}
 	opts := stackOptions{
+		metrics: m,
 		allowed: j.id.AllowedKinds,
 		trust:   nt,
 		onSpec: func(have int64) {
@@ -94,7 +113,19 @@ func cmdRun(args []string, stderr io.Writer) error {
 		if c := client.Load(); c != nil {
 			c.Close()
 		}
+		if metLis != nil {
+			_ = metLis.Close()
+		}
 		return err
+	}
+	metricsDone := make(chan struct{})
+	if m != nil {
+		go func() {
+			defer close(metricsDone)
+			m.Serve(ctx, logger.Named("metrics"), metLis)
+		}()
+	} else {
+		close(metricsDone)
 	}
 	logger.Info("bcd is running", "rerun", len(rep.Rerun), "interrupted", len(rep.Interrupted), "rebooted", len(rep.Rebooted), "not_rebooted", len(rep.NotRebooted))
 	// Under systemd (Type=notify): READY once the plugins are loaded and the
@@ -127,6 +158,7 @@ func cmdRun(args []string, stderr io.Writer) error {
 		logger.Warn("sd_notify STOPPING failed", "error", err)
 	}
 	<-sessionDone
+	<-metricsDone
 	logger.Info("stopping: unfinished commands stay in the journal for the next start")
 	s.close()
 	if errors.Is(ctx.Err(), context.Canceled) {
