@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -42,14 +43,18 @@ func Parse(listen string) (network, addr string, err error) {
 	return "tcp", listen, nil
 }
 
-// Listen binds listen (see Parse). A unix socket's stale file from an
-// earlier run is removed first, and the socket is made 0660.
+// Listen binds listen (see Parse). A unix socket's directory is created
+// (0750) when missing, a stale socket from an earlier run is removed first,
+// and the socket is made 0660.
 func Listen(listen string) (net.Listener, error) {
 	network, addr, err := Parse(listen)
 	if err != nil {
 		return nil, err
 	}
 	if network == "unix" {
+		if err := os.MkdirAll(filepath.Dir(addr), 0o750); err != nil {
+			return nil, fmt.Errorf("metricsListen: %w", err)
+		}
 		if err := os.Remove(addr); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return nil, fmt.Errorf("metricsListen: removing the old socket: %w", err)
 		}

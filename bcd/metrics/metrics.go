@@ -81,6 +81,13 @@ func (m *Metrics) OnCommit(d time.Duration, writes int) {
 
 // OnPluginEvent is pluginhost.Config.OnEvent.
 func (m *Metrics) OnPluginEvent(plugin string, e pluginhost.Event) {
+	if e == pluginhost.EventStart {
+		// A plugin's crash and restart series exist from its start, at 0,
+		// so that rate() and increase() see the first crash.
+		for _, c := range m.plugins {
+			c.WithLabelValues(plugin)
+		}
+	}
 	if c, ok := m.plugins[e]; ok {
 		c.WithLabelValues(plugin).Inc()
 	}
