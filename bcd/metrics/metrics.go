@@ -47,13 +47,12 @@ func New() *Metrics {
 		}),
 		plugins: map[pluginhost.Event]*prometheus.CounterVec{},
 	}
-	for e, help := range map[pluginhost.Event]string{
-		pluginhost.EventStart:   "Plugin processes started at bcd's start, by plugin binary.",
-		pluginhost.EventCrash:   "Plugin processes that exited while bcd ran, by plugin binary.",
-		pluginhost.EventRestart: "Plugin processes restarted after an exit, by plugin binary.",
+	for e, o := range map[pluginhost.Event]prometheus.CounterOpts{
+		pluginhost.EventStart:   {Name: "bcd_plugin_starts_total", Help: "Plugin processes started at bcd's start, by plugin binary."},
+		pluginhost.EventCrash:   {Name: "bcd_plugin_crashes_total", Help: "Plugin processes that exited while bcd ran, by plugin binary."},
+		pluginhost.EventRestart: {Name: "bcd_plugin_restarts_total", Help: "Plugin processes restarted after an exit, by plugin binary."},
 	} {
-		name := map[pluginhost.Event]string{pluginhost.EventStart: "starts", pluginhost.EventCrash: "crashes", pluginhost.EventRestart: "restarts"}[e]
-		m.plugins[e] = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "bcd_plugin_" + name + "_total", Help: help}, []string{"plugin"})
+		m.plugins[e] = prometheus.NewCounterVec(o, []string{"plugin"})
 		m.reg.MustRegister(m.plugins[e])
 	}
 	m.reg.MustRegister(m.commands, m.journalCommit, m.journalWrites,
