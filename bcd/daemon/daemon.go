@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/better-compute/commands/bcd/accept"
 	"github.com/better-compute/commands/bcd/journal"
@@ -79,6 +80,9 @@ type Config struct {
 	// publishes (not progress steps, not duplicate answers): bcd's metrics
 	// count commands by kind, state and reason there. Keep it cheap.
 	OnState func(u Update)
+	// Tracer records each command's spans on the node (SpanCommand and its
+	// children) under the envelope's trace_parent; none when nil.
+	Tracer trace.Tracer
 }
 
 // Daemon runs commands. Its methods are safe for concurrent use.
@@ -131,6 +135,11 @@ type entry struct {
 	// called before the outcome is published, so that whoever gets the
 	// outcome can send the next command and find the lane free.
 	release func()
+	// traceCtx carries span, the command's span on the node; acceptSpan
+	// is open until the acceptance decision. Nil for Recover's reruns.
+	traceCtx   context.Context
+	span       trace.Span
+	acceptSpan trace.Span
 }
 
 // New builds a daemon over an open journal, the node state and an executor.

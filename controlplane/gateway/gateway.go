@@ -18,6 +18,8 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/better-compute/commands/controlplane/queue"
 	agentv1 "github.com/better-compute/commands/proto/bc/agent/v1"
@@ -59,6 +61,9 @@ type Options struct {
 	// Observer is told of credits, dispatches and reports (the server's
 	// metrics); none when nil.
 	Observer Observer
+	// Tracer records the dispatch and settle spans in each command's trace
+	// (its stored trace_parent); none when nil.
+	Tracer trace.Tracer
 }
 
 func (o *Options) defaults() {
@@ -85,6 +90,9 @@ func (o *Options) defaults() {
 	}
 	if o.Observer == nil {
 		o.Observer = nopObserver{}
+	}
+	if o.Tracer == nil {
+		o.Tracer = noop.NewTracerProvider().Tracer("")
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"strings"
+	"time"
 
 	"github.com/better-compute/commands/controlplane/queue"
 	agentv1 "github.com/better-compute/commands/proto/bc/agent/v1"
@@ -99,6 +100,7 @@ func (s *session) land(ctx context.Context, u *agentv1.CommandUpdate) (outcome, 
 		s.logger.Warn("update without a state", "command_id", u.GetCommandId())
 		return landed, nil
 	}
+	landStart := time.Now()
 	cur, changed, err := s.g.queue.Transition(ctx, s.g.pool, t)
 	if errors.Is(err, queue.ErrNotFound) {
 		return landed, nil // not this node's command: nothing will ever land
@@ -116,6 +118,9 @@ func (s *session) land(ctx context.Context, u *agentv1.CommandUpdate) (outcome, 
 	if cur.State.Terminal() {
 		delete(s.progressDue, cur.ID)
 		delete(s.progressAt, cur.ID)
+		if changed {
+			s.settleSpan(cur, landStart)
+		}
 		if changed && s.g.opts.OnSettled != nil {
 			s.g.opts.OnSettled(ctx, cur)
 		}

@@ -17,6 +17,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
@@ -38,6 +39,8 @@ import (
 	"github.com/better-compute/commands/controlplane/store"
 	"github.com/better-compute/commands/controlplane/sweeper"
 	"github.com/better-compute/commands/controlplane/trustbundle"
+	"github.com/better-compute/commands/internal/tracing"
+	"github.com/better-compute/commands/internal/version"
 	agentv1 "github.com/better-compute/commands/proto/bc/agent/v1"
 )
 
@@ -53,6 +56,9 @@ type Server struct {
 	httpLis  net.Listener
 	api      *api.Server
 	metrics  *metrics
+	// tracer records the commands' spans; flushTraces ends its exporter.
+	tracer      trace.Tracer
+	flushTraces func(context.Context) error
 	authn    *auth.Authenticator
 	stopping atomic.Bool
 	queue    *queue.Queue
@@ -129,6 +135,10 @@ func New(ctx context.Context, cfg Config, reg *kinds.Registry, logger hclog.Logg
 	}
 	s := &Server{cfg: cfg, logger: logger.Named("server"), pool: pool, authn: authn}
 	s.metrics = newMetrics(pool)
+	if err := s.startTracing(ctx, cfg); err != nil {
+		pool.Close()
+		return nil, err
+	}
 	closeOnErr := func(err error) (*Server, error) {
 		pool.Close()
 		if s.grpcLis != nil {
@@ -178,7 +188,7 @@ func New(ctx context.Context, cfg Config, reg *kinds.Registry, logger hclog.Logg
 			Nodes: s.nodeWakers, Workflows: s.workflowWakers, Logger: logger, OnSwept: s.metrics.ops.onSwept})
 	}
 	s.api = api.New(api.Config{Pool: pool, Queue: q, Logger: logger, Allowlist: cfg.Allowlist, BatchQuorum: cfg.BatchQuorum, Quorum: s.Quorum,
-		Bundles: support, Join: s.join, MaxWatchesPerIdentity: cfg.MaxWatchesPerIdentity})
+		Bundles: support, Join: s.join, MaxWatchesPerIdentity: cfg.MaxWatchesPerIdentity, Tracer: s.tracer})
 	if s.gateway != nil {
 		registerGateway(s.metrics.reg, s.gateway)
 	}
@@ -275,7 +285,7 @@ func (s *Server) newGateway(gc GatewayConfig) error {
 	s.gateway = gateway.New(s.pool, s.queue, s.logger, gateway.Options{
 		Poll: time.Duration(gc.Poll), CancelResend: time.Duration(gc.CancelResend),
 		BusyBackoffMin: time.Duration(gc.BusyBackoffMin), BusyBackoffMax: time.Duration(gc.BusyBackoffMax),
-		OnSettled: s.checkBundle, TrustBundle: s.trust, NodeCA: ca.Pool(), Observer: s.metrics.ops,
+		OnSettled: s.checkBundle, TrustBundle: s.trust, NodeCA: ca.Pool(), Observer: s.metrics.ops, Tracer: s.tracer,
 	})
 	s.join = join.New(s.pool, s.queue, ca, s.trust, s.logger)
 	s.sessions = newNodeSessions(s.pool, s.queue, s.logger)
@@ -434,6 +444,11 @@ func (s *Server) Run(ctx context.Context) error {
 		cancel()
 	}
 	s.pool.Close()
+	fctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	if err := s.flushTraces(fctx); err != nil {
+		s.logger.Warn("flushing traces", "error", err)
+	}
+	cancel()
 	s.logger.Info("stopped")
 	return runErr
 }
@@ -504,4 +519,23 @@ func (s *Server) checkBundle(ctx context.Context, c queue.Command) {
 		return
 	}
 	s.logger.Info("support bundle stored", "command_id", c.ID, "bundle_key", c.BundleKey)
+}
+
+// startTracing sets the server's tracer: cfg.TracerProvider when given
+// (tests), else tracing.otlpEndpoint's exporter, else none.
+func (s *Server) startTracing(ctx context.Context, cfg Config) error {
+	tp := cfg.TracerProvider
+	s.flushTraces = func(context.Context) error { return nil }
+	if tp == nil {
+		p, err := tracing.New(ctx, "bc-server", version.Version, tracing.Config{OTLPEndpoint: cfg.Tracing.OTLPEndpoint})
+		if err != nil {
+			return err
+		}
+		tp, s.flushTraces = p, p.Shutdown
+		if cfg.Tracing.OTLPEndpoint != "" {
+			s.logger.Info("exporting traces", "otlp_endpoint", cfg.Tracing.OTLPEndpoint)
+		}
+	}
+	s.tracer = tp.Tracer("github.com/better-compute/commands/controlplane")
+	return nil
 }

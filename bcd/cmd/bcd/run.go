@@ -10,11 +10,13 @@ import (
 	"os/signal"
 	"sync/atomic"
 	"syscall"
+	"time"
 
 	"github.com/better-compute/commands/bcd/conditions"
 	"github.com/better-compute/commands/bcd/metrics"
 	"github.com/better-compute/commands/bcd/notify"
 	"github.com/better-compute/commands/bcd/session"
+	"github.com/better-compute/commands/internal/tracing"
 	"github.com/better-compute/commands/internal/version"
 )
 
@@ -88,7 +90,24 @@ func cmdRun(args []string, stderr io.Writer) error {
 			return nil
 		})
 	}
+	tp, err := tracing.New(ctx, "bcd", version.Version, cfg.Tracing)
+	if err != nil {
+		return &exitError{code: 2, err: err}
+	}
+	defer func() {
+		// Flush the last spans; a collector that is away costs them, not
+		// the stop.
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := tp.Shutdown(sctx); err != nil {
+			logger.Warn("flushing traces", "error", err)
+		}
+	}()
+	if cfg.Tracing.OTLPEndpoint != "" {
+		logger.Info("exporting traces", "otlp_endpoint", cfg.Tracing.OTLPEndpoint)
+	}
 	opts := stackOptions{
+		tracer:  tp.Tracer("github.com/better-compute/commands/bcd"),
 		metrics: m,
 		allowed: j.id.AllowedKinds,
 		trust:   nt,

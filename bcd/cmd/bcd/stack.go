@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/hashicorp/go-hclog"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/better-compute/commands/bcd/config"
 	"github.com/better-compute/commands/bcd/daemon"
@@ -96,6 +97,8 @@ type stackOptions struct {
 	// metrics, when set, are fed by the journal, plugin host, daemon and
 	// lanes (metricsListen).
 	metrics *metrics.Metrics
+	// tracer records the commands' spans (tracing.otlpEndpoint); nil: none.
+	tracer trace.Tracer
 }
 
 // openStack opens everything and recovers the journal.
@@ -120,7 +123,7 @@ func openStack(ctx context.Context, cfg config.Config, logger hclog.Logger, opts
 	}
 	host := startPlugins(ctx, logger, cfg, state, opts.metrics)
 	dcfg := daemon.Config{NodeID: cfg.NodeID, Role: cfg.Role, BootID: boot, Lanes: cfg.Lanes,
-		AllowedKinds: opts.allowed, OnSpecRequest: opts.onSpec}
+		AllowedKinds: opts.allowed, OnSpecRequest: opts.onSpec, Tracer: opts.tracer}
 	if opts.metrics != nil {
 		dcfg.OnState = opts.metrics.OnState
 	}
