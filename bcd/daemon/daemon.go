@@ -18,6 +18,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/better-compute/commands/bcd/accept"
 	"github.com/better-compute/commands/bcd/journal"
@@ -162,6 +163,9 @@ func New(logger hclog.Logger, cfg Config, j *journal.Journal, state *State, exec
 	}
 	if cfg.CompactEvery <= 0 {
 		cfg.CompactEvery = time.Hour
+	}
+	if cfg.Tracer == nil {
+		cfg.Tracer = noop.NewTracerProvider().Tracer("")
 	}
 	if err := cfg.Lanes.Validate(); err != nil {
 		return nil, fmt.Errorf("daemon: %w", err)

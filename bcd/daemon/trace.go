@@ -6,7 +6,6 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
-	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/better-compute/commands/bcd/journal"
 	"github.com/better-compute/commands/internal/tracing"
@@ -21,12 +20,7 @@ const (
 	SpanPluginRun = "bcd.plugin.run" // the plugin's Execute
 )
 
-func (d *Daemon) tracer() trace.Tracer {
-	if d.cfg.Tracer == nil {
-		return noop.NewTracerProvider().Tracer("")
-	}
-	return d.cfg.Tracer
-}
+func (d *Daemon) tracer() trace.Tracer { return d.cfg.Tracer }
 
 // startTrace opens e's command and accept spans under the envelope's trace
 // parent; without one (a local bcd exec, an untraced command) the spans
