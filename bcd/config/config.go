@@ -20,8 +20,8 @@ import (
 	"github.com/better-compute/commands/bcd/journal"
 	"github.com/better-compute/commands/bcd/lanes"
 	"github.com/better-compute/commands/bcd/metrics"
-	"github.com/better-compute/commands/internal/tracing"
 	"github.com/better-compute/commands/internal/names"
+	"github.com/better-compute/commands/internal/tracing"
 	"github.com/better-compute/commands/sdk/kind"
 )
 

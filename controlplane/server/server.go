@@ -56,9 +56,6 @@ type Server struct {
 	httpLis  net.Listener
 	api      *api.Server
 	metrics  *metrics
-	// tracer records the commands' spans; flushTraces ends its exporter.
-	tracer      trace.Tracer
-	flushTraces func(context.Context) error
 	authn    *auth.Authenticator
 	stopping atomic.Bool
 	queue    *queue.Queue
@@ -83,6 +80,10 @@ type Server struct {
 	// workflowWakers are what it wakes when it settles a command.
 	sweeper                    *sweeper.Sweeper
 	nodeWakers, workflowWakers *sweeper.Wakers
+
+	// tracer records the commands' spans; flushTraces ends its exporter.
+	tracer      trace.Tracer
+	flushTraces func(context.Context) error
 }
 
 // New opens the database (applying migrations), builds the registry from the
