@@ -109,6 +109,11 @@ bench:
 	scripts/with-postgres $(GO) test -run '^$$' -bench . -benchtime 2000x $(PKGS)
 	cd $(SDK) && $(GO) test -run '^$$' -bench . -benchtime 2000x $(SDK_PKGS)
 
+.PHONY: check-rules
+## check-rules: promtool check rules and promtool test rules over the alert rules the packages install (installs promtool, Debian's prometheus package, when missing as root)
+check-rules:
+	scripts/check-rules
+
 .PHONY: packages check-packages
 ## packages: bcd's and bc-server's .deb and .rpm into dist/ (nfpm, pinned in go.mod)
 packages:

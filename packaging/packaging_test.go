@@ -1,9 +1,11 @@
 package packaging
 
 import (
+	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -278,3 +280,72 @@ func TestMaintainerScripts(t *testing.T) {
 		require.NotEqual(t, deb["postinstall"], rpm["postinstall"])
 	}
 }
+
+// The alert rules the packages install pass `promtool check rules`, and
+// their unit tests (`promtool test rules`) pass; skipped where promtool is
+// not installed (scripts/check-rules, which CI runs, installs it).
+func TestAlertRules_Promtool(t *testing.T) {
+	for _, pkg := range []string{"bcd", "bc-server"} {
+		r := readRecipe(t, pkg)
+		src, _, mode := dst(t, r, "/usr/share/"+pkg+"/prometheus/"+pkg+".rules.yaml")
+		require.Equal(t, "packaging/"+pkg+"/prometheus/"+pkg+".rules.yaml", src)
+		require.Equal(t, 0o644, mode)
+		src, _, _ = dst(t, r, "/usr/share/"+pkg+"/grafana/"+pkg+".json")
+		require.Equal(t, "packaging/"+pkg+"/grafana/"+pkg+".json", src)
+	}
+	promtool, err := exec.LookPath("promtool")
+	if err != nil {
+		t.Skip("promtool not installed (apt-get install prometheus; scripts/check-rules does it as root)")
+	}
+	out, err := exec.Command(promtool, "check", "rules", "bc-server/prometheus/bc-server.rules.yaml", "bcd/prometheus/bcd.rules.yaml").CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	out, err = exec.Command(promtool, "test", "rules", "bc-server/prometheus/rules_test.yaml").CombinedOutput()
+	require.NoError(t, err, "%s", out)
+}
+
+// Every series the rules and dashboards query is one the code serves: a
+// renamed metric must take its alerts and panels with it.
+func TestAlertsAndDashboards_NameServedSeries(t *testing.T) {
+	served := map[string]bool{}
+	for _, dir := range []string{"../bcd", "../controlplane"} {
+		require.NoError(t, filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+			if err != nil || d.IsDir() || !strings.HasSuffix(p, ".go") || strings.HasSuffix(p, "_test.go") {
+				return err
+			}
+			b, err := os.ReadFile(p)
+			if err != nil {
+				return err
+			}
+			for _, m := range seriesName.FindAllString(string(b), -1) {
+				served[m] = true
+			}
+			return nil
+		}))
+	}
+	files := []string{"bc-server/prometheus/bc-server.rules.yaml", "bcd/prometheus/bcd.rules.yaml",
+		"bc-server/grafana/bc-server.json", "bcd/grafana/bcd.json"}
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		require.NoError(t, err)
+		if strings.HasSuffix(f, ".json") {
+			var d map[string]any
+			require.NoError(t, json.Unmarshal(b, &d), "%s is JSON", f)
+			require.NotEmpty(t, d["uid"], f)
+			require.NotEmpty(t, d["panels"], f)
+		}
+		names := seriesName.FindAllString(string(b), -1)
+		require.NotEmpty(t, names, f)
+		for _, n := range names {
+			base := n
+			for _, suf := range []string{"_bucket", "_count", "_sum"} {
+				if s, ok := strings.CutSuffix(n, suf); ok && served[s] {
+					base = s
+				}
+			}
+			require.True(t, served[base], "%s queries %s, which no bcd or controlplane code serves", f, n)
+		}
+	}
+}
+
+// seriesName matches a bc_ or bcd_ series name in a query or in Go source.
+var seriesName = regexp.MustCompile(`\bbcd?_[a-z][a-z0-9_]*[a-z0-9]\b`)

@@ -19,7 +19,9 @@ import (
 
 	"github.com/better-compute/commands/bcd/journal"
 	"github.com/better-compute/commands/bcd/lanes"
+	"github.com/better-compute/commands/bcd/metrics"
 	"github.com/better-compute/commands/internal/names"
+	"github.com/better-compute/commands/internal/tracing"
 	"github.com/better-compute/commands/sdk/kind"
 )
 
@@ -74,6 +76,14 @@ type Config struct {
 	// the node's clock (5m); a larger one is refused and reported in the
 	// ClockSkew condition.
 	MaxClockSkew kind.Duration `json:"maxClockSkew,omitempty"`
+	// MetricsListen serves Prometheus metrics on /metrics: a loopback
+	// host:port (127.0.0.1:9464) or a unix socket (unix:/run/bcd/metrics.sock).
+	// Empty (the default) serves none.
+	MetricsListen string `json:"metricsListen,omitempty"`
+	// Tracing exports each command's spans on the node (acceptance, lane
+	// wait, the plugin's run) over OTLP/gRPC to tracing.otlpEndpoint, in
+	// the trace the control plane started at commands.run. Off when empty.
+	Tracing tracing.Config `json:"tracing,omitempty"`
 }
 
 // Default returns the configuration with every default filled in.
@@ -143,6 +153,14 @@ func (c Config) Validate() error {
 	}
 	if c.ReplayHorizon.D() < 0 {
 		errs = append(errs, errors.New("replayHorizon: must not be negative"))
+	}
+	if err := c.Tracing.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if c.MetricsListen != "" {
+		if _, _, err := metrics.Parse(c.MetricsListen); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	if c.MaxClockSkew.D() < 0 {
 		errs = append(errs, errors.New("maxClockSkew: must not be negative"))

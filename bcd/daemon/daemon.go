@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/better-compute/commands/bcd/accept"
 	"github.com/better-compute/commands/bcd/journal"
@@ -75,6 +77,13 @@ type Config struct {
 	CompactEvery time.Duration
 	// Now is the clock; time.Now when nil.
 	Now func() time.Time
+	// OnState, when set, is called for every state change the daemon
+	// publishes (not progress steps, not duplicate answers): bcd's metrics
+	// count commands by kind, state and reason there. Keep it cheap.
+	OnState func(u Update)
+	// Tracer records each command's spans on the node (SpanCommand and its
+	// children) under the envelope's trace_parent; none when nil.
+	Tracer trace.Tracer
 }
 
 // Daemon runs commands. Its methods are safe for concurrent use.
@@ -127,6 +136,11 @@ type entry struct {
 	// called before the outcome is published, so that whoever gets the
 	// outcome can send the next command and find the lane free.
 	release func()
+	// traceCtx carries span, the command's span on the node; acceptSpan
+	// is open until the acceptance decision. Nil for Recover's reruns.
+	traceCtx   context.Context
+	span       trace.Span
+	acceptSpan trace.Span
 }
 
 // New builds a daemon over an open journal, the node state and an executor.
@@ -150,6 +164,9 @@ func New(logger hclog.Logger, cfg Config, j *journal.Journal, state *State, exec
 	if cfg.CompactEvery <= 0 {
 		cfg.CompactEvery = time.Hour
 	}
+	if cfg.Tracer == nil {
+		cfg.Tracer = noop.NewTracerProvider().Tracer("")
+	}
 	if err := cfg.Lanes.Validate(); err != nil {
 		return nil, fmt.Errorf("daemon: %w", err)
 	}
@@ -170,7 +187,7 @@ func New(logger hclog.Logger, cfg Config, j *journal.Journal, state *State, exec
 		exec:        exec,
 		pool:        lanes.New(cfg.Lanes),
 		bootID:      boot,
-		subs:        subscribers{set: map[*watcher]struct{}{}},
+		subs:        subscribers{set: map[*watcher]struct{}{}, onState: cfg.OnState},
 		baseCtx:     ctx,
 		baseCancel:  cancel,
 		active:      map[string]*entry{},

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+
 	"github.com/better-compute/commands/bcd/accept"
 	"github.com/better-compute/commands/bcd/journal"
 	"github.com/better-compute/commands/bcd/lanes"
@@ -77,6 +79,7 @@ func (d *Daemon) Submit(ctx context.Context, cmd accept.Command) (<-chan Update,
 		return w.ch, nil
 	}
 	e := &entry{cmd: cmd, watchers: []*watcher{w}, wake: make(chan struct{})}
+	d.startTrace(e)
 	d.active[cmd.ID] = e
 	d.runs.Add(1)
 	d.lock.Unlock()
@@ -165,6 +168,7 @@ func (d *Daemon) waitForSpec(e *entry) {
 // BUSY, or the hand-over to a lane worker that journals and runs it.
 func (d *Daemon) decide(e *entry, dec accept.Decision) {
 	rec := d.newRecord(e.cmd, dec.Manifest)
+	e.endAccept(dec.Accepted, string(dec.Code))
 	if !dec.Accepted {
 		rec.State, rec.RejectCode, rec.Reason, rec.Message = journal.StateRejected, string(dec.Code), string(dec.Code), dec.Reason
 		rec.FinishedAt = d.cfg.Now()
@@ -178,7 +182,9 @@ func (d *Daemon) decide(e *entry, dec accept.Decision) {
 	}
 	e.manifest = dec.Manifest
 	journaled := make(chan error, 1)
+	laneWait := d.child(e, SpanLaneWait)
 	err := d.pool.TryRun(dec.Manifest.Lane, func(release func()) {
+		laneWait.End()
 		e.release = release
 		if refused := d.consume(e, rec, dec); refused {
 			journaled <- errRefused
@@ -196,6 +202,9 @@ func (d *Daemon) decide(e *entry, dec accept.Decision) {
 		}
 		d.run(e, stored)
 	})
+	if err != nil {
+		laneWait.End()
+	}
 	switch {
 	case errors.Is(err, lanes.ErrBusy):
 		rec.State, rec.RejectCode, rec.Reason = journal.StateRejected, string(accept.Busy), err.Error()
@@ -311,9 +320,12 @@ func (d *Daemon) run(e *entry, rec journal.Record) {
 		// clock for a plugin that is down, and only until then.
 		kc.NotAfter = rec.NotAfter.Add(now.Sub(d.serverNow()))
 	}
+	runSpan := d.child(e, SpanPluginRun)
 	res, err := d.exec.Execute(ctx, kc, func(percent int, message string) {
 		d.publish(e, Update{CommandID: rec.ID, Kind: rec.Kind, State: journal.StateRunning, Progress: &Progress{Percent: percent, Message: message}})
 	})
+	runSpan.SetAttributes(attribute.String("bc.status", string(res.Status)), attribute.String("bc.reason", res.Reason))
+	runSpan.End()
 	d.lock.Lock()
 	cancelRequested := e.cancelRequested
 	d.lock.Unlock()
@@ -400,6 +412,7 @@ func (d *Daemon) finish(e *entry, rec journal.Record) {
 	if e.release != nil {
 		e.release()
 	}
+	e.endTrace(&rec)
 	u := d.updateOf(rec)
 	d.lock.Lock()
 	e.rec, e.last = rec, &u
@@ -425,6 +438,7 @@ func (d *Daemon) abandon(e *entry) {
 	if e.release != nil {
 		e.release()
 	}
+	e.endTrace(nil)
 	d.lock.Lock()
 	ws := e.watchers
 	e.watchers = nil

@@ -103,9 +103,14 @@ type subscribers struct {
 	// meets a closed channel.
 	lock sync.RWMutex
 	set  map[*watcher]struct{}
+	// onState is Config.OnState.
+	onState func(Update)
 }
 
 func (s *subscribers) publish(u Update) {
+	if s.onState != nil && u.Progress == nil && !u.Duplicate {
+		s.onState(u)
+	}
 	s.lock.RLock()
 	defer s.lock.RUnlock()
 	for w := range s.set {

@@ -24,6 +24,8 @@ type committer struct {
 	deferWait time.Duration
 	// onDeferred reports the outcome of a deferred write's commit.
 	onDeferred func(o *op, err error)
+	// onCommit is Options.OnCommit.
+	onCommit func(d time.Duration, writes int)
 
 	// closeLock guards closed against a send on a closed ops channel.
 	closeLock sync.RWMutex
@@ -42,8 +44,8 @@ type op struct {
 // maxGroup bounds one transaction's writes.
 const maxGroup = 256
 
-func newCommitter(db *bolt.DB, deferWait time.Duration, onDeferred func(*op, error)) *committer {
-	c := &committer{db: db, ops: make(chan *op, maxGroup), done: make(chan struct{}), deferWait: deferWait, onDeferred: onDeferred}
+func newCommitter(db *bolt.DB, deferWait time.Duration, onDeferred func(*op, error), onCommit func(time.Duration, int)) *committer {
+	c := &committer{db: db, ops: make(chan *op, maxGroup), done: make(chan struct{}), deferWait: deferWait, onDeferred: onDeferred, onCommit: onCommit}
 	go c.loop()
 	return c
 }
@@ -87,6 +89,7 @@ func (c *committer) loop() {
 			t.Stop()
 		}
 		errs := make([]error, len(group))
+		start := time.Now()
 		// An op that fails has written nothing that matters (each checks
 		// and marshals before it puts), so the others still commit; the
 		// commit's own error goes to every op.
@@ -96,6 +99,9 @@ func (c *committer) loop() {
 			}
 			return nil
 		})
+		if c.onCommit != nil {
+			c.onCommit(time.Since(start), len(group))
+		}
 		for i, o := range group {
 			e := errs[i]
 			if err != nil {

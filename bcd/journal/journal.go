@@ -60,6 +60,10 @@ type Options struct {
 	// a synced write to share its commit. Zero means DefaultDeferWait; a
 	// negative value commits deferred writes as soon as they arrive.
 	DeferWait time.Duration
+	// OnCommit, when set, is told how long each group commit took (the
+	// bbolt transaction with its fsync) and how many writes it carried:
+	// bcd's journal commit latency metric.
+	OnCommit func(d time.Duration, writes int)
 }
 
 // Journal is an open journal.
@@ -131,7 +135,7 @@ func Open(logger hclog.Logger, dir string, opts Options) (*Journal, error) {
 	if wait == 0 {
 		wait = DefaultDeferWait
 	}
-	j.commit = newCommitter(db, wait, j.deferredDone)
+	j.commit = newCommitter(db, wait, j.deferredDone, opts.OnCommit)
 	if j.created {
 		j.logger.Info("created a new journal", "journal_id", j.id)
 	} else {

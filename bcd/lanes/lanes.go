@@ -167,6 +167,10 @@ func (p *Pool) Run(ctx context.Context, l kind.Lane, job Job) error {
 // InUse returns how many workers of lane l have a job.
 func (p *Pool) InUse(l kind.Lane) int { return len(p.slots[l]) }
 
+// Queued returns how many of lane l's jobs wait for a worker to pick them
+// up (handed over, not yet started).
+func (p *Pool) Queued(l kind.Lane) int { return len(p.jobs[l]) }
+
 // Free reports whether lane l has a free worker right now. It is a hint for
 // the acceptance checks; TryRun is the authority.
 func (p *Pool) Free(l kind.Lane) bool { return p.InUse(l) < p.sizes.Of(l) }

@@ -77,6 +77,28 @@ type Config struct {
 	// KillTimeout bounds a graceful plugin stop before its group is killed;
 	// 2 s when 0.
 	KillTimeout time.Duration
+	// OnEvent, when set, is told of each plugin process's life: EventStart
+	// (the first start served its manifests), EventCrash (a process exited
+	// while the host was open) and EventRestart (a restarted process
+	// serves again). plugin is the binary's file name. bcd's metrics count
+	// them; it is called on the supervisor's goroutine, so keep it cheap.
+	OnEvent func(plugin string, event Event)
+}
+
+// Event is a plugin process's life event, as Config.OnEvent reports it.
+type Event string
+
+// The events Config.OnEvent reports.
+const (
+	EventStart   Event = "start"
+	EventCrash   Event = "crash"
+	EventRestart Event = "restart"
+)
+
+func (c Config) event(plugin string, e Event) {
+	if c.OnEvent != nil {
+		c.OnEvent(plugin, e)
+	}
 }
 
 func (c Config) withDefaults() Config {

@@ -91,6 +91,7 @@ func (in *instance) start(ctx context.Context) error {
 	in.cur = p
 	close(in.ready)
 	in.procLock.Unlock()
+	in.h.cfg.event(in.bin.name, EventStart)
 	go in.supervise(p)
 	return nil
 }
@@ -225,6 +226,7 @@ func (in *instance) supervise(p *proc) {
 			in.ready = make(chan struct{})
 		}
 		in.procLock.Unlock()
+		in.h.cfg.event(in.bin.name, EventCrash)
 		if in.retired.Load() {
 			// A reload replaced this binary: its file may be the new
 			// version now, so never restart it; its commands have failed.
@@ -269,6 +271,7 @@ func (in *instance) supervise(p *proc) {
 			in.cur, in.downErr = np, nil
 			close(in.ready)
 			in.procLock.Unlock()
+			in.h.cfg.event(in.bin.name, EventRestart)
 			in.logger.Info("plugin restarted", "pid", np.Pid, "attempt", attempt)
 			p = np
 			break

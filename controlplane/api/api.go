@@ -16,6 +16,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -75,6 +77,9 @@ type Config struct {
 	MaxWatchesPerIdentity int
 	// Now is the clock; time.Now when nil.
 	Now func() time.Time
+	// Tracer records commands.run's spans (the command's trace starts
+	// there); none when nil.
+	Tracer trace.Tracer
 }
 
 // Server holds the three services.
@@ -96,6 +101,8 @@ type Server struct {
 	// done closes when the context given to Start ends: watches then end
 	// with UNAVAILABLE so that their clients resume on another replica.
 	done chan struct{}
+	// tracer starts commands.run's spans.
+	tracer trace.Tracer
 }
 
 // New builds the API server. Call Start before serving Events.Watch.
@@ -112,6 +119,10 @@ func New(cfg Config) *Server {
 		pool: cfg.Pool, queue: cfg.Queue, logger: logger.Named("api"),
 		allowlist: map[string]bool{}, quorum: cfg.BatchQuorum, quorumKeys: cfg.Quorum, bundles: cfg.Bundles, join: cfg.Join, poll: cfg.WatchPoll, now: cfg.Now,
 		hub: newHub(), watches: newWatchLimit(cfg.MaxWatchesPerIdentity), done: make(chan struct{}),
+		tracer: cfg.Tracer,
+	}
+	if s.tracer == nil {
+		s.tracer = noop.NewTracerProvider().Tracer("")
 	}
 	// One outage log for the API's requests: the first that cannot reach
 	// the database logs, the rest count, and the first to reach it again

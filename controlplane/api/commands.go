@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"go.opentelemetry.io/otel/attribute"
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/better-compute/commands/controlplane/api/apierr"
@@ -15,6 +16,7 @@ import (
 	"github.com/better-compute/commands/controlplane/bundles"
 	"github.com/better-compute/commands/controlplane/ids"
 	"github.com/better-compute/commands/controlplane/queue"
+	"github.com/better-compute/commands/internal/tracing"
 	apiv1 "github.com/better-compute/commands/proto/bc/api/v1"
 )
 
@@ -47,8 +49,10 @@ func (s *Server) authorizeRun(ctx context.Context, tenantID, nodeID, permission 
 
 // Run queues a command: allowlist, notAfterSeconds bounds, then one enqueue
 // transaction whose key is the caller's key scoped to tenant and identity.
-func (c *commandsServer) Run(ctx context.Context, req *apiv1.RunCommandRequest) (*apiv1.Command, error) {
+func (c *commandsServer) Run(ctx context.Context, req *apiv1.RunCommandRequest) (_ *apiv1.Command, err error) {
 	s := c.s
+	ctx, span := s.startRunSpan(ctx, req)
+	defer func() { endSpan(span, err) }()
 	id, err := s.authorizeRun(ctx, req.GetTenantId(), req.GetNodeId(), auth.PermNodesExec)
 	if err != nil {
 		return nil, err
@@ -100,7 +104,11 @@ func (c *commandsServer) Run(ctx context.Context, req *apiv1.RunCommandRequest) 
 		}
 	}
 	var cmd queue.Command
-	err = inTx(ctx, s.pool, func(tx pgx.Tx) error {
+	// The command's trace parent is this call's span: the gateway's
+	// dispatch and settle spans, and the node's, join it.
+	p.TraceParent = tracing.Parent(ctx)
+	ectx, enqueueSpan := s.tracer.Start(ctx, SpanEnqueue)
+	err = inTx(ectx, s.pool, func(tx pgx.Tx) error {
 		var err error
 		if p.BatchID != "" {
 			// The batch must be the tenant's and its scope must hold this
@@ -112,10 +120,12 @@ func (c *commandsServer) Run(ctx context.Context, req *apiv1.RunCommandRequest) 
 		cmd, _, err = s.queue.Enqueue(ctx, tx, p)
 		return err
 	})
+	endSpan(enqueueSpan, err)
 	if err != nil {
 		return nil, s.fail(ctx, "commands.run", err)
 	}
 	s.outage.OK()
+	span.SetAttributes(attribute.String("bc.command_id", cmd.ID))
 	return s.toProto(cmd), nil
 }
 

@@ -3,6 +3,7 @@ package api
 import (
 	"encoding/hex"
 	"encoding/json"
+	"github.com/better-compute/commands/internal/tracing"
 	"time"
 
 	"google.golang.org/protobuf/encoding/protojson"
@@ -46,6 +47,7 @@ func (s *Server) toProto(c queue.Command) *apiv1.Command {
 		WaitingMessage:    c.WaitingMessage,
 		KindVersion:       c.KindVersion,
 		Rebooted:          c.Rebooted,
+		TraceId:           tracing.TraceID(c.TraceParent),
 	}
 	if len(c.ResultSHA256) > 0 {
 		out.ResultSha256 = hex.EncodeToString(c.ResultSHA256)

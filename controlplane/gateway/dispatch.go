@@ -6,6 +6,8 @@ import (
 	"github.com/better-compute/commands/controlplane/batches"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+
 	"github.com/better-compute/commands/controlplane/queue"
 	agentv1 "github.com/better-compute/commands/proto/bc/agent/v1"
 )
@@ -102,15 +104,26 @@ func (s *session) dispatch(ctx context.Context, c queue.Command, now time.Time) 
 		})
 		return s.dbErr(ctx, "rejecting a kind the certificate does not allow", err)
 	}
+	span := s.startSpan(c, SpanDispatch)
 	cur, changed, err := s.g.queue.Transition(ctx, s.g.pool, queue.Transition{CommandID: c.ID, NodeID: s.id.NodeID, To: queue.Dispatched, Epoch: s.epoch, KindVersion: version})
 	if err != nil {
+		endSpan(span, err)
 		return s.dbErr(ctx, "dispatching", err)
 	}
 	if !changed {
+		span.SetAttributes(attribute.Bool("bc.dispatched", false))
+		span.End()
 		return nil // cancelled, settled, or fenced by a newer session meanwhile
 	}
 	s.takeCredit(cur)
-	return s.sendCommand(cur)
+	// The node's spans are children of this dispatch.
+	err = s.sendTraced(cur, traceParentOf(span, cur.TraceParent))
+	endSpan(span, err)
+	if err != nil {
+		return err
+	}
+	s.g.opts.Observer.Dispatched(cur, s.g.opts.Now().Sub(dueAt(cur)))
+	return nil
 }
 
 // takeCredit takes a credit of c's lane for c.
@@ -120,6 +133,7 @@ func (s *session) takeCredit(c queue.Command) {
 	}
 	s.outstanding[c.ID] = credit{lane: c.Lane, attempts: c.Attempts}
 	s.perLane[c.Lane]++
+	s.g.opts.Observer.Credits(c.Lane, 1)
 	s.g.noteOutstanding(s.id.NodeID, c.Lane, s.perLane[c.Lane])
 }
 
@@ -132,6 +146,7 @@ func (s *session) releaseCredit(id string) {
 	delete(s.outstanding, id)
 	delete(s.cancelSent, id)
 	s.perLane[cr.lane]--
+	s.g.opts.Observer.Credits(cr.lane, -1)
 }
 
 // Envelope is c's envelope for a session of epoch: the command's bytes
@@ -147,11 +162,16 @@ func Envelope(c queue.Command, epoch int64) (*agentv1.CommandEnvelope, error) {
 	return &agentv1.CommandEnvelope{Command: b, Signature: c.Signature, WorkerCert: c.WorkerCert, SessionEpoch: epoch}, nil
 }
 
-func (s *session) sendCommand(c queue.Command) error {
+// sendCommand sends c (a replay) with its stored trace parent.
+func (s *session) sendCommand(c queue.Command) error { return s.sendTraced(c, c.TraceParent) }
+
+// sendTraced sends c's envelope with traceParent beside its signed bytes.
+func (s *session) sendTraced(c queue.Command, traceParent string) error {
 	env, err := Envelope(c, s.epoch)
 	if err != nil {
 		return err
 	}
+	env.TraceParent = traceParent
 	if c.BatchID != "" {
 		// The approval and the inclusion proof of the command's leaf travel
 		// beside the signed bytes; the node checks both itself.

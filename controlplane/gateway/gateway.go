@@ -18,6 +18,8 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/better-compute/commands/controlplane/queue"
 	agentv1 "github.com/better-compute/commands/proto/bc/agent/v1"
@@ -56,6 +58,12 @@ type Options struct {
 	// command (the server checks a logs.collect bundle against the blob
 	// store there). It runs on the session's goroutine: keep it short.
 	OnSettled func(ctx context.Context, c queue.Command)
+	// Observer is told of credits, dispatches and reports (the server's
+	// metrics); none when nil.
+	Observer Observer
+	// Tracer records the dispatch and settle spans in each command's trace
+	// (its stored trace_parent); none when nil.
+	Tracer trace.Tracer
 }
 
 func (o *Options) defaults() {
@@ -79,6 +87,12 @@ func (o *Options) defaults() {
 	}
 	if o.Now == nil {
 		o.Now = time.Now
+	}
+	if o.Observer == nil {
+		o.Observer = nopObserver{}
+	}
+	if o.Tracer == nil {
+		o.Tracer = noop.NewTracerProvider().Tracer("")
 	}
 }
 

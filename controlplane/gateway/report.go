@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"strings"
+	"time"
 
 	"github.com/better-compute/commands/controlplane/queue"
 	agentv1 "github.com/better-compute/commands/proto/bc/agent/v1"
@@ -99,6 +100,7 @@ func (s *session) land(ctx context.Context, u *agentv1.CommandUpdate) (outcome, 
 		s.logger.Warn("update without a state", "command_id", u.GetCommandId())
 		return landed, nil
 	}
+	landStart := time.Now()
 	cur, changed, err := s.g.queue.Transition(ctx, s.g.pool, t)
 	if errors.Is(err, queue.ErrNotFound) {
 		return landed, nil // not this node's command: nothing will ever land
@@ -107,6 +109,7 @@ func (s *session) land(ctx context.Context, u *agentv1.CommandUpdate) (outcome, 
 		return s.landErr(ctx, "storing a report", u, err)
 	}
 	s.g.outage.ok()
+	s.g.opts.Observer.Reported(cur, changed)
 	if !changed && t.Progress != nil && !cur.State.Terminal() {
 		// A step of a command already running: the transition changed
 		// nothing, so store the progress itself, throttled.
@@ -115,6 +118,9 @@ func (s *session) land(ctx context.Context, u *agentv1.CommandUpdate) (outcome, 
 	if cur.State.Terminal() {
 		delete(s.progressDue, cur.ID)
 		delete(s.progressAt, cur.ID)
+		if changed {
+			s.settleSpan(cur, landStart)
+		}
 		if changed && s.g.opts.OnSettled != nil {
 			s.g.opts.OnSettled(ctx, cur)
 		}

@@ -165,6 +165,12 @@ func (g *Gateway) Connect(stream grpc.BidiStreamingServer[agentv1.NodeMessage, a
 	}
 	s.wake = g.hub.register(id.NodeID)
 	defer g.hub.unregister(id.NodeID, s.wake)
+	defer func() {
+		// The session's credits end with it (a new session replays).
+		for l, n := range s.perLane {
+			g.opts.Observer.Credits(l, -n)
+		}
+	}()
 	defer s.held.stop()
 	s.logger.Info("session opened", "journal_id", hello.GetJournalId(), "boot_id", hello.GetBootId(), "role", id.Role)
 	var tb *agentv1.TrustBundle

@@ -111,6 +111,10 @@ type Command struct {
 	// AwaitingApproval is set while the command's batch waits for its
 	// approvals: the gateway holds it.
 	AwaitingApproval bool
+	// TraceParent is the W3C traceparent the command was queued under
+	// (migration 0010), '' when none: the dispatch and settle spans join
+	// that trace, and the node gets it beside the signed bytes.
+	TraceParent string
 	// NotAfter is the deadline for the node to accept it.
 	NotAfter time.Time
 	// NotBefore, when set, holds the command until then.
@@ -182,6 +186,9 @@ type EnqueueParams struct {
 	// (batches.CheckScope says so); the approval clears it and sets
 	// notBefore.
 	AwaitingApproval bool
+	// TraceParent is the W3C traceparent of the caller's span (the API's
+	// commands.run); '' for none.
+	TraceParent string
 	// BundleKey is the support-bundle key.
 	BundleKey string
 }

@@ -67,9 +67,9 @@ WITH node AS (
 ), ins AS (
   INSERT INTO commands AS c (id, tenant_id, node_id, seq, kind, lane, payload, idempotency_key,
     not_after, not_before, min_generation, retry_safe, destructive, self_terminating, attested,
-    batch_id, bundle_key, awaiting_approval)
+    batch_id, bundle_key, awaiting_approval, trace_parent)
   SELECT $4, node.tenant_id, $1, node.seq, $3, $5, $6, NULLIF($7, ''),
-    $8, $9, $10, $11, $12, $13, $14, $15, $16, $17
+    $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18
   FROM node
   ON CONFLICT (node_id, idempotency_key) DO UPDATE SET kind = c.kind
   RETURNING ` + commandColumns("c") + `, (c.xmax <> 0) AS duplicate
@@ -112,7 +112,7 @@ func (q *Queue) Enqueue(ctx context.Context, tx pgx.Tx, p EnqueueParams) (cmd Co
 		p.NodeID, p.TenantID, p.Kind, ids.NewCommand(), string(m.Lane), payload, p.IdempotencyKey,
 		notAfter, p.NotBefore, p.MinGeneration,
 		m.Flags.RetrySafe, m.Flags.Destructive, m.Flags.SelfTerminating, m.Flags.Attested,
-		p.BatchID, p.BundleKey, p.AwaitingApproval)
+		p.BatchID, p.BundleKey, p.AwaitingApproval, p.TraceParent)
 	cmd, err = scanCommand(row, &duplicate)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Command{}, false, q.enqueueMiss(ctx, tx, p)

@@ -20,7 +20,7 @@ func commandColumns(alias string) string {
 		a + "result, " + a + "result_sha256, " + a + "node_sig, " + a + "rebooted, " + a + "attempts, " +
 		a + "dispatched_epoch, " + a + "next_attempt_at, " +
 		a + "created_at, " + a + "updated_at, " + a + "settled_at, " +
-		a + "command_bytes, " + a + "signature, " + a + "worker_cert, " + a + "message, " + a + "result_bytes, " + a + "waiting_reason, " + a + "waiting_message, " + a + "kind_version, " + a + "awaiting_approval"
+		a + "command_bytes, " + a + "signature, " + a + "worker_cert, " + a + "message, " + a + "result_bytes, " + a + "waiting_reason, " + a + "waiting_message, " + a + "kind_version, " + a + "awaiting_approval, " + a + "trace_parent"
 }
 
 // scanCommand reads commandColumns plus any extra destinations after them.
@@ -39,7 +39,7 @@ func scanCommand(row pgx.Row, extra ...any) (Command, error) {
 		&res, &c.ResultSHA256, &c.NodeSig, &c.Rebooted, &c.Attempts,
 		&c.DispatchedEpoch, &c.NextAttemptAt,
 		&c.CreatedAt, &c.UpdatedAt, &c.SettledAt,
-		&c.CommandBytes, &c.Signature, &c.WorkerCert, &c.Message, &c.ResultBytes, &c.WaitingReason, &c.WaitingMessage, &c.KindVersion, &c.AwaitingApproval,
+		&c.CommandBytes, &c.Signature, &c.WorkerCert, &c.Message, &c.ResultBytes, &c.WaitingReason, &c.WaitingMessage, &c.KindVersion, &c.AwaitingApproval, &c.TraceParent,
 	}
 	if err := row.Scan(append(dest, extra...)...); err != nil {
 		return Command{}, err

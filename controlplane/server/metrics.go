@@ -19,6 +19,8 @@ type metrics struct {
 	requests *prometheus.CounterVec
 	duration *prometheus.HistogramVec
 	streams  *prometheus.GaugeVec
+	// ops are the command path's metrics (gateway, sweeper, queue depth).
+	ops *opsMetrics
 }
 
 func newMetrics(pool *pgxpool.Pool) *metrics {
@@ -47,6 +49,7 @@ func newMetrics(pool *pgxpool.Pool) *metrics {
 	pg("bc_db_pool_total_conns", "Connections in the database pool.", func(s *pgxpool.Stat) float64 { return float64(s.TotalConns()) })
 	pg("bc_db_pool_acquired_conns", "Connections in use.", func(s *pgxpool.Stat) float64 { return float64(s.AcquiredConns()) })
 	pg("bc_db_pool_max_conns", "The pool's size.", func(s *pgxpool.Stat) float64 { return float64(s.MaxConns()) })
+	m.ops = newOpsMetrics(m.reg, pool)
 	pg("bc_db_pool_empty_acquire_total", "Acquires that waited for a connection.", func(s *pgxpool.Stat) float64 { return float64(s.EmptyAcquireCount()) })
 	return m
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
@@ -38,6 +39,8 @@ import (
 	"github.com/better-compute/commands/controlplane/store"
 	"github.com/better-compute/commands/controlplane/sweeper"
 	"github.com/better-compute/commands/controlplane/trustbundle"
+	"github.com/better-compute/commands/internal/tracing"
+	"github.com/better-compute/commands/internal/version"
 	agentv1 "github.com/better-compute/commands/proto/bc/agent/v1"
 )
 
@@ -77,6 +80,10 @@ type Server struct {
 	// workflowWakers are what it wakes when it settles a command.
 	sweeper                    *sweeper.Sweeper
 	nodeWakers, workflowWakers *sweeper.Wakers
+
+	// tracer records the commands' spans; flushTraces ends its exporter.
+	tracer      trace.Tracer
+	flushTraces func(context.Context) error
 }
 
 // New opens the database (applying migrations), builds the registry from the
@@ -128,6 +135,11 @@ func New(ctx context.Context, cfg Config, reg *kinds.Registry, logger hclog.Logg
 		return nil, err
 	}
 	s := &Server{cfg: cfg, logger: logger.Named("server"), pool: pool, authn: authn}
+	s.metrics = newMetrics(pool)
+	if err := s.startTracing(ctx, cfg); err != nil {
+		pool.Close()
+		return nil, err
+	}
 	closeOnErr := func(err error) (*Server, error) {
 		pool.Close()
 		if s.grpcLis != nil {
@@ -174,11 +186,16 @@ func New(ctx context.Context, cfg Config, reg *kinds.Registry, logger hclog.Logg
 	s.nodeWakers, s.workflowWakers = &sweeper.Wakers{}, &sweeper.Wakers{}
 	if !cfg.Sweeper.Disabled && cfg.Runs(ComponentSweeper) {
 		s.sweeper = sweeper.New(pool, q, sweeper.Options{Interval: time.Duration(cfg.Sweeper.Interval),
-			Nodes: s.nodeWakers, Workflows: s.workflowWakers, Logger: logger})
+			Nodes: s.nodeWakers, Workflows: s.workflowWakers, Logger: logger, OnSwept: s.metrics.ops.onSwept})
 	}
 	s.api = api.New(api.Config{Pool: pool, Queue: q, Logger: logger, Allowlist: cfg.Allowlist, BatchQuorum: cfg.BatchQuorum, Quorum: s.Quorum,
-		Bundles: support, Join: s.join, MaxWatchesPerIdentity: cfg.MaxWatchesPerIdentity})
-	s.metrics = newMetrics(pool)
+		Bundles: support, Join: s.join, MaxWatchesPerIdentity: cfg.MaxWatchesPerIdentity, Tracer: s.tracer})
+	if s.gateway != nil {
+		registerGateway(s.metrics.reg, s.gateway)
+	}
+	if s.sweeper != nil {
+		registerSweeper(s.metrics.reg, s.sweeper)
+	}
 
 	authn.AllowUnauthenticated(healthpb.Health_ServiceDesc.ServiceName,
 		reflectionv1.ServerReflection_ServiceDesc.ServiceName, reflectionv1alpha.ServerReflection_ServiceDesc.ServiceName)
@@ -269,7 +286,7 @@ func (s *Server) newGateway(gc GatewayConfig) error {
 	s.gateway = gateway.New(s.pool, s.queue, s.logger, gateway.Options{
 		Poll: time.Duration(gc.Poll), CancelResend: time.Duration(gc.CancelResend),
 		BusyBackoffMin: time.Duration(gc.BusyBackoffMin), BusyBackoffMax: time.Duration(gc.BusyBackoffMax),
-		OnSettled: s.checkBundle, TrustBundle: s.trust, NodeCA: ca.Pool(),
+		OnSettled: s.checkBundle, TrustBundle: s.trust, NodeCA: ca.Pool(), Observer: s.metrics.ops, Tracer: s.tracer,
 	})
 	s.join = join.New(s.pool, s.queue, ca, s.trust, s.logger)
 	s.sessions = newNodeSessions(s.pool, s.queue, s.logger)
@@ -428,6 +445,11 @@ func (s *Server) Run(ctx context.Context) error {
 		cancel()
 	}
 	s.pool.Close()
+	fctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	if err := s.flushTraces(fctx); err != nil {
+		s.logger.Warn("flushing traces", "error", err)
+	}
+	cancel()
 	s.logger.Info("stopped")
 	return runErr
 }
@@ -498,4 +520,23 @@ func (s *Server) checkBundle(ctx context.Context, c queue.Command) {
 		return
 	}
 	s.logger.Info("support bundle stored", "command_id", c.ID, "bundle_key", c.BundleKey)
+}
+
+// startTracing sets the server's tracer: cfg.TracerProvider when given
+// (tests), else tracing.otlpEndpoint's exporter, else none.
+func (s *Server) startTracing(ctx context.Context, cfg Config) error {
+	tp := cfg.TracerProvider
+	s.flushTraces = func(context.Context) error { return nil }
+	if tp == nil {
+		p, err := tracing.New(ctx, "bc-server", version.Version, tracing.Config{OTLPEndpoint: cfg.Tracing.OTLPEndpoint})
+		if err != nil {
+			return err
+		}
+		tp, s.flushTraces = p, p.Shutdown
+		if cfg.Tracing.OTLPEndpoint != "" {
+			s.logger.Info("exporting traces", "otlp_endpoint", cfg.Tracing.OTLPEndpoint)
+		}
+	}
+	s.tracer = tp.Tracer("github.com/better-compute/commands/controlplane")
+	return nil
 }

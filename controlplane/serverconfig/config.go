@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
 	"go.yaml.in/yaml/v3"
 
 	"github.com/better-compute/commands/controlplane/auth"
@@ -70,6 +71,19 @@ type Config struct {
 	// (all three when empty). A gateway-only process reads no signing key:
 	// it relays the signed bytes the API stored.
 	Components []string `yaml:"components"`
+	// Tracing exports the commands' spans (commands.run, enqueue, dispatch,
+	// settle) over OTLP/gRPC; off when tracing.otlpEndpoint is empty.
+	Tracing TracingConfig `yaml:"tracing"`
+	// TracerProvider, when set, is used instead of Tracing's exporter
+	// (tests record spans in memory with it). Never read from the file.
+	TracerProvider trace.TracerProvider `yaml:"-"`
+}
+
+// TracingConfig is where the server's spans go.
+type TracingConfig struct {
+	// OTLPEndpoint is the OTLP/gRPC collector: host:port (TLS),
+	// http://host:port (plaintext) or https://host:port; "" turns tracing off.
+	OTLPEndpoint string `yaml:"otlpEndpoint"`
 }
 
 // The components a process can run.

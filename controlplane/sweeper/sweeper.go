@@ -56,6 +56,10 @@ type Options struct {
 	Workflows *Wakers
 	// Logger logs; null when nil.
 	Logger hclog.Logger
+	// OnSwept, when set, is told of each committed batch: the pending
+	// commands it expired (not_after) and the in-flight ones it failed
+	// (timeout). The server's metrics count them.
+	OnSwept func(expired, timedOut []queue.Command)
 }
 
 // Sweeper is one replica's CommandSweeper.
@@ -190,6 +194,9 @@ func (s *Sweeper) Sweep(ctx context.Context) (int, error) {
 		if !renewed {
 			s.logger.Warn("term lost; stepping down")
 			return total, nil
+		}
+		if s.opts.OnSwept != nil && len(expired)+len(failed) > 0 {
+			s.opts.OnSwept(expired, failed)
 		}
 		for _, c := range expired {
 			s.wake(ctx, c)

@@ -24,7 +24,7 @@ func cmdKinds(args []string, stdout, stderr io.Writer) error {
 		return &exitError{code: 2, err: err}
 	}
 	logger := newLogger(cfg, stderr)
-	host := startPlugins(context.Background(), logger, cfg, nil)
+	host := startPlugins(context.Background(), logger, cfg, nil, nil)
 	defer host.Close()
 	if err := listKinds(host.Manifests(), *asJSON, stdout); err != nil {
 		return err

@@ -5,14 +5,18 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/signal"
 	"sync/atomic"
 	"syscall"
+	"time"
 
 	"github.com/better-compute/commands/bcd/conditions"
+	"github.com/better-compute/commands/bcd/metrics"
 	"github.com/better-compute/commands/bcd/notify"
 	"github.com/better-compute/commands/bcd/session"
+	"github.com/better-compute/commands/internal/tracing"
 	"github.com/better-compute/commands/internal/version"
 )
 
@@ -73,7 +77,41 @@ func cmdRun(args []string, stderr io.Writer) error {
 		logger.Info("restricted identity: the node certificate allows only some kinds", "allowed_kinds", j.id.AllowedKinds)
 	}
 	var client atomic.Pointer[session.Client]
+	var (
+		m      *metrics.Metrics
+		metLis net.Listener
+	)
+	if cfg.MetricsListen != "" {
+		if metLis, err = metrics.Listen(cfg.MetricsListen); err != nil {
+			return &exitError{code: 2, err: err}
+		}
+		m = metrics.New()
+		m.Session(func() metrics.Session {
+			if c := client.Load(); c != nil {
+				return c
+			}
+			return nil
+		})
+	}
+	tp, err := tracing.New(ctx, "bcd", version.Version, cfg.Tracing)
+	if err != nil {
+		return &exitError{code: 2, err: err}
+	}
+	defer func() {
+		// Flush the last spans; a collector that is away costs them, not
+		// the stop.
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := tp.Shutdown(sctx); err != nil {
+			logger.Warn("flushing traces", "error", err)
+		}
+	}()
+	if cfg.Tracing.OTLPEndpoint != "" {
+		logger.Info("exporting traces", "otlp_endpoint", cfg.Tracing.OTLPEndpoint)
+	}
 	opts := stackOptions{
+		tracer:  tp.Tracer("github.com/better-compute/commands/bcd"),
+		metrics: m,
 		allowed: j.id.AllowedKinds,
 		trust:   nt,
 		onSpec: func(have int64) {
@@ -97,7 +135,19 @@ func cmdRun(args []string, stderr io.Writer) error {
 		if c := client.Load(); c != nil {
 			c.Close()
 		}
+		if metLis != nil {
+			_ = metLis.Close()
+		}
 		return err
+	}
+	metricsDone := make(chan struct{})
+	if m != nil {
+		go func() {
+			defer close(metricsDone)
+			m.Serve(ctx, logger.Named("metrics"), metLis)
+		}()
+	} else {
+		close(metricsDone)
 	}
 	logger.Info("bcd is running", "rerun", len(rep.Rerun), "interrupted", len(rep.Interrupted), "rebooted", len(rep.Rebooted), "not_rebooted", len(rep.NotRebooted))
 	// SIGHUP (bcd reload, systemctl reload bcd) reloads the plugin
@@ -144,6 +194,7 @@ func cmdRun(args []string, stderr io.Writer) error {
 		logger.Warn("sd_notify STOPPING failed", "error", err)
 	}
 	<-sessionDone
+	<-metricsDone
 	logger.Info("stopping: unfinished commands stay in the journal for the next start")
 	s.close()
 	if errors.Is(ctx.Err(), context.Canceled) {

@@ -8,10 +8,12 @@ import (
 	"strings"
 
 	"github.com/hashicorp/go-hclog"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/better-compute/commands/bcd/config"
 	"github.com/better-compute/commands/bcd/daemon"
 	"github.com/better-compute/commands/bcd/journal"
+	"github.com/better-compute/commands/bcd/metrics"
 	"github.com/better-compute/commands/bcd/pluginhost"
 	"github.com/better-compute/commands/internal/version"
 	"github.com/better-compute/commands/sdk/kind"
@@ -39,20 +41,24 @@ type stack struct {
 	d      *daemon.Daemon
 }
 
-func hostConfig(cfg config.Config) pluginhost.Config {
-	return pluginhost.Config{
+func hostConfig(cfg config.Config, m *metrics.Metrics) pluginhost.Config {
+	hc := pluginhost.Config{
 		Dir:          cfg.PluginDir,
 		SHA256:       cfg.PluginSHA256,
 		Env:          cfg.PluginEnvironment(),
 		StartTimeout: cfg.PluginStartTimeout.D(),
 		LogLevel:     cfg.LogLevel,
 	}
+	if m != nil {
+		hc.OnEvent = m.OnPluginEvent
+	}
+	return hc
 }
 
 // startPlugins starts the plugin host. Refused plugins are logged and the
 // others serve: one bad vendor binary must not take the node's kinds down.
-func startPlugins(ctx context.Context, logger hclog.Logger, cfg config.Config, services *daemon.State) *pluginhost.Host {
-	host := pluginhost.New(logger, hostConfig(cfg), svcOrNil(services))
+func startPlugins(ctx context.Context, logger hclog.Logger, cfg config.Config, services *daemon.State, m *metrics.Metrics) *pluginhost.Host {
+	host := pluginhost.New(logger, hostConfig(cfg, m), svcOrNil(services))
 	if err := host.Start(ctx); err != nil {
 		logger.Error("some plugins did not load", "error", err)
 	}
@@ -88,6 +94,11 @@ type stackOptions struct {
 	// journal: the session client subscribes there, so the outcomes of
 	// Recover's reruns reach it.
 	beforeRecover func(*stack)
+	// metrics, when set, are fed by the journal, plugin host, daemon and
+	// lanes (metricsListen).
+	metrics *metrics.Metrics
+	// tracer records the commands' spans (tracing.otlpEndpoint); nil: none.
+	tracer trace.Tracer
 }
 
 // openStack opens everything and recovers the journal.
@@ -97,7 +108,11 @@ func openStack(ctx context.Context, cfg config.Config, logger hclog.Logger, opts
 	if err != nil {
 		return nil, rep, err
 	}
-	j, err := journal.Open(logger, cfg.StateDir, journal.Options{ReplayHorizon: cfg.ReplayHorizon.D()})
+	jopts := journal.Options{ReplayHorizon: cfg.ReplayHorizon.D()}
+	if opts.metrics != nil {
+		jopts.OnCommit = opts.metrics.OnCommit
+	}
+	j, err := journal.Open(logger, cfg.StateDir, jopts)
 	if err != nil {
 		return nil, rep, err
 	}
@@ -106,9 +121,12 @@ func openStack(ctx context.Context, cfg config.Config, logger hclog.Logger, opts
 		_ = j.Close()
 		return nil, rep, err
 	}
-	host := startPlugins(ctx, logger, cfg, state)
+	host := startPlugins(ctx, logger, cfg, state, opts.metrics)
 	dcfg := daemon.Config{NodeID: cfg.NodeID, Role: cfg.Role, BootID: boot, Lanes: cfg.Lanes,
-		AllowedKinds: opts.allowed, OnSpecRequest: opts.onSpec}
+		AllowedKinds: opts.allowed, OnSpecRequest: opts.onSpec, Tracer: opts.tracer}
+	if opts.metrics != nil {
+		dcfg.OnState = opts.metrics.OnState
+	}
 	if opts.trust != nil {
 		dcfg.Trust, dcfg.Batches, dcfg.Clock, dcfg.NodeKey = opts.trust.verifier, opts.trust.batches, opts.trust.clock, opts.trust.key
 	}
@@ -119,6 +137,9 @@ func openStack(ctx context.Context, cfg config.Config, logger hclog.Logger, opts
 		return nil, rep, err
 	}
 	s := &stack{logger: logger, cfg: cfg, j: j, state: state, host: host, d: d}
+	if opts.metrics != nil {
+		opts.metrics.Lanes(d.Lanes())
+	}
 	logger.Info("bcd started", "version", version.Version, "node_id", cfg.NodeID, "journal_id", j.ID(), "boot_id", boot, "kinds", len(host.Manifests()))
 	if opts.beforeRecover != nil {
 		opts.beforeRecover(s)

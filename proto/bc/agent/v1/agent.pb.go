@@ -305,7 +305,12 @@ type CommandEnvelope struct {
 	InclusionProof [][]byte `protobuf:"bytes,5,rep,name=inclusion_proof,json=inclusionProof,proto3" json:"inclusion_proof,omitempty"`
 	LeafIndex      int64    `protobuf:"varint,6,opt,name=leaf_index,json=leafIndex,proto3" json:"leaf_index,omitempty"`
 	// session_epoch is the epoch of the session that dispatched it.
-	SessionEpoch  int64 `protobuf:"varint,7,opt,name=session_epoch,json=sessionEpoch,proto3" json:"session_epoch,omitempty"`
+	SessionEpoch int64 `protobuf:"varint,7,opt,name=session_epoch,json=sessionEpoch,proto3" json:"session_epoch,omitempty"`
+	// trace_parent is the W3C traceparent of the gateway's dispatch span
+	// (00-<trace id>-<span id>-<flags>), empty when the command was queued
+	// without one. It travels outside the signed command bytes: tracing
+	// changes no signature, and the node only parents its spans on it.
+	TraceParent   string `protobuf:"bytes,8,opt,name=trace_parent,json=traceParent,proto3" json:"trace_parent,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -387,6 +392,13 @@ func (x *CommandEnvelope) GetSessionEpoch() int64 {
 		return x.SessionEpoch
 	}
 	return 0
+}
+
+func (x *CommandEnvelope) GetTraceParent() string {
+	if x != nil {
+		return x.TraceParent
+	}
+	return ""
 }
 
 // KindDigest names a loaded kind and the digest of its manifest.
@@ -1635,7 +1647,7 @@ const file_bc_agent_v1_agent_proto_rawDesc = "" +
 	"\bbatch_id\x18\n" +
 	" \x01(\tR\abatchId\x129\n" +
 	"\n" +
-	"created_at\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\"\xfe\x01\n" +
+	"created_at\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\"\xa1\x02\n" +
 	"\x0fCommandEnvelope\x12\x18\n" +
 	"\acommand\x18\x01 \x01(\fR\acommand\x12\x1c\n" +
 	"\tsignature\x18\x02 \x01(\fR\tsignature\x12\x1f\n" +
@@ -1645,7 +1657,8 @@ const file_bc_agent_v1_agent_proto_rawDesc = "" +
 	"\x0finclusion_proof\x18\x05 \x03(\fR\x0einclusionProof\x12\x1d\n" +
 	"\n" +
 	"leaf_index\x18\x06 \x01(\x03R\tleafIndex\x12#\n" +
-	"\rsession_epoch\x18\a \x01(\x03R\fsessionEpoch\"8\n" +
+	"\rsession_epoch\x18\a \x01(\x03R\fsessionEpoch\x12!\n" +
+	"\ftrace_parent\x18\b \x01(\tR\vtraceParent\"8\n" +
 	"\n" +
 	"KindDigest\x12\x12\n" +
 	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x16\n" +

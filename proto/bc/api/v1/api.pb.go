@@ -1197,7 +1197,12 @@ type Command struct {
 	KindVersion string `protobuf:"bytes,30,opt,name=kind_version,json=kindVersion,proto3" json:"kind_version,omitempty"`
 	// rebooted is true when a new boot (or role) on rejoin completed a
 	// self-terminating kind (node.reboot) as succeeded.
-	Rebooted      bool `protobuf:"varint,31,opt,name=rebooted,proto3" json:"rebooted,omitempty"`
+	Rebooted bool `protobuf:"varint,31,opt,name=rebooted,proto3" json:"rebooted,omitempty"`
+	// trace_id is the W3C trace id (32 hex digits) of the commands.run call
+	// that queued the command: its spans (enqueue, dispatch, the node's
+	// acceptance, lane wait and plugin run, the settle) are in that trace
+	// when tracing is on. Empty when it was queued without a trace.
+	TraceId       string `protobuf:"bytes,32,opt,name=trace_id,json=traceId,proto3" json:"trace_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1447,6 +1452,13 @@ func (x *Command) GetRebooted() bool {
 		return x.Rebooted
 	}
 	return false
+}
+
+func (x *Command) GetTraceId() string {
+	if x != nil {
+		return x.TraceId
+	}
+	return ""
 }
 
 // RunCommandRequest queues a command.
@@ -2921,7 +2933,7 @@ const file_bc_api_v1_api_proto_rawDesc = "" +
 	"\n" +
 	"updated_at\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAt\"N\n" +
 	"\x12AllocationBindings\x128\n" +
-	"\bbindings\x18\x01 \x03(\v2\x1c.bc.api.v1.AllocationBindingR\bbindings\"\xb7\t\n" +
+	"\bbindings\x18\x01 \x03(\v2\x1c.bc.api.v1.AllocationBindingR\bbindings\"\xd2\t\n" +
 	"\aCommand\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1b\n" +
 	"\ttenant_id\x18\x02 \x01(\tR\btenantId\x12\x17\n" +
@@ -2960,7 +2972,8 @@ const file_bc_api_v1_api_proto_rawDesc = "" +
 	"\x0ewaiting_reason\x18\x1c \x01(\tR\rwaitingReason\x12'\n" +
 	"\x0fwaiting_message\x18\x1d \x01(\tR\x0ewaitingMessage\x12!\n" +
 	"\fkind_version\x18\x1e \x01(\tR\vkindVersion\x12\x1a\n" +
-	"\brebooted\x18\x1f \x01(\bR\brebootedB\r\n" +
+	"\brebooted\x18\x1f \x01(\bR\brebooted\x12\x19\n" +
+	"\btrace_id\x18  \x01(\tR\atraceIdB\r\n" +
 	"\v_retry_safe\"\x9b\x02\n" +
 	"\x11RunCommandRequest\x12\x1b\n" +
 	"\ttenant_id\x18\x01 \x01(\tR\btenantId\x12\x17\n" +
