@@ -39,23 +39,7 @@ func (s *Server) startSigning(ctx context.Context, cfg Config) error {
 		s.logger.Info("pki.commandSigning is not read: this process runs no api component; the gateway relays the signed commands and bundle the api stored", "components", cfg.Components)
 		return nil
 	}
-	a, err := signing.Load(pc.CommandSigning, signing.Options{Lifetime: time.Duration(pc.WorkerKeyLifetime), Logger: s.logger})
-	if err != nil {
-		return err
-	}
-	content, err := trustbundle.Content(pc, a.RootPublic())
-	if err != nil {
-		return err
-	}
-	tb, err := trustbundle.Publish(ctx, s.pool, content, a, pc.TrustVersion, time.Now())
-	if err != nil {
-		return fmt.Errorf("publishing the trust bundle: %w", err)
-	}
-	s.signer.Store(a)
-	s.queue.SetSigner(a)
-	s.setQuorum(content)
-	s.logger.Info("command signing on", "trust_version", tb.GetVersion(), "roots", len(content.Roots), "approvers", len(content.Approvers))
-	return nil
+	return s.applyPKI(ctx, pc, "command signing on")
 }
 
 // Signer is the command-signing authority, nil when commands go unsigned.
@@ -76,6 +60,17 @@ func (s *Server) ReloadPKI(ctx context.Context, pc serverconfig.PKIConfig) error
 	if pc.CommandSigning == "" {
 		return fmt.Errorf("pki.commandSigning was removed: nodes that hold the trust bundle refuse unsigned commands; keep signing (see the operator guide on turning signing off)")
 	}
+	if err := s.applyPKI(ctx, pc, "pki reloaded"); err != nil {
+		return err
+	}
+	s.trust.Invalidate()
+	return nil
+}
+
+// applyPKI loads the root, builds the bundle's content, publishes it (a new
+// version only when the content changed) and signs with the root from then
+// on. Nothing changes when any step fails.
+func (s *Server) applyPKI(ctx context.Context, pc serverconfig.PKIConfig, what string) error {
 	a, err := signing.Load(pc.CommandSigning, signing.Options{Lifetime: time.Duration(pc.WorkerKeyLifetime), Logger: s.logger})
 	if err != nil {
 		return err
@@ -91,8 +86,7 @@ func (s *Server) ReloadPKI(ctx context.Context, pc serverconfig.PKIConfig) error
 	s.signer.Store(a)
 	s.queue.SetSigner(a)
 	s.setQuorum(content)
-	s.trust.Invalidate()
-	s.logger.Info("pki reloaded", "trust_version", tb.GetVersion(), "roots", len(content.Roots), "approvers", len(content.Approvers))
+	s.logger.Info(what, "trust_version", tb.GetVersion(), "roots", len(content.Roots), "approvers", len(content.Approvers))
 	return nil
 }
 
