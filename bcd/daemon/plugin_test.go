@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -23,6 +24,14 @@ import (
 // change what is in it; binaries maps file names to built binaries.
 func startOwn(t *testing.T, binaries map[string]string) (*node, string) {
 	t.Helper()
+	n, dir, _ := startOwnEvents(t, binaries)
+	return n, dir
+}
+
+// startOwnEvents is startOwn that also counts the plugin host's crash
+// events, so a test can wait until the host noticed a plugin died.
+func startOwnEvents(t *testing.T, binaries map[string]string) (*node, string, *atomic.Int32) {
+	t.Helper()
 	dir := t.TempDir()
 	for name, src := range binaries {
 		copyPlugin(t, src, filepath.Join(dir, name))
@@ -33,13 +42,19 @@ func startOwn(t *testing.T, binaries map[string]string) (*node, string) {
 	require.NoError(t, err)
 	st, err := NewState(stateDir, j)
 	require.NoError(t, err)
-	host := pluginhost.New(lg, pluginhost.Config{Dir: dir, RestartBackoffMin: 20 * time.Millisecond, RestartBackoffMax: 100 * time.Millisecond}, st)
+	crashes := &atomic.Int32{}
+	host := pluginhost.New(lg, pluginhost.Config{Dir: dir, RestartBackoffMin: 20 * time.Millisecond, RestartBackoffMax: 100 * time.Millisecond,
+		OnEvent: func(_ string, e pluginhost.Event) {
+			if e == pluginhost.EventCrash {
+				crashes.Add(1)
+			}
+		}}, st)
 	require.NoError(t, host.Start(context.Background()))
 	d, err := New(lg, Config{NodeID: nodeID, Role: "node", BootID: "boot-1"}, j, st, host)
 	require.NoError(t, err)
 	n := &node{t: t, dir: stateDir, j: j, state: st, host: host, d: d}
 	t.Cleanup(n.stop)
-	return n, dir
+	return n, dir, crashes
 }
 
 // copyPlugin installs src at dst through a rename, as a package upgrade
@@ -106,7 +121,7 @@ func TestPluginCrash_ARetrySafeCommandFailsPluginCrashedAndIsNotRerun(t *testing
 // plugin-unavailable at the command's not_after, never after the kind's
 // whole timeout (bcdcore.hold: 2 minutes).
 func TestPluginUnavailable_FailsAtNotAfter(t *testing.T) {
-	n, dir := startOwn(t, map[string]string{"bcdcore": testutil.BuildBinary(t, testplugins.BCDCore)})
+	n, dir, crashes := startOwnEvents(t, map[string]string{"bcdcore": testutil.BuildBinary(t, testplugins.BCDCore)})
 	h := newHold(t, false)
 	out := last(t, collect(t, mustSubmit(t, n, cmd("cmd_up", "bcdcore.hold", h))))
 	require.Equal(t, journal.StateSucceeded, out.State)
@@ -115,6 +130,9 @@ func TestPluginUnavailable_FailsAtNotAfter(t *testing.T) {
 	require.NoError(t, os.WriteFile(broken, []byte("#!/bin/sh\nexit 3\n"), 0o755))
 	require.NoError(t, os.Rename(broken, filepath.Join(dir, "bcdcore")))
 	require.NoError(t, syscall.Kill(pid, syscall.SIGKILL))
+	// Submitted before the host noticed the death, the command would go to
+	// the dying process and fail plugin-crashed instead.
+	testutil.WaitFor(t, 10*time.Second, "the host to notice the plugin died", func() bool { return crashes.Load() > 0 })
 
 	c := cmd("cmd_down", "bcdcore.hold", newHold(t, false))
 	c.NotAfter = time.Now().Add(time.Second)

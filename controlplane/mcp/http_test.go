@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"github.com/better-compute/commands/internal/testutil"
 	"io"
 	"net/http"
 	"os/exec"
@@ -119,7 +120,8 @@ func TestHTTPTransport(t *testing.T) {
 	require.Len(t, tools.Tools, 6)
 	node := ok(t, cs, mcp.ToolGetNode, map[string]any{"nodeId": servertest.NodeA1})["node"].(map[string]any)
 	require.Equal(t, servertest.NodeA1, node["id"])
-	require.Contains(t, stderr.String(), "principal=alice")
+	// The audit line is written as the call returns: wait for it.
+	testutil.WaitFor(t, 10*time.Second, "the audit line naming the principal", func() bool { return strings.Contains(stderr.String(), "principal=alice") })
 }
 
 // bc-mcp refuses to serve HTTP beyond loopback unless asked, and then only

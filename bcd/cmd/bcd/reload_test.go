@@ -97,7 +97,7 @@ func TestReload_UpgradesAPluginWhileBcdRuns(t *testing.T) {
 		_, err := os.Stat(filepath.Join(e.state, "bcd.pid"))
 		return err == nil
 	})
-	v1 := pluginPids(t, "bc-kind-versioned")
+	v1 := pluginPids(t, filepath.Join(e.plugins, "bc-kind-versioned"))
 	require.Len(t, v1, 1)
 
 	e.installAs(testutil.BuildVersion(t, testplugins.Versioned, "2.0.0"), "bc-kind-versioned")
@@ -113,7 +113,7 @@ func TestReload_UpgradesAPluginWhileBcdRuns(t *testing.T) {
 	require.Contains(t, st.Kinds, "versioned.hold")
 	require.True(t, logs.has("plugins reloaded"))
 	testutil.WaitFor(t, 20*time.Second, "v1's process to stop", func() bool { return !alive(v1[0]) })
-	v2 := pluginPids(t, "bc-kind-versioned")
+	v2 := pluginPids(t, filepath.Join(e.plugins, "bc-kind-versioned"))
 	require.Len(t, v2, 1)
 	require.NotEqual(t, v1[0], v2[0])
 
@@ -130,7 +130,7 @@ func TestReload_UpgradesAPluginWhileBcdRuns(t *testing.T) {
 	require.True(t, os.IsNotExist(err), "the pid file is removed at exit")
 }
 
-// pluginPids lists the processes running the plugin binary name.
+// pluginPids lists the processes running the plugin binary at path name.
 func pluginPids(t *testing.T, name string) []int {
 	t.Helper()
 	var pids []int
@@ -149,7 +149,8 @@ func pluginPids(t *testing.T, name string) []int {
 			continue
 		}
 		exe, err := os.Readlink(filepath.Join("/proc", ent.Name(), "exe"))
-		if err == nil && filepath.Base(strings.TrimSuffix(exe, " (deleted)")) == name && alive(pid) {
+		// The full path: other tests run plugins of the same name at once.
+		if err == nil && strings.TrimSuffix(exe, " (deleted)") == name && alive(pid) {
 			pids = append(pids, pid)
 		}
 	}
