@@ -40,7 +40,7 @@ func (s *session) sync(ctx context.Context) error {
 		switch c.State {
 		case queue.Dispatched, queue.Acked, queue.Running:
 			if replay {
-				if err := s.sendCommand(c); err != nil {
+				if err := s.sendCommand(ctx, c); err != nil {
 					return err
 				}
 				s.takeCredit(c)
@@ -104,6 +104,21 @@ func (s *session) dispatch(ctx context.Context, c queue.Command, now time.Time) 
 		})
 		return s.dbErr(ctx, "rejecting a kind the certificate does not allow", err)
 	}
+	// A batched command's approval and proof are read before it is marked
+	// dispatched: a database that cannot answer leaves it pending, to go
+	// out whole on a later poll, never without them (the node would refuse
+	// it BATCH_UNAPPROVED for good).
+	extras, err := s.batchExtras(ctx, c)
+	if err != nil {
+		if !unreachable(err) {
+			// Not an outage: say why it waits in the API, not only here.
+			if _, werr := s.g.queue.SetWaiting(ctx, s.g.pool, s.id.NodeID, c.ID, ReasonBatchUnavailable,
+				"its batch's approval cannot be read: "+err.Error()); werr != nil {
+				return s.dbErr(ctx, "recording why a command waits", werr)
+			}
+		}
+		return s.dbErr(ctx, "reading a batched command's approval", err)
+	}
 	span := s.startSpan(c, SpanDispatch)
 	cur, changed, err := s.g.queue.Transition(ctx, s.g.pool, queue.Transition{CommandID: c.ID, NodeID: s.id.NodeID, To: queue.Dispatched, Epoch: s.epoch, KindVersion: version})
 	if err != nil {
@@ -117,7 +132,7 @@ func (s *session) dispatch(ctx context.Context, c queue.Command, now time.Time) 
 	}
 	s.takeCredit(cur)
 	// The node's spans are children of this dispatch.
-	err = s.sendTraced(cur, traceParentOf(span, cur.TraceParent))
+	err = s.sendTraced(cur, traceParentOf(span, cur.TraceParent), extras)
 	endSpan(span, err)
 	if err != nil {
 		return err
@@ -162,25 +177,45 @@ func Envelope(c queue.Command, epoch int64) (*agentv1.CommandEnvelope, error) {
 	return &agentv1.CommandEnvelope{Command: b, Signature: c.Signature, WorkerCert: c.WorkerCert, SessionEpoch: epoch}, nil
 }
 
-// sendCommand sends c (a replay) with its stored trace parent.
-func (s *session) sendCommand(c queue.Command) error { return s.sendTraced(c, c.TraceParent) }
+// sendCommand sends c (a replay) with its stored trace parent. A replay
+// whose batch approval cannot be read ends the session: the node
+// reconnects and the replay runs again.
+func (s *session) sendCommand(ctx context.Context, c queue.Command) error {
+	extras, err := s.batchExtras(ctx, c)
+	if err != nil {
+		return fmt.Errorf("reading the approval of batched command %s: %w", c.ID, err)
+	}
+	return s.sendTraced(c, c.TraceParent, extras)
+}
 
-// sendTraced sends c's envelope with traceParent beside its signed bytes.
-func (s *session) sendTraced(c queue.Command, traceParent string) error {
+// batchParts is what a batched command travels with beside its signed
+// bytes: the approval and the inclusion proof of its leaf (empty for an
+// unbatched command, or a batch recorded without a quorum).
+type batchParts struct {
+	approval  []byte
+	leafIndex int64
+	proof     [][]byte
+}
+
+func (s *session) batchExtras(ctx context.Context, c queue.Command) (batchParts, error) {
+	if c.BatchID == "" {
+		return batchParts{}, nil
+	}
+	appr, idx, proof, _, err := batches.Envelope(ctx, s.g.pool, c.BatchID, c.NodeID, c.Kind, c.Payload)
+	if err != nil {
+		return batchParts{}, err
+	}
+	return batchParts{approval: appr, leafIndex: idx, proof: proof}, nil
+}
+
+// sendTraced sends c's envelope with traceParent and its batch's parts
+// beside its signed bytes; the node checks the approval and its leaf itself.
+func (s *session) sendTraced(c queue.Command, traceParent string, b batchParts) error {
 	env, err := Envelope(c, s.epoch)
 	if err != nil {
 		return err
 	}
 	env.TraceParent = traceParent
-	if c.BatchID != "" {
-		// The approval and the inclusion proof of the command's leaf travel
-		// beside the signed bytes; the node checks both itself.
-		appr, idx, proof, ok, err := batches.Envelope(context.Background(), s.g.pool, c.BatchID, c.NodeID, c.Kind, c.Payload)
-		if err != nil {
-			s.logger.Warn("batched command sent without its approval", "command_id", c.ID, "batch_id", c.BatchID, "error", err)
-		} else if ok {
-			env.BatchApproval, env.LeafIndex, env.InclusionProof = appr, idx, proof
-		}
-	}
+	env.BatchApproval, env.LeafIndex, env.InclusionProof = b.approval, b.leafIndex, b.proof
 	return s.send(&agentv1.GatewayMessage{Msg: &agentv1.GatewayMessage_Command{Command: env}})
 }

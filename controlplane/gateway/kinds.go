@@ -10,6 +10,10 @@ import (
 // the node runs with another manifest than the registry's.
 const ReasonKindMismatch = "kind-mismatch"
 
+// ReasonBatchUnavailable is the waiting reason of a batched command whose
+// batch's approval the gateway cannot read (not an outage).
+const ReasonBatchUnavailable = "batch-unavailable"
+
 // recordKinds compares the kinds the node reported in Hello with the
 // registry and stores the mismatches on the node (nodes get shows them as
 // a condition), logging each once per session.
