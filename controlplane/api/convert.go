@@ -43,6 +43,7 @@ func (s *Server) toProto(c queue.Command) *apiv1.Command {
 		NodeSig:           c.NodeSig,
 		Signed:            len(c.Signature) > 0,
 		ResultBytes:       c.ResultBytes,
+		CommandBytes:      c.CommandBytes,
 		WaitingReason:     c.WaitingReason,
 		WaitingMessage:    c.WaitingMessage,
 		KindVersion:       c.KindVersion,

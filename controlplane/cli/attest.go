@@ -5,6 +5,8 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	agentv1 "github.com/better-compute/commands/proto/bc/agent/v1"
+	"google.golang.org/protobuf/proto"
 	"os"
 	"text/tabwriter"
 	"time"
@@ -114,9 +116,19 @@ func verifyAttested(c *apiv1.Command, certs *apiv1.NodeCertificates, pool *x509.
 	if len(c.GetNodeSig()) == 0 {
 		return "", trust.ErrNoAttestation
 	}
-	cmdDigest, err := hex.DecodeString(c.GetCommandSha256())
-	if err != nil || len(cmdDigest) != 32 {
+	// The digest the attestation names is recomputed from the command's
+	// own bytes, which must be this command for this node: never the
+	// digest the API hands over.
+	if len(c.GetCommandBytes()) == 0 {
 		return "", trust.ErrNoCommand
+	}
+	var signed agentv1.Command
+	if err := proto.Unmarshal(c.GetCommandBytes(), &signed); err != nil || signed.GetId() != c.GetId() || signed.GetNodeId() != c.GetNodeId() {
+		return "", fmt.Errorf("%w: the command bytes shown are not command %s of node %s", trust.ErrNoCommand, c.GetId(), c.GetNodeId())
+	}
+	cmdDigest := trust.CommandDigest(c.GetCommandBytes())
+	if shown := c.GetCommandSha256(); shown != "" && shown != hex.EncodeToString(cmdDigest[:]) {
+		return "", fmt.Errorf("%w: commandSha256 %s is not the digest of the command's bytes", trust.ErrNoCommand, shown)
 	}
 	want, err := hex.DecodeString(c.GetResultSha256())
 	if err != nil {
@@ -143,12 +155,10 @@ func verifyAttested(c *apiv1.Command, certs *apiv1.NodeCertificates, pool *x509.
 		}
 		records = append(records, r)
 	}
-	var digest [32]byte
-	copy(digest[:], cmdDigest)
 	return trust.VerifyAttestedDigest(trust.AttestedResult{
 		CommandID: c.GetId(), NodeID: c.GetNodeId(), State: c.GetState(), ResultBytes: c.GetResultBytes(),
 		ResultSHA256: want, NodeSig: c.GetNodeSig(), ReportedAt: reported,
-	}, digest, pool, records)
+	}, cmdDigest, pool, records)
 }
 
 func jsonEqual(a, b any) bool {

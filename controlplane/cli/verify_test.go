@@ -51,6 +51,21 @@ func TestCommandsVerify_AttestedResultVerifiesAndATamperedOneFails(t *testing.T)
 	require.Equal(t, cli.ExitOK, res.code, res.stdout+res.stderr)
 	require.Contains(t, res.stdout, "verified: the node signed this result")
 
+	// The digest is recomputed from the command's own bytes: a result moved
+	// under another command's bytes is refused.
+	var other queue.Command
+	require.NoError(t, pgx.BeginFunc(ctx, r.Pool, func(tx pgx.Tx) error {
+		other, _, err = r.Queue.Enqueue(ctx, tx, queue.EnqueueParams{TenantID: servertest.TenantA, NodeID: servertest.NodeA1, Kind: "diag.nvml", IdempotencyKey: "other"})
+		return err
+	}))
+	_, err = r.Pool.Exec(ctx, `UPDATE commands SET command_bytes = $2 WHERE id = $1`, c.ID, other.CommandBytes)
+	require.NoError(t, err)
+	res = cliRun(ctx, env, "commands", "verify", c.ID, "nodeId="+servertest.NodeA1, "tenantId="+servertest.TenantA, "--node-ca", ca)
+	require.Equal(t, cli.ExitCommandFailed, res.code, res.stdout+res.stderr)
+	require.Contains(t, res.stdout, "not command "+c.ID)
+	_, err = r.Pool.Exec(ctx, `UPDATE commands SET command_bytes = $2 WHERE id = $1`, c.ID, c.CommandBytes)
+	require.NoError(t, err)
+
 	// Tampered in the database: the result shown no longer is the one sent.
 	_, err = r.Pool.Exec(ctx, `UPDATE commands SET result = '{"level":4,"pass":false}' WHERE id = $1`, c.ID)
 	require.NoError(t, err)

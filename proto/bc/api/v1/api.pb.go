@@ -1202,7 +1202,11 @@ type Command struct {
 	// that queued the command: its spans (enqueue, dispatch, the node's
 	// acceptance, lane wait and plugin run, the settle) are in that trace
 	// when tracing is on. Empty when it was queued without a trace.
-	TraceId       string `protobuf:"bytes,32,opt,name=trace_id,json=traceId,proto3" json:"trace_id,omitempty"`
+	TraceId string `protobuf:"bytes,32,opt,name=trace_id,json=traceId,proto3" json:"trace_id,omitempty"`
+	// command_bytes is the command exactly as it was stored and signed (a
+	// serialized bc.agent.v1.Command): a verifier recomputes commandSha256
+	// from it instead of trusting the digest the API hands over.
+	CommandBytes  []byte `protobuf:"bytes,33,opt,name=command_bytes,json=commandBytes,proto3" json:"command_bytes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1459,6 +1463,13 @@ func (x *Command) GetTraceId() string {
 		return x.TraceId
 	}
 	return ""
+}
+
+func (x *Command) GetCommandBytes() []byte {
+	if x != nil {
+		return x.CommandBytes
+	}
+	return nil
 }
 
 // RunCommandRequest queues a command.
@@ -2933,7 +2944,7 @@ const file_bc_api_v1_api_proto_rawDesc = "" +
 	"\n" +
 	"updated_at\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAt\"N\n" +
 	"\x12AllocationBindings\x128\n" +
-	"\bbindings\x18\x01 \x03(\v2\x1c.bc.api.v1.AllocationBindingR\bbindings\"\xd2\t\n" +
+	"\bbindings\x18\x01 \x03(\v2\x1c.bc.api.v1.AllocationBindingR\bbindings\"\xf7\t\n" +
 	"\aCommand\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1b\n" +
 	"\ttenant_id\x18\x02 \x01(\tR\btenantId\x12\x17\n" +
@@ -2973,7 +2984,8 @@ const file_bc_api_v1_api_proto_rawDesc = "" +
 	"\x0fwaiting_message\x18\x1d \x01(\tR\x0ewaitingMessage\x12!\n" +
 	"\fkind_version\x18\x1e \x01(\tR\vkindVersion\x12\x1a\n" +
 	"\brebooted\x18\x1f \x01(\bR\brebooted\x12\x19\n" +
-	"\btrace_id\x18  \x01(\tR\atraceIdB\r\n" +
+	"\btrace_id\x18  \x01(\tR\atraceId\x12#\n" +
+	"\rcommand_bytes\x18! \x01(\fR\fcommandBytesB\r\n" +
 	"\v_retry_safe\"\x9b\x02\n" +
 	"\x11RunCommandRequest\x12\x1b\n" +
 	"\ttenant_id\x18\x01 \x01(\tR\btenantId\x12\x17\n" +
