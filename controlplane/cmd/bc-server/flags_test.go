@@ -80,6 +80,7 @@ func TestEveryFlagInItsDoubleDashForm(t *testing.T) {
 		"--sweep-interval", "3s", "--max-conns", "12",
 		"--log-level", "debug", "--log-json",
 		"--shutdown-timeout", "4s",
+		"--components", "api,sweeper",
 	}))
 	require.Equal(t, "server.yaml", c.configPath)
 	cfg := server.DefaultConfig()
@@ -101,6 +102,11 @@ func TestEveryFlagInItsDoubleDashForm(t *testing.T) {
 	require.Equal(t, "debug", cfg.LogLevel)
 	require.True(t, cfg.LogJSON)
 	require.Equal(t, server.Duration(4*time.Second), cfg.ShutdownTimeout)
+	// docs/trust.md's keyless deployment: --components api,sweeper here,
+	// --components gateway on the gateway host.
+	require.Equal(t, []string{"api", "sweeper"}, cfg.Components)
+	require.True(t, cfg.Runs(server.ComponentAPI))
+	require.False(t, cfg.Runs(server.ComponentGateway))
 
 	// Nothing given: the config as it was.
 	c = newCmdline()
