@@ -55,9 +55,6 @@ type Config struct {
 	Logger hclog.Logger
 	// Allowlist overrides DefaultAllowlist.
 	Allowlist []string
-	// BatchQuorum says that approver keys are configured, so a batched
-	// command waits for approvals (awaitingApproval) until its notBefore is set.
-	BatchQuorum bool
 	// Bundles is the supportBundles service; nil when the server has none,
 	// and then commands.run refuses logs.collect (no upload destination).
 	Bundles *bundles.Bundles
@@ -88,7 +85,6 @@ type Server struct {
 	queue     *queue.Queue
 	logger    hclog.Logger
 	allowlist map[string]bool
-	quorum    bool
 	// quorumKeys is Config.Quorum.
 	quorumKeys func() batches.Quorum
 	bundles    *bundles.Bundles
@@ -117,7 +113,7 @@ func New(cfg Config) *Server {
 	}
 	s := &Server{
 		pool: cfg.Pool, queue: cfg.Queue, logger: logger.Named("api"),
-		allowlist: map[string]bool{}, quorum: cfg.BatchQuorum, quorumKeys: cfg.Quorum, bundles: cfg.Bundles, join: cfg.Join, poll: cfg.WatchPoll, now: cfg.Now,
+		allowlist: map[string]bool{}, quorumKeys: cfg.Quorum, bundles: cfg.Bundles, join: cfg.Join, poll: cfg.WatchPoll, now: cfg.Now,
 		hub: newHub(), watches: newWatchLimit(cfg.MaxWatchesPerIdentity), done: make(chan struct{}),
 		tracer: cfg.Tracer,
 	}

@@ -83,7 +83,7 @@ func TestBatchedCommandAwaitsApproval(t *testing.T) {
 	pub, _, err := trust.NewEd25519()
 	require.NoError(t, err)
 	quorum := batches.Quorum{Approvers: []trust.Approver{{Name: "alice", PublicKey: pub}}, Threshold: 1}
-	b := setup(t, func(c *api.Config) { c.BatchQuorum = true; c.Quorum = func() batches.Quorum { return quorum } })
+	b := setup(t, func(c *api.Config) { c.Quorum = func() batches.Quorum { return quorum } })
 	b.queue.RequireBatches(true)
 	var batch batches.Batch
 	require.NoError(t, pgx.BeginFunc(context.Background(), b.pool, func(tx pgx.Tx) error {
