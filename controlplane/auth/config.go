@@ -42,6 +42,10 @@ const (
 	// PermBatchesApprove uploads an approver's signature (tenant/{tenantId});
 	// the key, not the grant, is what counts, and an agent never approves.
 	PermBatchesApprove = "compute:batches:approve"
+	// PermSecretsWrite puts and deletes a tenant's secrets (tenant/{tenantId}).
+	PermSecretsWrite = "compute:secrets:write"
+	// PermSecretsRead lists a tenant's secrets' names, never values.
+	PermSecretsRead = "compute:secrets:read"
 )
 
 // Permissions are the permissions the API checks, each documented with its

@@ -17,9 +17,10 @@ import (
 	apiv1 "github.com/better-compute/commands/proto/bc/api/v1"
 )
 
-// apiFile is the proto file whose services the CLI exposes; referencing the
-// generated package registers it in protoregistry.GlobalFiles.
-var apiFile = apiv1.File_bc_api_v1_api_proto
+// apiFiles are the proto files whose services the CLI exposes; referencing
+// the generated package registers them in protoregistry.GlobalFiles.
+// EXTEND HERE when a service lands in a new file of bc.api.v1.
+var apiFiles = []protoreflect.FileDescriptor{apiv1.File_bc_api_v1_api_proto, apiv1.File_bc_api_v1_secrets_proto}
 
 // Method is one API method as the CLI names it.
 type Method struct {
@@ -45,7 +46,16 @@ func lowerCamel(s string) string {
 // Methods lists every method of the API, sorted by name.
 func Methods() []Method {
 	var out []Method
-	svcs := apiFile.Services()
+	for _, f := range apiFiles {
+		out = append(out, methodsOf(f)...)
+	}
+	sort.Slice(out, func(a, b int) bool { return out[a].Name < out[b].Name })
+	return out
+}
+
+func methodsOf(f protoreflect.FileDescriptor) []Method {
+	var out []Method
+	svcs := f.Services()
 	for i := 0; i < svcs.Len(); i++ {
 		svc := svcs.Get(i)
 		ms := svc.Methods()
@@ -58,7 +68,6 @@ func Methods() []Method {
 			})
 		}
 	}
-	sort.Slice(out, func(a, b int) bool { return out[a].Name < out[b].Name })
 	return out
 }
 

@@ -15,6 +15,7 @@ import (
 	"github.com/better-compute/commands/bcd/conditions"
 	"github.com/better-compute/commands/bcd/metrics"
 	"github.com/better-compute/commands/bcd/notify"
+	"github.com/better-compute/commands/bcd/secrets"
 	"github.com/better-compute/commands/bcd/session"
 	"github.com/better-compute/commands/internal/tracing"
 	"github.com/better-compute/commands/internal/version"
@@ -109,6 +110,10 @@ func cmdRun(args []string, stderr io.Writer) error {
 	if cfg.Tracing.OTLPEndpoint != "" {
 		logger.Info("exporting traces", "otlp_endpoint", cfg.Tracing.OTLPEndpoint)
 	}
+	var exchanger *secrets.Exchanger
+	if cfg.ControlPlane != "" {
+		exchanger = secrets.New(cfg.NodeID, logger)
+	}
 	opts := stackOptions{
 		tracer:  tp.Tracer("github.com/better-compute/commands/bcd"),
 		metrics: m,
@@ -126,9 +131,12 @@ func cmdRun(args []string, stderr io.Writer) error {
 			client.Store(session.New(session.Config{
 				Address: cfg.ControlPlane, TLS: j.tls, NodeID: cfg.NodeID, Role: cfg.Role, Version: version.Version,
 				Kinds: s.host.Manifests, Conditions: conditions.New(conditions.Config{Logger: logger}), Logger: logger,
-				Trust: nt.store, NodeKey: nt.key,
+				Trust: nt.store, NodeKey: nt.key, Secrets: exchanger,
 			}, s.d))
 		},
+	}
+	if exchanger != nil {
+		opts.secrets = exchanger
 	}
 	s, rep, err := openStack(ctx, cfg, logger, opts)
 	if err != nil {
