@@ -68,7 +68,8 @@ func AuthConfig() auth.Config {
 	all := []auth.Grant{{Permission: "compute:nodes:*", Resource: "compute-node/*"}}
 	return auth.Config{Identities: []auth.IdentityConfig{
 		{Name: "ops", Tenants: []string{TenantA}, Tokens: []string{TokOps}, Grants: append(append([]auth.Grant(nil), all...),
-			auth.Grant{Permission: auth.PermBatchesCreate, Resource: "tenant/*"}, auth.Grant{Permission: auth.PermBatchesRead, Resource: "tenant/*"}, auth.Grant{Permission: auth.PermBatchesApprove, Resource: "tenant/*"})},
+			auth.Grant{Permission: auth.PermBatchesCreate, Resource: "tenant/*"}, auth.Grant{Permission: auth.PermBatchesRead, Resource: "tenant/*"}, auth.Grant{Permission: auth.PermBatchesApprove, Resource: "tenant/*"},
+			auth.Grant{Permission: auth.PermSecretsWrite, Resource: "tenant/*"}, auth.Grant{Permission: auth.PermSecretsRead, Resource: "tenant/*"})},
 		{Name: "reader", Tenants: []string{TenantA}, Tokens: []string{TokRead},
 			Grants: []auth.Grant{{Permission: auth.PermNodesRead, Resource: "compute-node/*"}}},
 		{Name: "other", Tenants: []string{TenantB}, Tokens: []string{TokOther}, Grants: all},
