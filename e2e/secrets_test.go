@@ -40,6 +40,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/better-compute/commands/controlplane/api"
+	"github.com/better-compute/commands/controlplane/attest"
 	"github.com/better-compute/commands/controlplane/server"
 	"github.com/better-compute/commands/controlplane/server/servertest"
 	"github.com/better-compute/commands/internal/testutil"
@@ -283,4 +284,45 @@ func TestE2E_ASecretRefsValueAppearsInNoRowLogJournalResultOrBundle(t *testing.T
 			require.False(t, bytes.Contains(b, needle), "the secret's value appears in %s", name)
 		}
 	}
+}
+
+// "disk.wipe (attested) ... an attested wipe result verifies, and a
+// tampered one is refused": the real bc-kind-disk erases a loop device's
+// metadata under the real bcd, which signs the record with its node key;
+// the metal module's verifier, attest.NodeSignedResults, accepts the
+// stored row and refuses it once a byte of the record changes (a wipe
+// reported as erased that was only metadata, say).
+func TestE2E_AnAttestedWipeVerifiesAndATamperedOneIsRefused(t *testing.T) {
+	dev := loopDevice(t, 16<<20)
+	if out, err := exec.Command("mkfs.ext4", "-q", "-F", dev).CombinedOutput(); err != nil {
+		t.Skipf("mkfs.ext4: %v: %s", err, out)
+	}
+	c, _ := secretsCluster(t)
+	n := c.join()
+	n.configure(baseEnv(t))
+	n.start()
+	c.nodeTrust()
+
+	id := c.enqueue("disk.wipe", map[string]any{"device": dev, "mode": "metadata"})
+	got := c.succeeded(id)
+	require.Equal(t, "metadata", resultOf(got)["scope"], "metadata is reported as metadata")
+	require.Equal(t, false, resultOf(got)["erased"], "never as a wipe")
+	require.NotEmpty(t, got.GetNodeSig(), "disk.wipe is attested: the node signed its record")
+
+	ctx := context.Background()
+	row, err := c.srv.Queue.Get(ctx, c.srv.Pool, servertest.NodeA1, id)
+	require.NoError(t, err)
+	require.NoError(t, attest.NodeSignedResults(ctx, c.srv.Pool, c.srv.CA.Pool(), attest.FromCommand(row)), "the stored wipe record verifies")
+
+	tampered := attest.FromCommand(row)
+	tampered.ResultBytes = bytes.Replace(tampered.ResultBytes, []byte(`"erased":false`), []byte(`"erased":true`), 1)
+	require.NotEqual(t, row.ResultBytes, tampered.ResultBytes, "the tamper changed the record")
+	tampered.ResultSHA256 = nil
+	require.Error(t, attest.NodeSignedResults(ctx, c.srv.Pool, c.srv.CA.Pool(), tampered), "a forged wipe result is refused")
+
+	forged := attest.FromCommand(row)
+	forged.ResultSHA256 = nil
+	forged.NodeSig = append([]byte(nil), row.NodeSig...)
+	forged.NodeSig[len(forged.NodeSig)-1] ^= 1
+	require.Error(t, attest.NodeSignedResults(ctx, c.srv.Pool, c.srv.CA.Pool(), forged), "a signature that is not the node's is refused")
 }
