@@ -237,6 +237,18 @@ func TestE2E_ASecretRefsValueAppearsInNoRowLogJournalResultOrBundle(t *testing.T
 	failed := c.waitState(bare.GetId(), "failed")
 	require.Contains(t, failed.GetMessage(), `the command carries no secretRef "image-token"`)
 
+	// A ref the tenant never put fails the command before the plugin runs,
+	// with the exchange's reason.
+	payload3, _ := structpb.NewStruct(map[string]any{"url": images.URL + "/node.raw.xz", "device": dev,
+		"sha256": hex.EncodeToString(sum[:]), "authorizationSecretRef": "never-put"})
+	missing, err := c.api.Run(c.ctx(), &apiv1.RunCommandRequest{TenantId: servertest.TenantA, NodeId: servertest.NodeA1, Kind: "disk.deploy",
+		Payload: payload3, SecretRefs: []string{"never-put"}})
+	require.NoError(t, err)
+	m := c.waitState(missing.GetId(), "failed")
+	require.Equal(t, "secret-not-found", m.GetReason(), m.GetMessage())
+	require.Contains(t, m.GetMessage(), "nothing ran")
+	require.EqualValues(t, 1, authorized.Load(), "the image server was not asked again")
+
 	// A support bundle, which holds bcd's journal records and the journald
 	// lines.
 	bundle := c.succeeded(c.run("logs.collect", map[string]any{"since": "1h"}).GetId())
@@ -244,7 +256,7 @@ func TestE2E_ASecretRefsValueAppearsInNoRowLogJournalResultOrBundle(t *testing.T
 
 	// Now grep everything.
 	haystacks := map[string][]byte{"pg_dump": pgDump(t, c), "control plane log": []byte(cpLogs.String()), "bcd log (plugins included)": []byte(n.logs.String())}
-	for _, id := range []string{cmd.GetId(), bare.GetId(), bundle.GetId()} {
+	for _, id := range []string{cmd.GetId(), bare.GetId(), missing.GetId(), bundle.GetId()} {
 		got := c.get(id)
 		b, err := protojson.Marshal(got)
 		require.NoError(t, err)
