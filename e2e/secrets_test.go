@@ -277,7 +277,7 @@ func TestE2E_ASecretRefsValueAppearsInNoRowLogJournalResultOrBundle(t *testing.T
 	require.Contains(t, string(haystacks["pg_dump"]), "COPY public.secrets", "the dump holds the secrets table")
 	require.Contains(t, cpLogs.String(), "secrets sealed for a command", "the control plane's log was captured")
 	require.Contains(t, n.logs.String(), "secrets fetched for a command", "bcd's log was captured")
-	require.Contains(t, n.logs.String(), "image deployed", "the plugin's log was captured")
+	testutil.WaitFor(t, 10*time.Second, "the plugin's log line in bcd's log", func() bool { return strings.Contains(n.logs.String(), "image deployed") })
 	journalHasIt, bundleHasJournal := false, false
 	for name, b := range haystacks {
 		if strings.HasPrefix(name, "bcd state ") && bytes.Contains(b, []byte(cmd.GetId())) {
