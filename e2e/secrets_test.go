@@ -290,6 +290,8 @@ func TestE2E_ASecretRefsValueAppearsInNoRowLogJournalResultOrBundle(t *testing.T
 	require.True(t, journalHasIt, "bcd's journal file holds the deploy's record")
 	require.True(t, bundleHasJournal, "the support bundle holds bcd's journal with the deploy's record")
 
+	// The logs once more, now that every line the checks waited for is in.
+	haystacks["control plane log"], haystacks["bcd log (plugins included)"] = []byte(cpLogs.String()), []byte(n.logs.String())
 	needles := [][]byte{[]byte(value), []byte(hex.EncodeToString(tail[:]))}
 	for name, b := range haystacks {
 		for _, needle := range needles {
