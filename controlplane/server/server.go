@@ -33,6 +33,7 @@ import (
 	"github.com/better-compute/commands/controlplane/gateway"
 	"github.com/better-compute/commands/controlplane/join"
 	"github.com/better-compute/commands/controlplane/kinds"
+	"github.com/better-compute/commands/controlplane/modules"
 	"github.com/better-compute/commands/controlplane/pki"
 	"github.com/better-compute/commands/controlplane/queue"
 	"github.com/better-compute/commands/controlplane/signing"
@@ -80,6 +81,10 @@ type Server struct {
 	// workflowWakers are what it wakes when it settles a command.
 	sweeper                    *sweeper.Sweeper
 	nodeWakers, workflowWakers *sweeper.Wakers
+
+	// modules is the module host: its settle hook records owner wakes in
+	// every process; its loops and River run with the modules component.
+	modules *modules.Host
 
 	// tracer records the commands' spans; flushTraces ends its exporter.
 	tracer      trace.Tracer
@@ -187,6 +192,9 @@ func New(ctx context.Context, cfg Config, reg *kinds.Registry, logger hclog.Logg
 	if !cfg.Sweeper.Disabled && cfg.Runs(ComponentSweeper) {
 		s.sweeper = sweeper.New(pool, q, sweeper.Options{Interval: time.Duration(cfg.Sweeper.Interval),
 			Nodes: s.nodeWakers, Workflows: s.workflowWakers, Logger: logger, OnSwept: s.metrics.ops.onSwept})
+	}
+	if err := s.startModules(cfg, reg); err != nil {
+		return closeOnErr(err)
 	}
 	s.api = api.New(api.Config{Pool: pool, Queue: q, Logger: logger, Allowlist: cfg.Allowlist, Quorum: s.Quorum,
 		Bundles: support, Join: s.join, MaxWatchesPerIdentity: cfg.MaxWatchesPerIdentity, Tracer: s.tracer})
@@ -387,9 +395,11 @@ func (s *Server) Run(ctx context.Context) error {
 	} else {
 		close(sweeperDone)
 	}
+	modulesDone := s.runModules(apiCtx)
 	if s.gwGRPC != nil {
 		go s.gateway.Run(apiCtx)
 		go s.sessions.run(apiCtx)
+		go s.sessions.touch(apiCtx, s.pool)
 		go func() { errc <- s.gwGRPC.Serve(s.gwLis) }()
 	}
 	if s.http != nil {
@@ -439,6 +449,7 @@ func (s *Server) Run(ctx context.Context) error {
 	// The sweeper resigns its lease before the pool closes, so another
 	// replica takes over at once.
 	<-sweeperDone
+	<-modulesDone
 	if s.http != nil {
 		hctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		_ = s.http.Shutdown(hctx)

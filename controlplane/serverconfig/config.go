@@ -67,8 +67,8 @@ type Config struct {
 	// on this server (16 when 0; negative: no bound): each watch costs
 	// every other caller some of the database.
 	MaxWatchesPerIdentity int `yaml:"maxWatchesPerIdentity"`
-	// Components are the parts this process runs: api, gateway, sweeper
-	// (all three when empty). A gateway-only process reads no signing key:
+	// Components are the parts this process runs: api, gateway, sweeper,
+	// modules (all four when empty; modules runs beside api). A gateway-only process reads no signing key:
 	// it relays the signed bytes the API stored.
 	Components []string `yaml:"components"`
 	// Tracing exports the commands' spans (commands.run, enqueue, dispatch,
@@ -91,6 +91,10 @@ const (
 	ComponentAPI     = "api"
 	ComponentGateway = "gateway"
 	ComponentSweeper = "sweeper"
+	// ComponentModules runs the modules' loops and River's workers (their
+	// durable owner wakes and jobs). It queues commands, which the api
+	// component's signing key signs, so it runs beside api.
+	ComponentModules = "modules"
 )
 
 // Runs reports whether the process runs component c.
@@ -110,10 +114,13 @@ func (c Config) Runs(component string) bool {
 func (c Config) ValidateComponents() error {
 	for _, x := range c.Components {
 		switch x {
-		case ComponentAPI, ComponentGateway, ComponentSweeper:
+		case ComponentAPI, ComponentGateway, ComponentSweeper, ComponentModules:
 		default:
-			return fmt.Errorf("components: unknown component %q (api, gateway, sweeper)", x)
+			return fmt.Errorf("components: unknown component %q (api, gateway, sweeper, modules)", x)
 		}
+	}
+	if c.Runs(ComponentModules) && !c.Runs(ComponentAPI) {
+		return fmt.Errorf("components: modules runs beside api (the modules queue commands that the api component's key signs): add api or drop modules")
 	}
 	return nil
 }
