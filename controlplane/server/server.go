@@ -245,6 +245,11 @@ func New(ctx context.Context, cfg Config, reg *kinds.Registry, logger hclog.Logg
 		if dir != nil {
 			mux.Handle(dir.MountPath()+"/", dir.Handler())
 		}
+		if cfg.Runs(ComponentAPI) && !cfg.Browser.Disabled {
+			if err := s.mountBrowser(mux, cfg.Browser, httpTLS != nil); err != nil {
+				return closeOnErr(err)
+			}
+		}
 		s.http = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	}
 	return s, nil

@@ -74,6 +74,9 @@ type Config struct {
 	// Tracing exports the commands' spans (commands.run, enqueue, dispatch,
 	// settle) over OTLP/gRPC; off when tracing.otlpEndpoint is empty.
 	Tracing TracingConfig `yaml:"tracing"`
+	// Browser is the public API in the forms browsers call (the Connect
+	// protocol and gRPC-Web) and the web console, both on HTTPListen.
+	Browser BrowserConfig `yaml:"browser"`
 	// TracerProvider, when set, is used instead of Tracing's exporter
 	// (tests record spans in memory with it). Never read from the file.
 	TracerProvider trace.TracerProvider `yaml:"-"`
@@ -84,6 +87,18 @@ type TracingConfig struct {
 	// OTLPEndpoint is the OTLP/gRPC collector: host:port (TLS),
 	// http://host:port (plaintext) or https://host:port; "" turns tracing off.
 	OTLPEndpoint string `yaml:"otlpEndpoint"`
+}
+
+// BrowserConfig is the API for browsers and the web console on the HTTP
+// listener. The API there is the gRPC API itself, transcoded: the same
+// methods, authentication, authorization and limits.
+type BrowserConfig struct {
+	// Disabled serves neither the API for browsers nor the console.
+	Disabled bool `yaml:"disabled"`
+	// CORSOrigins are the origins (https://ops.example.com) whose pages
+	// may call the API across origins; empty: none (CORS off), which the
+	// console, served from the same origin, does not need.
+	CORSOrigins []string `yaml:"corsOrigins"`
 }
 
 // The components a process can run.
