@@ -18,6 +18,7 @@ import (
 
 	"github.com/better-compute/commands/bcd/daemon"
 	"github.com/better-compute/commands/bcd/journal"
+	"github.com/better-compute/commands/internal/testhook"
 	"github.com/better-compute/commands/internal/upgrade"
 )
 
@@ -145,6 +146,7 @@ func (u *Upgrades) Rejoined(d *daemon.Daemon) {
 		u.logger().Warn("test hook never-rejoin: the rejoin marker is not written")
 		return
 	}
+	testhook.Hold("before-rejoin")
 	u.lock.Lock()
 	ids := make([]string, 0, len(u.pending))
 	for id := range u.pending {

@@ -20,7 +20,10 @@ type Step string
 const (
 	StepPrepared Step = "prepared"
 	StepSwapped  Step = "swapped"
-	StepDone     Step = "done"
+	// StepRollingBack: the helper gave up on the new version; the rejoin
+	// marker can no longer land.
+	StepRollingBack Step = "rolling-back"
+	StepDone        Step = "done"
 )
 
 // Outcome is how an upgrade ended.
