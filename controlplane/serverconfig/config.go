@@ -150,6 +150,10 @@ type PKIConfig struct {
 	// CommandSigningRoots are more roots' public keys (PEM files) that the
 	// trust bundle carries during a rotation.
 	CommandSigningRoots []string `yaml:"commandSigningRoots"`
+	// ReleaseKeys are the bcd release keys' public keys (PEM files): the
+	// trust bundle carries them, and a node installs a daemon.upgrade
+	// package only when one of them signed its release statement.
+	ReleaseKeys []string `yaml:"releaseKeys"`
 	// TrustVersion is the lowest trust bundle version to publish: the
 	// version follows the bundle's content and never goes below it.
 	TrustVersion int64 `yaml:"trustVersion"`
