@@ -43,14 +43,14 @@ func TestParseInventory(t *testing.T) {
 // "Bad input gets a clear error naming what was wrong."
 func TestParseInventoryNamesEveryProblem(t *testing.T) {
 	for in, want := range map[string]string{
-		`bmcs: [{id: a, address: bmc1.example.com, providers: [redfish], credentialRef: c}]`: `bmcs[0].address: "bmc1.example.com" is not an IP address`,
-		`bmcs: [{id: a, address: 10.0.0.1, providers: [], credentialRef: c}]`:                 "bmcs[0].providers: name at least one",
-		`bmcs: [{id: a, address: 10.0.0.1, providers: [snmp], credentialRef: c}]`:             `"snmp" is not redfish or ipmi`,
-		`bmcs: [{id: a, address: 10.0.0.1, providers: [ipmi], credentialRef: ../x}]`:          "bmcs[0].credentialRef",
+		`bmcs: [{id: a, address: bmc1.example.com, providers: [redfish], credentialRef: c}]`:                                                       `bmcs[0].address: "bmc1.example.com" is not an IP address`,
+		`bmcs: [{id: a, address: 10.0.0.1, providers: [], credentialRef: c}]`:                                                                      "bmcs[0].providers: name at least one",
+		`bmcs: [{id: a, address: 10.0.0.1, providers: [snmp], credentialRef: c}]`:                                                                  `"snmp" is not redfish or ipmi`,
+		`bmcs: [{id: a, address: 10.0.0.1, providers: [ipmi], credentialRef: ../x}]`:                                                               "bmcs[0].credentialRef",
 		`bmcs: [{id: a, address: 10.0.0.1, providers: [ipmi], credentialRef: c}, {id: a, address: 10.0.0.2, providers: [ipmi], credentialRef: c}]`: `bmcs[1].id "a": listed twice`,
-		`bmcs: [{id: a, adress: 10.0.0.1}]`: "unknown field",
-		`bmcs: [{id: a, address: 10.0.0.1, providers: [ipmi], credentialRef: c, proxy: {allow: [{methods: [CONNECT], path: /}]}}]`: `"CONNECT" is not one of`,
-		`bmcs: [{id: a, address: 10.0.0.1, providers: [ipmi], credentialRef: c, proxy: {allow: [{methods: [GET], path: /a/../b}]}}]`: "must be an absolute path without ..",
+		`bmcs: [{id: a, adress: 10.0.0.1}]`:                                                                                                        "unknown field",
+		`bmcs: [{id: a, address: 10.0.0.1, providers: [ipmi], credentialRef: c, proxy: {allow: [{methods: [CONNECT], path: /}]}}]`:                 `"CONNECT" is not one of`,
+		`bmcs: [{id: a, address: 10.0.0.1, providers: [ipmi], credentialRef: c, proxy: {allow: [{methods: [GET], path: /a/../b}]}}]`:               "must be an absolute path without ..",
 	} {
 		_, err := site.ParseInventory([]byte(in))
 		require.ErrorContains(t, err, want, in)
