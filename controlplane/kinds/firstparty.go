@@ -2,6 +2,7 @@ package kinds
 
 import (
 	dcgm "github.com/better-compute/commands/plugins/dcgm/manifest"
+	disk "github.com/better-compute/commands/plugins/disk/manifest"
 	gpureset "github.com/better-compute/commands/plugins/gpureset/manifest"
 	logs "github.com/better-compute/commands/plugins/logs/manifest"
 	nvml "github.com/better-compute/commands/plugins/nvml/manifest"
@@ -29,5 +30,7 @@ func FirstParty() []kind.Manifest {
 		reboot.Manifest,
 		gpureset.Manifest,
 		dcgm.Manifest,
+		disk.WipeManifest,
+		disk.DeployManifest,
 	}
 }
