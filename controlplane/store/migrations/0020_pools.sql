@@ -3,9 +3,13 @@
 -- provision module's GPU resets and the health reconciler's reboots).
 
 -- A node carries a pool, a label set when it is created or joins. Every
--- pool has a budget; a pool without a row gets the defaults below.
+-- pool (per tenant: a tenant's nodes make its pools) has a budget; a pool
+-- without a row gets the defaults below.
 ALTER TABLE nodes ADD COLUMN pool text NOT NULL DEFAULT 'default';
-CREATE INDEX nodes_pool ON nodes (pool, id) WHERE deleted_at IS NULL;
+CREATE INDEX nodes_pool ON nodes (tenant_id, pool, id) WHERE deleted_at IS NULL;
+
+-- A join token may carry the pool the node joins into ('' keeps its pool).
+ALTER TABLE join_tokens ADD COLUMN pool text NOT NULL DEFAULT '';
 
 -- session_seen_at is when a gateway last held the node's session: set when
 -- a session starts or the node reports its status, and refreshed by every
@@ -31,7 +35,8 @@ CREATE TRIGGER nodes_session_seen BEFORE UPDATE OF session_epoch, inventory, con
 -- breaker_window_seconds stop all remediation in the pool until an
 -- operator resets it.
 CREATE TABLE pools (
-  name                   text PRIMARY KEY,
+  tenant_id              text NOT NULL REFERENCES tenants (id),
+  name                   text NOT NULL,
   max_concurrent         integer NOT NULL DEFAULT 1,
   max_per_window         integer NOT NULL DEFAULT 0,
   window_seconds         integer NOT NULL DEFAULT 3600,
@@ -39,8 +44,11 @@ CREATE TABLE pools (
   breaker_window_seconds integer NOT NULL DEFAULT 3600,
   breaker_tripped_at     timestamptz,
   breaker_reason         text NOT NULL DEFAULT '',
+  -- breaker_reset_at: failures before an operator's reset no longer count.
+  breaker_reset_at       timestamptz,
   created_at             timestamptz NOT NULL DEFAULT now(),
   updated_at             timestamptz NOT NULL DEFAULT now(),
+  PRIMARY KEY (tenant_id, name),
   CONSTRAINT pools_budget CHECK (max_concurrent >= 0 AND max_per_window >= 0 AND window_seconds > 0
     AND breaker_failures >= 0 AND breaker_window_seconds > 0)
 );
@@ -50,6 +58,7 @@ CREATE TABLE pools (
 -- verified. The rows of a pool are its disruptive maintenance in progress.
 CREATE TABLE maintenance_locks (
   node_id        text PRIMARY KEY REFERENCES nodes (id),
+  tenant_id      text NOT NULL,
   pool           text NOT NULL,
   holder         text NOT NULL,
   remediation_id text NOT NULL,
@@ -58,7 +67,7 @@ CREATE TABLE maintenance_locks (
   acquired_at    timestamptz NOT NULL DEFAULT now()
 );
 
-CREATE INDEX maintenance_locks_pool ON maintenance_locks (pool);
+CREATE INDEX maintenance_locks_pool ON maintenance_locks (tenant_id, pool);
 
 -- remediations are the platform's destructive work, one row per planned
 -- action on one node (and GPU for a reset): the reconciler's plan while
@@ -98,6 +107,6 @@ CREATE TABLE remediations (
 -- One open remediation per node, action and GPU.
 CREATE UNIQUE INDEX remediations_open ON remediations (node_id, action, gpu)
   WHERE state IN ('waiting', 'running', 'verifying');
-CREATE INDEX remediations_pool_started ON remediations (pool, started_at) WHERE started_at IS NOT NULL;
+CREATE INDEX remediations_pool_started ON remediations (tenant_id, pool, started_at) WHERE started_at IS NOT NULL;
 CREATE INDEX remediations_node_finished ON remediations (node_id, finished_at);
-CREATE INDEX remediations_active ON remediations (pool, state) WHERE state IN ('waiting', 'running', 'verifying');
+CREATE INDEX remediations_active ON remediations (tenant_id, pool, state) WHERE state IN ('waiting', 'running', 'verifying');
