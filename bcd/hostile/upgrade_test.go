@@ -62,7 +62,7 @@ func buildUpgrade(t *testing.T) upgradeBuilds {
 	}
 	hook := "-X github.com/better-compute/commands/internal/testhook.Fault=" + testhook.HoldFault
 	b.plugin = testutil.BuildLDFlags(t, "./plugins/upgrade/cmd/bc-kind-upgrade", "hold", hook)
-	b.helper = testutil.BuildLDFlags(t, "./plugins/upgrade/cmd/bcd-upgrader", "hold", hook)
+	b.helper = testutil.BuildLDFlags(t, "./bcd/cmd/bcd-upgrader", "hold", hook)
 	return b
 }
 

@@ -1,4 +1,4 @@
-// Package helper is bcd-upgrader: the part of daemon.upgrade that runs in a
+// Package upgrader is bcd-upgrader: the part of daemon.upgrade that runs in a
 // transient systemd unit of its own, outside bcd's cgroup, so restarting
 // bcd cannot kill it. It takes over an upgrade the plugin journaled as
 // prepared: it activates the new version (an atomic symlink swap), restarts
@@ -7,7 +7,7 @@
 // skipped and restarts bcd, which then reports the command failed with
 // what was tried. The old version's files are kept until the new one
 // rejoined; older versions are removed then.
-package helper
+package upgrader
 
 import (
 	"context"
@@ -17,6 +17,7 @@ import (
 	"time"
 
 	sdbus "github.com/coreos/go-systemd/v22/dbus"
+	"github.com/godbus/dbus/v5"
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/better-compute/commands/internal/testhook"
@@ -233,4 +234,21 @@ func prune(l upgrade.Layout, keep ...string) {
 			_ = os.RemoveAll(l.VersionDir(name))
 		}
 	}
+}
+
+// Connect opens go-systemd's connection to systemd on the system bus, or
+// on addr when it is set (tests: a private dbus-daemon).
+func Connect(ctx context.Context, addr string) (*sdbus.Conn, error) {
+	if addr == "" {
+		c, err := sdbus.NewSystemConnectionContext(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("connecting to systemd on the system bus: %w", err)
+		}
+		return c, nil
+	}
+	c, err := sdbus.NewConnection(func() (*dbus.Conn, error) { return dbus.Connect(addr, dbus.WithContext(ctx)) })
+	if err != nil {
+		return nil, fmt.Errorf("connecting to systemd at %s: %w", addr, err)
+	}
+	return c, nil
 }

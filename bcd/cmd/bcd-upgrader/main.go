@@ -17,15 +17,14 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/spf13/pflag"
 
+	"github.com/better-compute/commands/bcd/upgrader"
 	"github.com/better-compute/commands/internal/upgrade"
-	plug "github.com/better-compute/commands/plugins/upgrade"
-	"github.com/better-compute/commands/plugins/upgrade/helper"
 )
 
 func main() {
 	fs := pflag.NewFlagSet("bcd-upgrader", pflag.ContinueOnError)
 	dir := fs.String("install-dir", upgrade.DefaultRoot, "bcd's versioned install directory")
-	unit := fs.String("unit", plug.DefaultUnit, "bcd's unit")
+	unit := fs.String("unit", "bcd.service", "bcd's unit")
 	bus := fs.String("bus", "", "D-Bus address of systemd (default: the system bus)")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		if errors.Is(err, pflag.ErrHelp) {
@@ -36,11 +35,11 @@ func main() {
 	logger := hclog.New(&hclog.LoggerOptions{Name: "bcd-upgrader", Output: os.Stderr})
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	st, err := helper.Run(ctx, helper.Config{
+	st, err := upgrader.Run(ctx, upgrader.Config{
 		Layout: upgrade.Layout{Root: *dir}, Unit: *unit, Logger: logger,
-		Connect: func(ctx context.Context) (*sdbus.Conn, error) { return plug.Connect(ctx, *bus) },
+		Connect: func(ctx context.Context) (*sdbus.Conn, error) { return upgrader.Connect(ctx, *bus) },
 	})
-	if errors.Is(err, helper.ErrNothingToDo) {
+	if errors.Is(err, upgrader.ErrNothingToDo) {
 		logger.Info("no prepared upgrade", "step", st.Step, "outcome", st.Outcome)
 		return
 	}
