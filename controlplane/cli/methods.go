@@ -17,9 +17,10 @@ import (
 	apiv1 "github.com/better-compute/commands/proto/bc/api/v1"
 )
 
-// apiFile is the proto file whose services the CLI exposes; referencing the
-// generated package registers it in protoregistry.GlobalFiles.
-var apiFile = apiv1.File_bc_api_v1_api_proto
+// apiFiles are the proto files whose services the CLI exposes (the API and
+// the metal module's); referencing the generated package registers them in
+// protoregistry.GlobalFiles.
+var apiFiles = []protoreflect.FileDescriptor{apiv1.File_bc_api_v1_api_proto, apiv1.File_bc_api_v1_metal_proto}
 
 // Method is one API method as the CLI names it.
 type Method struct {
@@ -45,17 +46,19 @@ func lowerCamel(s string) string {
 // Methods lists every method of the API, sorted by name.
 func Methods() []Method {
 	var out []Method
-	svcs := apiFile.Services()
-	for i := 0; i < svcs.Len(); i++ {
-		svc := svcs.Get(i)
-		ms := svc.Methods()
-		for j := 0; j < ms.Len(); j++ {
-			m := ms.Get(j)
-			out = append(out, Method{
-				Name:       lowerCamel(string(svc.Name())) + "." + lowerCamel(string(m.Name())),
-				FullMethod: "/" + string(svc.FullName()) + "/" + string(m.Name()),
-				Desc:       m,
-			})
+	for _, f := range apiFiles {
+		svcs := f.Services()
+		for i := 0; i < svcs.Len(); i++ {
+			svc := svcs.Get(i)
+			ms := svc.Methods()
+			for j := 0; j < ms.Len(); j++ {
+				m := ms.Get(j)
+				out = append(out, Method{
+					Name:       lowerCamel(string(svc.Name())) + "." + lowerCamel(string(m.Name())),
+					FullMethod: "/" + string(svc.FullName()) + "/" + string(m.Name()),
+					Desc:       m,
+				})
+			}
 		}
 	}
 	sort.Slice(out, func(a, b int) bool { return out[a].Name < out[b].Name })

@@ -18,7 +18,7 @@ import (
 	"github.com/better-compute/commands/internal/testutil"
 	"github.com/better-compute/commands/plugins/bmc"
 	"github.com/better-compute/commands/plugins/bmc/manifest"
-	"github.com/better-compute/commands/plugins/internal/site/bmctest"
+	"github.com/better-compute/commands/internal/bmctest"
 	"github.com/better-compute/commands/sdk/kind"
 )
 
