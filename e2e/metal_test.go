@@ -20,9 +20,9 @@ import (
 	"github.com/better-compute/commands/controlplane/server"
 	"github.com/better-compute/commands/controlplane/server/servertest"
 	"github.com/better-compute/commands/controlplane/serverconfig"
+	"github.com/better-compute/commands/internal/bmctest"
 	"github.com/better-compute/commands/internal/testutil"
 	"github.com/better-compute/commands/internal/trust"
-	"github.com/better-compute/commands/internal/bmctest"
 	apiv1 "github.com/better-compute/commands/proto/bc/api/v1"
 )
 
