@@ -3,13 +3,15 @@ package gateway
 import (
 	"context"
 	"fmt"
-	"github.com/better-compute/commands/controlplane/batches"
+	"strings"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 
+	"github.com/better-compute/commands/controlplane/batches"
 	"github.com/better-compute/commands/controlplane/queue"
 	agentv1 "github.com/better-compute/commands/proto/bc/agent/v1"
+	"github.com/better-compute/commands/sdk/kind"
 )
 
 // sync reads the node's open commands and does what they need: the replay
@@ -103,6 +105,17 @@ func (s *session) dispatch(ctx context.Context, c queue.Command, now time.Time) 
 			CommandID: c.ID, NodeID: s.id.NodeID, To: queue.Rejected, Reason: "UNSUPPORTED", Message: "runs a restricted identity that does not accept " + c.Kind,
 		})
 		return s.dbErr(ctx, "rejecting a kind the certificate does not allow", err)
+	}
+	// "the control plane routes by [the role allowlists]": a kind goes only
+	// to a session whose certificate's role its manifest names (the queue
+	// refuses it at enqueue for the node's recorded role; the certificate
+	// may have changed since). The node would refuse it UNSUPPORTED anyway.
+	if m, ok := s.manifestFor(c.Kind, version); ok && !m.AllowsRole(s.role()) {
+		_, _, err := s.g.queue.Transition(ctx, s.g.pool, queue.Transition{
+			CommandID: c.ID, NodeID: s.id.NodeID, To: queue.Rejected, Reason: "UNSUPPORTED",
+			Message: fmt.Sprintf("%s runs only on role %s; this node's certificate is for role %s", c.Kind, strings.Join(m.Roles, " or "), s.role()),
+		})
+		return s.dbErr(ctx, "rejecting a kind the node's role does not run", err)
 	}
 	// A batched command's approval and proof are read before it is marked
 	// dispatched: a database that cannot answer leaves it pending, to go
@@ -218,4 +231,25 @@ func (s *session) sendTraced(c queue.Command, traceParent string, b batchParts) 
 	env.TraceParent = traceParent
 	env.BatchApproval, env.LeafIndex, env.InclusionProof = b.approval, b.leafIndex, b.proof
 	return s.send(&agentv1.GatewayMessage{Msg: &agentv1.GatewayMessage_Command{Command: env}})
+}
+
+// role is the session certificate's role ("node" when it names none).
+func (s *session) role() string {
+	if s.id.Role == "" {
+		return "node"
+	}
+	return s.id.Role
+}
+
+// manifestFor is the manifest of kind k at version (the one the node
+// runs), or the registry's newest when version is "".
+func (s *session) manifestFor(k, version string) (kind.Manifest, bool) {
+	if version != "" {
+		for _, m := range s.g.queue.Registry().Versions(k) {
+			if m.Version == version {
+				return m, true
+			}
+		}
+	}
+	return s.g.queue.Registry().Get(k)
 }

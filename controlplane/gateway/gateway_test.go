@@ -505,3 +505,20 @@ func TestGateway_HelloCannotClaimAnotherRole(t *testing.T) {
 	err := d.Run(e.ctx, e.dial(trust.Identity{NodeID: e.node.ID, Role: "node"}, 0))
 	require.ErrorContains(t, err, "certificate is for role")
 }
+
+// "the manifests' role allowlists say so, and the control plane routes by
+// them": a command queued while the node's recorded role allowed it is
+// rejected at dispatch once the session's certificate is for a role the
+// kind does not run on, and never reaches the node.
+func TestGateway_RoutesByTheCertificatesRole(t *testing.T) {
+	e := setup(t, 1)
+	c := e.enqueue("test.ctl", "role")
+	d := fakedaemon.New(e.node.ID)
+	d.Role = "site"
+	defer e.run(d, e.dial(trust.Identity{NodeID: e.node.ID, Role: "site"}, 0))()
+	got := e.waitState(c.ID, queue.Rejected)
+	require.Equal(t, "UNSUPPORTED", got.Reason)
+	require.Contains(t, got.Message, "test.ctl runs only on role node; this node's certificate is for role site")
+	require.Zero(t, d.Runs(c.ID))
+	require.Empty(t, d.Received())
+}

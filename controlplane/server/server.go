@@ -33,6 +33,7 @@ import (
 	"github.com/better-compute/commands/controlplane/gateway"
 	"github.com/better-compute/commands/controlplane/join"
 	"github.com/better-compute/commands/controlplane/kinds"
+	"github.com/better-compute/commands/controlplane/metal"
 	"github.com/better-compute/commands/controlplane/modules"
 	"github.com/better-compute/commands/controlplane/pki"
 	"github.com/better-compute/commands/controlplane/queue"
@@ -107,7 +108,9 @@ func New(ctx context.Context, cfg Config, reg *kinds.Registry, logger hclog.Logg
 		return nil, fmt.Errorf("auth: %w", err)
 	}
 	if reg == nil {
-		if reg, err = kinds.NewRegistry(kinds.FirstParty()...); err != nil {
+		// The built-ins, then the modules' kinds (the metal module's BMC,
+		// site.httpProxy and diag.dcgm kinds).
+		if reg, err = kinds.NewRegistry(append(kinds.FirstParty(), metal.Manifests()...)...); err != nil {
 			return nil, fmt.Errorf("kind registry: %w", err)
 		}
 	}
@@ -221,6 +224,8 @@ func New(ctx context.Context, cfg Config, reg *kinds.Registry, logger hclog.Logg
 	s.grpc = grpc.NewServer(opts...)
 	if cfg.Runs(ComponentAPI) {
 		s.api.Register(s.grpc)
+		// The metal module's workflows (metal.power, metal.bulk).
+		(&metal.Service{Pool: pool, Queue: q, Quorum: s.Quorum, Logger: logger.Named("metal")}).Register(s.grpc)
 	}
 	s.health = health.NewServer()
 	healthpb.RegisterHealthServer(s.grpc, s.health)

@@ -15,10 +15,10 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/stretchr/testify/require"
 
+	"github.com/better-compute/commands/internal/bmctest"
 	"github.com/better-compute/commands/internal/testutil"
 	"github.com/better-compute/commands/plugins/bmc"
 	"github.com/better-compute/commands/plugins/bmc/manifest"
-	"github.com/better-compute/commands/plugins/internal/site/bmctest"
 	"github.com/better-compute/commands/sdk/kind"
 )
 

@@ -17,7 +17,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/stretchr/testify/require"
 
-	"github.com/better-compute/commands/plugins/internal/site/bmctest"
+	"github.com/better-compute/commands/internal/bmctest"
 	"github.com/better-compute/commands/plugins/siteproxy"
 	"github.com/better-compute/commands/plugins/siteproxy/manifest"
 	"github.com/better-compute/commands/sdk/kind"
