@@ -30,6 +30,7 @@ import (
 	"github.com/better-compute/commands/controlplane/ids"
 	"github.com/better-compute/commands/controlplane/join"
 	"github.com/better-compute/commands/controlplane/queue"
+	"github.com/better-compute/commands/controlplane/secrets"
 	apiv1 "github.com/better-compute/commands/proto/bc/api/v1"
 )
 
@@ -77,10 +78,17 @@ type Config struct {
 	// Tracer records commands.run's spans (the command's trace starts
 	// there); none when nil.
 	Tracer trace.Tracer
+	// Secrets is the secret store behind the Secrets service (secrets put,
+	// list, delete); nil when the server holds no secrets key, and then
+	// the service is not served.
+	Secrets secrets.Store
 }
 
 // Server holds the three services.
 type Server struct {
+	// secrets is the secret store behind the Secrets service; nil serves
+	// none (UNIMPLEMENTED).
+	secrets   secrets.Store
 	pool      *pgxpool.Pool
 	queue     *queue.Queue
 	logger    hclog.Logger
@@ -115,7 +123,7 @@ func New(cfg Config) *Server {
 		pool: cfg.Pool, queue: cfg.Queue, logger: logger.Named("api"),
 		allowlist: map[string]bool{}, quorumKeys: cfg.Quorum, bundles: cfg.Bundles, join: cfg.Join, poll: cfg.WatchPoll, now: cfg.Now,
 		hub: newHub(), watches: newWatchLimit(cfg.MaxWatchesPerIdentity), done: make(chan struct{}),
-		tracer: cfg.Tracer,
+		tracer: cfg.Tracer, secrets: cfg.Secrets,
 	}
 	if s.tracer == nil {
 		s.tracer = noop.NewTracerProvider().Tracer("")
@@ -154,6 +162,10 @@ func (s *Server) Register(g grpc.ServiceRegistrar) {
 	apiv1.RegisterCommandBatchesServer(g, &batchesServer{s: s})
 	apiv1.RegisterPoolsServer(g, &poolsServer{s: s})
 	apiv1.RegisterReconcilerServer(g, &reconcilerServer{s: s})
+	// EXTEND HERE: the Secrets service, when the server holds a store.
+	if s.secrets != nil {
+		apiv1.RegisterSecretsServer(g, &secretsServer{s: s})
+	}
 }
 
 // lookupNode tells auth which tenant owns a node.

@@ -94,6 +94,8 @@ func (c *commandsServer) Run(ctx context.Context, req *apiv1.RunCommandRequest) 
 		Payload:  payload,
 		NotAfter: s.now().Add(time.Duration(secs) * time.Second),
 		BatchID:  req.GetBatchId(),
+		// Names only: a value never enters a command.
+		SecretRefs: req.GetSecretRefs(),
 	}
 	if req.GetIdempotencyKey() != "" {
 		p.IdempotencyKey = queue.APIKey(req.GetTenantId(), id.Name, req.GetIdempotencyKey())

@@ -32,6 +32,9 @@ var DefaultCredits = map[kind.Lane]int{kind.LaneControl: 8, kind.LaneProvision: 
 
 // Options tune a gateway.
 type Options struct {
+	// Secrets answers the nodes' SecretRequests (controlplane/secrets);
+	// nil answers each with secrets-unavailable.
+	Secrets SecretExchanger
 	// Credits per lane; DefaultCredits when nil.
 	Credits map[kind.Lane]int
 	// Poll is the fallback wake-up when no NOTIFY arrives (default 2s).

@@ -18,6 +18,7 @@ import (
 	"github.com/better-compute/commands/controlplane/events"
 	"github.com/better-compute/commands/controlplane/ids"
 	"github.com/better-compute/commands/controlplane/kinds"
+	"github.com/better-compute/commands/internal/sealed"
 	"github.com/better-compute/commands/sdk/kind"
 	"github.com/hashicorp/go-hclog"
 	"github.com/jackc/pgx/v5"
@@ -128,6 +129,7 @@ func (q *Queue) Enqueue(ctx context.Context, tx pgx.Tx, p EnqueueParams) (cmd Co
 		return Command{}, false, fmt.Errorf("enqueueing %s on %s: %w", p.Kind, p.NodeID, err)
 	}
 	if !duplicate {
+		cmd.SecretRefs = p.SecretRefs
 		if err := q.storeCommandBytes(ctx, tx, &cmd); err != nil {
 			return Command{}, false, err
 		}
@@ -177,6 +179,9 @@ func (q *Queue) check(p EnqueueParams) (kind.Manifest, []byte, error) {
 	var buf bytes.Buffer
 	if err := json.Compact(&buf, payload); err != nil {
 		return kind.Manifest{}, nil, newError(InvalidInput, "invalid-payload", map[string]string{"kind": p.Kind, "field": "payload"}, "payload is not JSON: %v", err)
+	}
+	if err := sealed.ValidRefs(p.SecretRefs); err != nil {
+		return kind.Manifest{}, nil, newError(InvalidInput, "invalid-secret-ref", map[string]string{"field": "secretRefs"}, "secretRefs: %v", err)
 	}
 	if p.BatchID != "" && !ids.Valid(ids.Batch, p.BatchID) {
 		return kind.Manifest{}, nil, newError(InvalidInput, "invalid-batch-id", map[string]string{"field": "batchId"}, "batchId %q is not a batch_… id", p.BatchID)
