@@ -27,6 +27,7 @@ import (
 	"github.com/better-compute/commands/controlplane/bundles"
 	"github.com/better-compute/commands/controlplane/dbhealth"
 	"github.com/better-compute/commands/controlplane/events"
+	"github.com/better-compute/commands/controlplane/groupcommit"
 	"github.com/better-compute/commands/controlplane/ids"
 	"github.com/better-compute/commands/controlplane/join"
 	"github.com/better-compute/commands/controlplane/queue"
@@ -77,6 +78,9 @@ type Config struct {
 	// Tracer records commands.run's spans (the command's trace starts
 	// there); none when nil.
 	Tracer trace.Tracer
+	// RunGroup tunes how concurrent commands.run calls share commits
+	// (groupcommit's defaults when zero).
+	RunGroup groupcommit.Options
 }
 
 // Server holds the three services.
@@ -99,6 +103,8 @@ type Server struct {
 	done chan struct{}
 	// tracer starts commands.run's spans.
 	tracer trace.Tracer
+	// group shares commands.run's commits among concurrent callers.
+	group *groupcommit.Committer
 }
 
 // New builds the API server. Call Start before serving Events.Watch.
@@ -116,6 +122,7 @@ func New(cfg Config) *Server {
 		allowlist: map[string]bool{}, quorumKeys: cfg.Quorum, bundles: cfg.Bundles, join: cfg.Join, poll: cfg.WatchPoll, now: cfg.Now,
 		hub: newHub(), watches: newWatchLimit(cfg.MaxWatchesPerIdentity), done: make(chan struct{}),
 		tracer: cfg.Tracer,
+		group:  groupcommit.New(cfg.Pool, cfg.RunGroup),
 	}
 	if s.tracer == nil {
 		s.tracer = noop.NewTracerProvider().Tracer("")

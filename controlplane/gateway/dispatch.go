@@ -120,11 +120,15 @@ func (s *session) dispatch(ctx context.Context, c queue.Command, now time.Time) 
 		return s.dbErr(ctx, "reading a batched command's approval", err)
 	}
 	span := s.startSpan(c, SpanDispatch)
-	cur, changed, err := s.g.queue.Transition(ctx, s.g.pool, queue.Transition{CommandID: c.ID, NodeID: s.id.NodeID, To: queue.Dispatched, Epoch: s.epoch, KindVersion: version})
+	// Marked dispatched in a transaction shared with other sessions', and
+	// sent only once it committed: a fan-out to thousands of nodes costs a
+	// few commits, not one per node.
+	st, err := s.storeGrouped(ctx, queue.Transition{CommandID: c.ID, NodeID: s.id.NodeID, To: queue.Dispatched, Epoch: s.epoch, KindVersion: version})
 	if err != nil {
 		endSpan(span, err)
 		return s.dbErr(ctx, "dispatching", err)
 	}
+	cur, changed := st.cur, st.changed
 	if !changed {
 		span.SetAttributes(attribute.Bool("bc.dispatched", false))
 		span.End()
