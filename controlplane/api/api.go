@@ -122,8 +122,11 @@ func New(cfg Config) *Server {
 		allowlist: map[string]bool{}, quorumKeys: cfg.Quorum, bundles: cfg.Bundles, join: cfg.Join, poll: cfg.WatchPoll, now: cfg.Now,
 		hub: newHub(), watches: newWatchLimit(cfg.MaxWatchesPerIdentity), done: make(chan struct{}),
 		tracer: cfg.Tracer,
-		group:  groupcommit.New(cfg.Pool, cfg.RunGroup),
 	}
+	if cfg.RunGroup.Begin == nil {
+		cfg.RunGroup.Begin = beginPipelined
+	}
+	s.group = groupcommit.New(cfg.Pool, cfg.RunGroup)
 	if s.tracer == nil {
 		s.tracer = noop.NewTracerProvider().Tracer("")
 	}

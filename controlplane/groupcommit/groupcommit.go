@@ -49,6 +49,10 @@ type Options struct {
 	Timeout time.Duration
 	// Observe, when set, is told of each committed group's size (metrics).
 	Observe func(size int)
+	// Begin, when set, opens a group's transaction on a connection of pool
+	// and returns it with the function that gives the connection back (the
+	// API's begins travel with their first statement); pool.Begin when nil.
+	Begin func(ctx context.Context, pool *pgxpool.Pool) (tx pgx.Tx, release func(), err error)
 }
 
 func (o *Options) defaults() {
@@ -60,6 +64,12 @@ func (o *Options) defaults() {
 	}
 	if o.Timeout <= 0 {
 		o.Timeout = 30 * time.Second
+	}
+	if o.Begin == nil {
+		o.Begin = func(ctx context.Context, pool *pgxpool.Pool) (pgx.Tx, func(), error) {
+			tx, err := pool.Begin(ctx)
+			return tx, func() {}, err
+		}
 	}
 }
 
@@ -194,10 +204,11 @@ func (c *Committer) attempt(group []*request) (failed int, err error) {
 	deadline := time.Now().Add(c.opts.Timeout)
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
-	tx, err := c.pool.Begin(ctx)
+	tx, release, err := c.opts.Begin(ctx, c.pool)
 	if err != nil {
 		return -1, fmt.Errorf("beginning a group transaction: %w", err)
 	}
+	defer release()
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
 	for i, r := range group {
 		rctx, rcancel := context.WithDeadline(context.WithoutCancel(r.ctx), deadline)
