@@ -17,7 +17,7 @@ import (
 // has succeeded), dispatch of pending ones within credits, and Cancel for
 // in-flight commands whose cancel was requested.
 func (s *session) sync(ctx context.Context) error {
-	open, err := s.g.queue.ListOpen(ctx, s.g.pool, s.id.NodeID)
+	open, err := s.g.lister.listOpen(ctx, s.id.NodeID)
 	if err != nil {
 		return s.dbErr(ctx, "reading open commands", err)
 	}

@@ -119,6 +119,8 @@ type Gateway struct {
 	outage *outage
 	// group stores sessions' reports and dispatches in shared transactions.
 	group *groupcommit.Committer
+	// lister reads sessions' open commands in shared statements.
+	lister *lister
 
 	// statsLock guards maxOutstanding and dispatched.
 	statsLock      sync.Mutex
@@ -138,6 +140,7 @@ func New(pool *pgxpool.Pool, q *queue.Queue, logger hclog.Logger, opts Options) 
 		hub:            newHub(),
 		outage:         &outage{logger: logger},
 		group:          groupcommit.New(pool, opts.Group),
+		lister:         newLister(pool, q),
 		maxOutstanding: map[string]map[kind.Lane]int{},
 	}
 }

@@ -30,7 +30,12 @@ func (s *session) storeGrouped(ctx context.Context, t queue.Transition) (stored,
 		out, err = s.g.storeTransition(ctx, tx, t)
 		return err
 	})
-	return out, err
+	if err != nil {
+		// out is not ours to read: a session that gave up may return
+		// while the group still runs its function.
+		return stored{}, err
+	}
+	return out, nil
 }
 
 // storeTransition is one session's transition inside a group's

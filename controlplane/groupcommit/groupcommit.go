@@ -34,7 +34,8 @@ import (
 // up does not cancel the others' statements). It may run more than once (a
 // group that failed is run again without the failing caller, or each
 // caller alone), so it must assign its results, not accumulate them, and
-// must not act on them before Do returns nil.
+// must not read them unless Do returned nil (a caller that gave up returns
+// while its function may still run).
 type Func func(ctx context.Context, tx pgx.Tx) error
 
 // Options tune a Committer.
