@@ -149,6 +149,16 @@ func (q *Queue) Enqueue(ctx context.Context, tx pgx.Tx, p EnqueueParams) (cmd Co
 	return cmd, true, nil
 }
 
+// Check validates p against the registry as Enqueue does (the kind, the
+// payload against its schema) without touching the database: a caller that
+// shares a transaction with others (commands.run's group commit) refuses a
+// bad command before it joins the group, where its failure would cost the
+// others a rollback.
+func (q *Queue) Check(p EnqueueParams) error {
+	_, _, err := q.check(p)
+	return err
+}
+
 // check validates p against the registry and returns the kind's manifest and
 // the payload to store.
 func (q *Queue) check(p EnqueueParams) (kind.Manifest, []byte, error) {
