@@ -87,6 +87,9 @@ type Config struct {
 	// publishes (not progress steps, not duplicate answers): bcd's metrics
 	// count commands by kind, state and reason there. Keep it cheap.
 	OnState func(u Update)
+	// Handoff settles the self-terminating kinds that restart bcd rather
+	// than the node (daemon.upgrade); nil: none.
+	Handoff Handoff
 	// Secrets fetches a command's secretRefs over the session just before
 	// its run (bcd/secrets.Exchanger); nil fails a command that names any
 	// with secrets-unavailable.
@@ -119,6 +122,9 @@ type Daemon struct {
 	closing bool
 
 	compactDone chan struct{}
+
+	// settleLock serialises SettleHandoff.
+	settleLock sync.Mutex
 }
 
 // entry is a command bcd is working on: waiting for a spec, journaled and

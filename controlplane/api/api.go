@@ -27,6 +27,7 @@ import (
 	"github.com/better-compute/commands/controlplane/bundles"
 	"github.com/better-compute/commands/controlplane/dbhealth"
 	"github.com/better-compute/commands/controlplane/events"
+	"github.com/better-compute/commands/controlplane/groupcommit"
 	"github.com/better-compute/commands/controlplane/ids"
 	"github.com/better-compute/commands/controlplane/join"
 	"github.com/better-compute/commands/controlplane/queue"
@@ -82,6 +83,9 @@ type Config struct {
 	// list, delete); nil when the server holds no secrets key, and then
 	// the service is not served.
 	Secrets secrets.Store
+	// RunGroup tunes how concurrent commands.run calls share commits
+	// (groupcommit's defaults when zero).
+	RunGroup groupcommit.Options
 }
 
 // Server holds the three services.
@@ -107,6 +111,8 @@ type Server struct {
 	done chan struct{}
 	// tracer starts commands.run's spans.
 	tracer trace.Tracer
+	// group shares commands.run's commits among concurrent callers.
+	group *groupcommit.Committer
 }
 
 // New builds the API server. Call Start before serving Events.Watch.
@@ -125,6 +131,10 @@ func New(cfg Config) *Server {
 		hub: newHub(), watches: newWatchLimit(cfg.MaxWatchesPerIdentity), done: make(chan struct{}),
 		tracer: cfg.Tracer, secrets: cfg.Secrets,
 	}
+	if cfg.RunGroup.Begin == nil {
+		cfg.RunGroup.Begin = beginPipelined
+	}
+	s.group = groupcommit.New(cfg.Pool, cfg.RunGroup)
 	if s.tracer == nil {
 		s.tracer = noop.NewTracerProvider().Tracer("")
 	}
@@ -160,6 +170,8 @@ func (s *Server) Register(g grpc.ServiceRegistrar) {
 	apiv1.RegisterEventsServer(g, &eventsServer{s: s})
 	apiv1.RegisterNodesServer(g, &nodesServer{s: s})
 	apiv1.RegisterCommandBatchesServer(g, &batchesServer{s: s})
+	apiv1.RegisterPoolsServer(g, &poolsServer{s: s})
+	apiv1.RegisterReconcilerServer(g, &reconcilerServer{s: s})
 	// EXTEND HERE: the Secrets service, when the server holds a store.
 	if s.secrets != nil {
 		apiv1.RegisterSecretsServer(g, &secretsServer{s: s})

@@ -17,10 +17,23 @@ import (
 	apiv1 "github.com/better-compute/commands/proto/bc/api/v1"
 )
 
-// apiFiles are the proto files whose services the CLI exposes; referencing
-// the generated package registers them in protoregistry.GlobalFiles.
-// EXTEND HERE when a service lands in a new file of bc.api.v1.
-var apiFiles = []protoreflect.FileDescriptor{apiv1.File_bc_api_v1_api_proto, apiv1.File_bc_api_v1_secrets_proto}
+// apiPackage is the proto package whose services the CLI exposes: every
+// file of it (api.proto, pools.proto, ...). Referencing the generated Go
+// package registers its files in protoregistry.GlobalFiles.
+var apiPackage = apiv1.File_bc_api_v1_api_proto.Package()
+
+// apiServices lists the services of every file of apiPackage.
+func apiServices() []protoreflect.ServiceDescriptor {
+	var out []protoreflect.ServiceDescriptor
+	protoregistry.GlobalFiles.RangeFilesByPackage(apiPackage, func(f protoreflect.FileDescriptor) bool {
+		svcs := f.Services()
+		for i := 0; i < svcs.Len(); i++ {
+			out = append(out, svcs.Get(i))
+		}
+		return true
+	})
+	return out
+}
 
 // Method is one API method as the CLI names it.
 type Method struct {
@@ -46,18 +59,7 @@ func lowerCamel(s string) string {
 // Methods lists every method of the API, sorted by name.
 func Methods() []Method {
 	var out []Method
-	for _, f := range apiFiles {
-		out = append(out, methodsOf(f)...)
-	}
-	sort.Slice(out, func(a, b int) bool { return out[a].Name < out[b].Name })
-	return out
-}
-
-func methodsOf(f protoreflect.FileDescriptor) []Method {
-	var out []Method
-	svcs := f.Services()
-	for i := 0; i < svcs.Len(); i++ {
-		svc := svcs.Get(i)
+	for _, svc := range apiServices() {
 		ms := svc.Methods()
 		for j := 0; j < ms.Len(); j++ {
 			m := ms.Get(j)
@@ -68,6 +70,7 @@ func methodsOf(f protoreflect.FileDescriptor) []Method {
 			})
 		}
 	}
+	sort.Slice(out, func(a, b int) bool { return out[a].Name < out[b].Name })
 	return out
 }
 

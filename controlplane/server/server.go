@@ -33,6 +33,8 @@ import (
 	"github.com/better-compute/commands/controlplane/gateway"
 	"github.com/better-compute/commands/controlplane/join"
 	"github.com/better-compute/commands/controlplane/kinds"
+	"github.com/better-compute/commands/controlplane/metal"
+	"github.com/better-compute/commands/controlplane/modules"
 	"github.com/better-compute/commands/controlplane/pki"
 	"github.com/better-compute/commands/controlplane/queue"
 	"github.com/better-compute/commands/controlplane/secrets"
@@ -84,6 +86,10 @@ type Server struct {
 	sweeper                    *sweeper.Sweeper
 	nodeWakers, workflowWakers *sweeper.Wakers
 
+	// modules is the module host: its settle hook records owner wakes in
+	// every process; its loops and River run with the modules component.
+	modules *modules.Host
+
 	// tracer records the commands' spans; flushTraces ends its exporter.
 	tracer      trace.Tracer
 	flushTraces func(context.Context) error
@@ -105,7 +111,9 @@ func New(ctx context.Context, cfg Config, reg *kinds.Registry, logger hclog.Logg
 		return nil, fmt.Errorf("auth: %w", err)
 	}
 	if reg == nil {
-		if reg, err = kinds.NewRegistry(kinds.FirstParty()...); err != nil {
+		// The built-ins, then the modules' kinds (the metal module's BMC,
+		// site.httpProxy and diag.dcgm kinds).
+		if reg, err = kinds.NewRegistry(append(kinds.FirstParty(), metal.Manifests()...)...); err != nil {
 			return nil, fmt.Errorf("kind registry: %w", err)
 		}
 	}
@@ -199,6 +207,9 @@ func New(ctx context.Context, cfg Config, reg *kinds.Registry, logger hclog.Logg
 		s.sweeper = sweeper.New(pool, q, sweeper.Options{Interval: time.Duration(cfg.Sweeper.Interval),
 			Nodes: s.nodeWakers, Workflows: s.workflowWakers, Logger: logger, OnSwept: s.metrics.ops.onSwept})
 	}
+	if err := s.startModules(cfg, reg); err != nil {
+		return closeOnErr(err)
+	}
 	s.api = api.New(api.Config{Pool: pool, Queue: q, Logger: logger, Allowlist: cfg.Allowlist, Quorum: s.Quorum,
 		Bundles: support, Join: s.join, MaxWatchesPerIdentity: cfg.MaxWatchesPerIdentity, Tracer: s.tracer, Secrets: s.secretStore()})
 	if s.gateway != nil {
@@ -224,6 +235,8 @@ func New(ctx context.Context, cfg Config, reg *kinds.Registry, logger hclog.Logg
 	s.grpc = grpc.NewServer(opts...)
 	if cfg.Runs(ComponentAPI) {
 		s.api.Register(s.grpc)
+		// The metal module's workflows (metal.power, metal.bulk).
+		(&metal.Service{Pool: pool, Queue: q, Quorum: s.Quorum, Logger: logger.Named("metal")}).Register(s.grpc)
 	}
 	s.health = health.NewServer()
 	healthpb.RegisterHealthServer(s.grpc, s.health)
@@ -247,6 +260,11 @@ func New(ctx context.Context, cfg Config, reg *kinds.Registry, logger hclog.Logg
 		mux.Handle("/metrics", promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{}))
 		if dir != nil {
 			mux.Handle(dir.MountPath()+"/", dir.Handler())
+		}
+		if cfg.Runs(ComponentAPI) && !cfg.Browser.Disabled {
+			if err := s.mountBrowser(mux, cfg.Browser, httpTLS != nil); err != nil {
+				return closeOnErr(err)
+			}
 		}
 		s.http = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	}
@@ -415,9 +433,11 @@ func (s *Server) Run(ctx context.Context) error {
 	} else {
 		close(sweeperDone)
 	}
+	modulesDone := s.runModules(apiCtx)
 	if s.gwGRPC != nil {
 		go s.gateway.Run(apiCtx)
 		go s.sessions.run(apiCtx)
+		go s.sessions.touch(apiCtx, s.pool)
 		go func() { errc <- s.gwGRPC.Serve(s.gwLis) }()
 	}
 	if s.http != nil {
@@ -467,6 +487,7 @@ func (s *Server) Run(ctx context.Context) error {
 	// The sweeper resigns its lease before the pool closes, so another
 	// replica takes over at once.
 	<-sweeperDone
+	<-modulesDone
 	if s.http != nil {
 		hctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		_ = s.http.Shutdown(hctx)
