@@ -10,6 +10,7 @@ import (
 
 	"github.com/better-compute/commands/controlplane/kinds"
 	"github.com/better-compute/commands/controlplane/modules"
+	"github.com/better-compute/commands/controlplane/reconciler"
 	"github.com/better-compute/commands/controlplane/remediation"
 	"github.com/better-compute/commands/internal/trust"
 )
@@ -31,7 +32,7 @@ func (s *Server) startModules(cfg Config, reg *kinds.Registry) error {
 }
 
 // moduleList is the modules this server loads: the provision module's
-// remediation and the health reconciler, unless turned off.
+// remediation and the health reconciler, each when enabled.
 func (s *Server) moduleList(cfg Config) ([]modules.Module, error) {
 	mc := cfg.Modules
 	eng := remediation.Options{Quorum: s.Quorum, StaleAfter: time.Duration(mc.StaleAfter), VerifyTimeout: time.Duration(mc.VerifyTimeout),
@@ -56,8 +57,11 @@ func (s *Server) moduleList(cfg Config) ([]modules.Module, error) {
 		s.logger.Info("the platform approves its own batches as one approval", "approver", eng.PlatformKeyName, "key_id", id)
 	}
 	var out []modules.Module
-	if !mc.Remediation.Disabled {
+	if mc.Remediation.Enabled {
 		out = append(out, remediation.NewProvision(remediation.ProvisionOptions{Engine: eng, Interval: time.Duration(mc.Interval)}))
+	}
+	if mc.Reconciler.Enabled {
+		out = append(out, reconciler.New(reconciler.Options{Engine: eng, Interval: time.Duration(mc.Interval)}))
 	}
 	return out, nil
 }

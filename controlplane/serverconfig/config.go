@@ -97,16 +97,17 @@ type ModulesConfig struct {
 	// escalate to a hardware ticket instead of another try (5).
 	MaxRemediationsPerWeek int `yaml:"maxRemediationsPerWeek"`
 	// Remediation is the provision module's remediation (gpu.reset for
-	// RowRemapPending once no allocation is live).
+	// RowRemapPending once no allocation is live). Off unless enabled: it
+	// resets GPUs on its own.
 	Remediation ModuleSwitch `yaml:"remediation"`
 	// Reconciler is the health reconciler (RebootRequired and the XID
-	// rules).
+	// rules). Off unless enabled: it reboots nodes on its own.
 	Reconciler ModuleSwitch `yaml:"reconciler"`
 }
 
-// ModuleSwitch turns a module off.
+// ModuleSwitch turns a module on.
 type ModuleSwitch struct {
-	Disabled bool `yaml:"disabled"`
+	Enabled bool `yaml:"enabled"`
 }
 
 // TracingConfig is where the server's spans go.
