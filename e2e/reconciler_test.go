@@ -236,4 +236,7 @@ func TestE2E_ReconcilerRebootsWithinTheBudgetAndTheBreakerStopsAFailingPool(t *t
 	out, stderr, code = c.cli("reconciler", "batches")
 	require.Equal(t, 0, code, stderr)
 	require.Contains(t, out, "platform:health")
+	out, stderr, code = c.cli("pools", "reset-breaker", "pool=rack2")
+	require.Equal(t, 0, code, stderr)
+	require.Regexp(t, `rack2\s.*closed`, out)
 }
