@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/better-compute/commands/controlplane/batches"
 	"github.com/better-compute/commands/controlplane/ids"
@@ -110,6 +111,9 @@ func NewEngine(owner string, mc *modules.Context, opts Options) *Engine {
 	}
 	return &Engine{owner: owner, mc: mc, opts: opts}
 }
+
+// Pool is the database the engine works on.
+func (e *Engine) Pool() *pgxpool.Pool { return e.mc.Pool() }
 
 // Prefix is the key prefix of the engine's commands: wf:<owner>-, the
 // workflow ids being the remediation ids.
