@@ -52,7 +52,9 @@ func TestModulesConfigAsDocumented(t *testing.T) {
 			require.True(t, c.Modules.Reconciler.Enabled)
 			require.EqualValues(t, 90e9, c.Modules.StaleAfter)
 		},
-		func(c server.Config) { require.Equal(t, "/etc/bc-server/platform-approver.pem", c.PKI.PlatformApproverKey) },
+		func(c server.Config) {
+			require.Equal(t, "/etc/bc-server/platform-approver.pem", c.PKI.PlatformApproverKey)
+		},
 	} {
 		p := filepath.Join(dir, "c.yaml")
 		require.NoError(t, os.WriteFile(p, []byte(blocks[i]), 0o600))
