@@ -78,3 +78,36 @@ func TestStillNeeded(t *testing.T) {
 	still, _ = reconciler.StillNeeded(view("", `{"gpus":[{"uuid":"GPU-a"}]}`), r)
 	require.False(t, still)
 }
+
+// Evaluate reads an inventory a node sent: whatever its bytes, it never
+// panics, asks for at most one reboot, and never for a reset beside one.
+func FuzzEvaluate(f *testing.F) {
+	for _, s := range []string{
+		`{"gpus":[{"uuid":"GPU-a","xids":[{"xid":48,"count":1}]}]}`,
+		`{"gpus":[{"uuid":"GPU-a","xids":[{"xid":79}]}],"unmatchedXids":[{"xid":79,"busId":"0000:3b:00"}]}`,
+		`{"gpus":null}`, `[]`, `{"gpus":[{"xids":[{"xid":"x"}]}]}`, ``,
+	} {
+		f.Add(s, true)
+		f.Add(s, false)
+	}
+	f.Fuzz(func(t *testing.T, inv string, reboot bool) {
+		n := view("", "")
+		n.Inventory = json.RawMessage(inv)
+		if reboot {
+			n.Conditions = []modules.Condition{{Type: "RebootRequired", Status: "True"}}
+		}
+		out := reconciler.Evaluate(n)
+		reboots := 0
+		for _, f := range out {
+			if f.Action == remediation.ActionNodeReboot {
+				reboots++
+			}
+		}
+		if reboots > 1 || (reboots == 1 && len(out) != 1) {
+			t.Fatalf("Evaluate(%q) = %+v", inv, out)
+		}
+		if reboot && reboots != 1 {
+			t.Fatalf("RebootRequired asked for no reboot: %+v", out)
+		}
+	})
+}
