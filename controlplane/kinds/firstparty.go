@@ -6,6 +6,7 @@ import (
 	logs "github.com/better-compute/commands/plugins/logs/manifest"
 	nvml "github.com/better-compute/commands/plugins/nvml/manifest"
 	reboot "github.com/better-compute/commands/plugins/reboot/manifest"
+	upgrade "github.com/better-compute/commands/plugins/upgrade/manifest"
 	"github.com/better-compute/commands/sdk/kind"
 )
 
@@ -17,7 +18,9 @@ import (
 // built-ins are inventory.refresh, diag.nvml, logs.collect, node.reboot and
 // gpu.reset; diag.dcgm belongs to the metal module in the spec, and is
 // registered here because its plugin ships with bcd and no module registers
-// it yet.
+// it yet. daemon.upgrade belongs to the rollout module in the spec; it is
+// registered here for the same reason (the rollout module sends it, and
+// commands.run does not accept it).
 //
 // EXTEND HERE when a new first-party plugin lands: import its manifest
 // package and append its manifest value.
@@ -29,5 +32,6 @@ func FirstParty() []kind.Manifest {
 		reboot.Manifest,
 		gpureset.Manifest,
 		dcgm.Manifest,
+		upgrade.Manifest,
 	}
 }
