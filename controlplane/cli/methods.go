@@ -17,9 +17,23 @@ import (
 	apiv1 "github.com/better-compute/commands/proto/bc/api/v1"
 )
 
-// apiFile is the proto file whose services the CLI exposes; referencing the
-// generated package registers it in protoregistry.GlobalFiles.
-var apiFile = apiv1.File_bc_api_v1_api_proto
+// apiPackage is the proto package whose services the CLI exposes: every
+// file of it (api.proto, pools.proto, ...). Referencing the generated Go
+// package registers its files in protoregistry.GlobalFiles.
+var apiPackage = apiv1.File_bc_api_v1_api_proto.Package()
+
+// apiServices lists the services of every file of apiPackage.
+func apiServices() []protoreflect.ServiceDescriptor {
+	var out []protoreflect.ServiceDescriptor
+	protoregistry.GlobalFiles.RangeFilesByPackage(apiPackage, func(f protoreflect.FileDescriptor) bool {
+		svcs := f.Services()
+		for i := 0; i < svcs.Len(); i++ {
+			out = append(out, svcs.Get(i))
+		}
+		return true
+	})
+	return out
+}
 
 // Method is one API method as the CLI names it.
 type Method struct {
@@ -45,9 +59,7 @@ func lowerCamel(s string) string {
 // Methods lists every method of the API, sorted by name.
 func Methods() []Method {
 	var out []Method
-	svcs := apiFile.Services()
-	for i := 0; i < svcs.Len(); i++ {
-		svc := svcs.Get(i)
+	for _, svc := range apiServices() {
 		ms := svc.Methods()
 		for j := 0; j < ms.Len(); j++ {
 			m := ms.Get(j)

@@ -3,13 +3,15 @@ package gateway
 import (
 	"context"
 	"fmt"
-	"github.com/better-compute/commands/controlplane/batches"
+	"strings"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 
+	"github.com/better-compute/commands/controlplane/batches"
 	"github.com/better-compute/commands/controlplane/queue"
 	agentv1 "github.com/better-compute/commands/proto/bc/agent/v1"
+	"github.com/better-compute/commands/sdk/kind"
 )
 
 // sync reads the node's open commands and does what they need: the replay
@@ -17,7 +19,7 @@ import (
 // has succeeded), dispatch of pending ones within credits, and Cancel for
 // in-flight commands whose cancel was requested.
 func (s *session) sync(ctx context.Context) error {
-	open, err := s.g.queue.ListOpen(ctx, s.g.pool, s.id.NodeID)
+	open, err := s.g.lister.listOpen(ctx, s.id.NodeID)
 	if err != nil {
 		return s.dbErr(ctx, "reading open commands", err)
 	}
@@ -104,6 +106,17 @@ func (s *session) dispatch(ctx context.Context, c queue.Command, now time.Time) 
 		})
 		return s.dbErr(ctx, "rejecting a kind the certificate does not allow", err)
 	}
+	// "the control plane routes by [the role allowlists]": a kind goes only
+	// to a session whose certificate's role its manifest names (the queue
+	// refuses it at enqueue for the node's recorded role; the certificate
+	// may have changed since). The node would refuse it UNSUPPORTED anyway.
+	if m, ok := s.manifestFor(c.Kind, version); ok && !m.AllowsRole(s.role()) {
+		_, _, err := s.g.queue.Transition(ctx, s.g.pool, queue.Transition{
+			CommandID: c.ID, NodeID: s.id.NodeID, To: queue.Rejected, Reason: "UNSUPPORTED",
+			Message: fmt.Sprintf("%s runs only on role %s; this node's certificate is for role %s", c.Kind, strings.Join(m.Roles, " or "), s.role()),
+		})
+		return s.dbErr(ctx, "rejecting a kind the node's role does not run", err)
+	}
 	// A batched command's approval and proof are read before it is marked
 	// dispatched: a database that cannot answer leaves it pending, to go
 	// out whole on a later poll, never without them (the node would refuse
@@ -120,11 +133,15 @@ func (s *session) dispatch(ctx context.Context, c queue.Command, now time.Time) 
 		return s.dbErr(ctx, "reading a batched command's approval", err)
 	}
 	span := s.startSpan(c, SpanDispatch)
-	cur, changed, err := s.g.queue.Transition(ctx, s.g.pool, queue.Transition{CommandID: c.ID, NodeID: s.id.NodeID, To: queue.Dispatched, Epoch: s.epoch, KindVersion: version})
+	// Marked dispatched in a transaction shared with other sessions', and
+	// sent only once it committed: a fan-out to thousands of nodes costs a
+	// few commits, not one per node.
+	st, err := s.storeGrouped(ctx, queue.Transition{CommandID: c.ID, NodeID: s.id.NodeID, To: queue.Dispatched, Epoch: s.epoch, KindVersion: version})
 	if err != nil {
 		endSpan(span, err)
 		return s.dbErr(ctx, "dispatching", err)
 	}
+	cur, changed := st.cur, st.changed
 	if !changed {
 		span.SetAttributes(attribute.Bool("bc.dispatched", false))
 		span.End()
@@ -218,4 +235,25 @@ func (s *session) sendTraced(c queue.Command, traceParent string, b batchParts) 
 	env.TraceParent = traceParent
 	env.BatchApproval, env.LeafIndex, env.InclusionProof = b.approval, b.leafIndex, b.proof
 	return s.send(&agentv1.GatewayMessage{Msg: &agentv1.GatewayMessage_Command{Command: env}})
+}
+
+// role is the session certificate's role ("node" when it names none).
+func (s *session) role() string {
+	if s.id.Role == "" {
+		return "node"
+	}
+	return s.id.Role
+}
+
+// manifestFor is the manifest of kind k at version (the one the node
+// runs), or the registry's newest when version is "".
+func (s *session) manifestFor(k, version string) (kind.Manifest, bool) {
+	if version != "" {
+		for _, m := range s.g.queue.Registry().Versions(k) {
+			if m.Version == version {
+				return m, true
+			}
+		}
+	}
+	return s.g.queue.Registry().Get(k)
 }

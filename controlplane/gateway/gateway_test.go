@@ -20,6 +20,7 @@ import (
 
 	"github.com/better-compute/commands/controlplane/fakedaemon"
 	"github.com/better-compute/commands/controlplane/gateway"
+	"github.com/better-compute/commands/controlplane/groupcommit"
 	"github.com/better-compute/commands/controlplane/kinds"
 	"github.com/better-compute/commands/controlplane/nodespecs"
 	"github.com/better-compute/commands/controlplane/pki"
@@ -68,6 +69,8 @@ type setupOptions struct {
 	logs bool
 	// trust is where Welcome's trust bundle comes from.
 	trust gateway.BundleSource
+	// group tunes the gateways' shared commits.
+	group groupcommit.Options
 }
 
 func setup(t *testing.T, gateways int) *env { return setupWith(t, setupOptions{gateways: gateways}) }
@@ -109,7 +112,7 @@ func setupWith(t *testing.T, o setupOptions) *env {
 	require.NoError(t, err)
 	for i := 0; i < max(o.gateways, 1); i++ {
 		gw := gateway.New(gwPool, q, logger, gateway.Options{Poll: 200 * time.Millisecond, CancelResend: 100 * time.Millisecond,
-			BusyBackoffMin: 50 * time.Millisecond, BusyBackoffMax: 100 * time.Millisecond, TrustBundle: o.trust, NodeCA: ca.Pool()})
+			BusyBackoffMin: 50 * time.Millisecond, BusyBackoffMax: 100 * time.Millisecond, TrustBundle: o.trust, NodeCA: ca.Pool(), Group: o.group})
 		go gw.Run(ctx)
 		srv := grpc.NewServer(grpc.Creds(credentials.NewTLS(&tls.Config{
 			Certificates: []tls.Certificate{cert}, ClientAuth: tls.RequireAndVerifyClientCert, ClientCAs: ca.Pool(), MinVersion: tls.VersionTLS13,
@@ -504,4 +507,21 @@ func TestGateway_HelloCannotClaimAnotherRole(t *testing.T) {
 	d.Role = "discovery"
 	err := d.Run(e.ctx, e.dial(trust.Identity{NodeID: e.node.ID, Role: "node"}, 0))
 	require.ErrorContains(t, err, "certificate is for role")
+}
+
+// "the manifests' role allowlists say so, and the control plane routes by
+// them": a command queued while the node's recorded role allowed it is
+// rejected at dispatch once the session's certificate is for a role the
+// kind does not run on, and never reaches the node.
+func TestGateway_RoutesByTheCertificatesRole(t *testing.T) {
+	e := setup(t, 1)
+	c := e.enqueue("test.ctl", "role")
+	d := fakedaemon.New(e.node.ID)
+	d.Role = "site"
+	defer e.run(d, e.dial(trust.Identity{NodeID: e.node.ID, Role: "site"}, 0))()
+	got := e.waitState(c.ID, queue.Rejected)
+	require.Equal(t, "UNSUPPORTED", got.Reason)
+	require.Contains(t, got.Message, "test.ctl runs only on role node; this node's certificate is for role site")
+	require.Zero(t, d.Runs(c.ID))
+	require.Empty(t, d.Received())
 }

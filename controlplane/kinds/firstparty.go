@@ -1,12 +1,10 @@
 package kinds
 
 import (
-	dcgm "github.com/better-compute/commands/plugins/dcgm/manifest"
 	gpureset "github.com/better-compute/commands/plugins/gpureset/manifest"
 	logs "github.com/better-compute/commands/plugins/logs/manifest"
 	nvml "github.com/better-compute/commands/plugins/nvml/manifest"
 	reboot "github.com/better-compute/commands/plugins/reboot/manifest"
-	upgrade "github.com/better-compute/commands/plugins/upgrade/manifest"
 	"github.com/better-compute/commands/sdk/kind"
 )
 
@@ -16,11 +14,9 @@ import (
 // sdk/kind, so the registry links none of the plugins' code (D-Bus, NVML,
 // the GPU tools); TestFirstPartyLinksOnlyTheManifests keeps it so. The
 // built-ins are inventory.refresh, diag.nvml, logs.collect, node.reboot and
-// gpu.reset; diag.dcgm belongs to the metal module in the spec, and is
-// registered here because its plugin ships with bcd and no module registers
-// it yet. daemon.upgrade belongs to the rollout module in the spec; it is
-// registered here for the same reason (the rollout module sends it, and
-// commands.run does not accept it).
+// gpu.reset. diag.dcgm (whose plugin also ships with bcd), disk.wipe and
+// disk.deploy are the metal module's: controlplane/metal.Manifests registers
+// them with the BMC kinds.
 //
 // EXTEND HERE when a new first-party plugin lands: import its manifest
 // package and append its manifest value.
@@ -31,7 +27,5 @@ func FirstParty() []kind.Manifest {
 		logs.Manifest,
 		reboot.Manifest,
 		gpureset.Manifest,
-		dcgm.Manifest,
-		upgrade.Manifest,
 	}
 }

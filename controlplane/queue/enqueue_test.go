@@ -303,3 +303,29 @@ func TestEnqueueBatchRequired(t *testing.T) {
 	p.IdempotencyKey, p.BatchID = "bad-batch", "nope"
 	requireCode(t, b.enqueueErr(p), queue.InvalidInput)
 }
+
+// "BMC kinds run on a site agent ...: the manifests' role allowlists say
+// so, and the control plane routes by them": a kind whose manifest does not
+// name the node's role is INVALID_STATE at enqueue, takes no seq, and the
+// error names both roles.
+func TestEnqueueRefusesAKindTheNodesRoleDoesNotRun(t *testing.T) {
+	b := setup(t)
+	site, err := b.q.CreateNode(b.ctx, b.pool, queue.Node{TenantID: b.tenant.ID, Role: "site"})
+	require.NoError(t, err)
+	p := b.params("on-site")
+	p.NodeID = site.ID
+	qe := requireCode(t, b.enqueueErr(p), queue.InvalidState)
+	require.Equal(t, "role-not-allowed", qe.Reason)
+	require.Equal(t, "site", qe.Details["role"])
+	require.Equal(t, "node,discovery", qe.Details["roles"])
+	require.Contains(t, qe.Message, "runs role site, and test.refresh runs only on role node or discovery")
+
+	// The wipe runs on discovery only: a node-role node refuses it too.
+	p = b.params("wipe-on-node")
+	p.Kind, p.Payload = wipeKind.Kind, nil
+	qe = requireCode(t, b.enqueueErr(p), queue.InvalidState)
+	require.Equal(t, "role-not-allowed", qe.Reason)
+
+	cmd, _ := b.enqueue(t, b.params("on-node"))
+	require.Equal(t, int64(1), cmd.Seq, "the refused enqueues took no seq")
+}

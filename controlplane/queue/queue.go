@@ -11,12 +11,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"time"
 
 	"github.com/better-compute/commands/controlplane/events"
 	"github.com/better-compute/commands/controlplane/ids"
 	"github.com/better-compute/commands/controlplane/kinds"
+	"github.com/better-compute/commands/internal/sealed"
 	"github.com/better-compute/commands/sdk/kind"
 	"github.com/hashicorp/go-hclog"
 	"github.com/jackc/pgx/v5"
@@ -33,6 +35,9 @@ type Queue struct {
 	nowFunc      func() time.Time
 	// signer signs commands at enqueue; nil while signing is off.
 	signer atomic.Pointer[Signer]
+	// settleHook, when set, runs in every transaction that settles
+	// commands (OnSettle).
+	settleHook atomic.Pointer[SettleHook]
 }
 
 // New returns a queue that checks kinds and payloads against reg.
@@ -55,14 +60,15 @@ func (q *Queue) RequireBatches(on bool) { q.requireBatch.Store(on) }
 // queued event in one statement. The node UPDATE locks the node row, so
 // enqueues to one node serialise and seqs are handed out in commit order;
 // its WHERE also refuses a deleted node, another tenant's node and a kind a
-// restricted identity does not accept (no row comes back; enqueueMiss says
-// which). A repeated key returns the first command with duplicate set, and
+// restricted identity does not accept, or whose role the kind's manifest
+// does not name (no row comes back; enqueueMiss says which). A repeated key returns the first command with duplicate set, and
 // the caller gives the seq back (see Enqueue).
 var enqueueSQL = `
 WITH node AS (
   UPDATE nodes SET next_cmd_seq = next_cmd_seq + 1
   WHERE id = $1 AND ($2 = '' OR tenant_id = $2) AND deleted_at IS NULL
     AND (allowed_kinds IS NULL OR $3 = ANY (allowed_kinds))
+    AND role = ANY ($19::text[])
   RETURNING tenant_id, next_cmd_seq - 1 AS seq
 ), ins AS (
   INSERT INTO commands AS c (id, tenant_id, node_id, seq, kind, lane, payload, idempotency_key,
@@ -95,7 +101,9 @@ const settledEventSQL = `
 // key for another kind is CONFLICT. An unknown kind is UNSUPPORTED, a payload
 // its schema refuses is INVALID_INPUT naming the field, a deleted or unknown
 // node (or one of another tenant) is NOT_FOUND, and a restricted identity
-// that does not accept the kind is INVALID_STATE. A new command publishes
+// that does not accept the kind, or a node whose role the kind's manifest
+// does not name (a BMC kind runs on a site agent, not on the machine), is
+// INVALID_STATE. A new command publishes
 // node.command.queued. A new command costs two round trips: the insert, and
 // the command's wire bytes (MarshalCommand), which need the seq and
 // created_at the insert handed out.
@@ -112,15 +120,16 @@ func (q *Queue) Enqueue(ctx context.Context, tx pgx.Tx, p EnqueueParams) (cmd Co
 		p.NodeID, p.TenantID, p.Kind, ids.NewCommand(), string(m.Lane), payload, p.IdempotencyKey,
 		notAfter, p.NotBefore, p.MinGeneration,
 		m.Flags.RetrySafe, m.Flags.Destructive, m.Flags.SelfTerminating, m.Flags.Attested,
-		p.BatchID, p.BundleKey, p.AwaitingApproval, p.TraceParent)
+		p.BatchID, p.BundleKey, p.AwaitingApproval, p.TraceParent, m.Roles)
 	cmd, err = scanCommand(row, &duplicate)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return Command{}, false, q.enqueueMiss(ctx, tx, p)
+		return Command{}, false, q.enqueueMiss(ctx, tx, p, m)
 	}
 	if err != nil {
 		return Command{}, false, fmt.Errorf("enqueueing %s on %s: %w", p.Kind, p.NodeID, err)
 	}
 	if !duplicate {
+		cmd.SecretRefs = p.SecretRefs
 		if err := q.storeCommandBytes(ctx, tx, &cmd); err != nil {
 			return Command{}, false, err
 		}
@@ -138,6 +147,16 @@ func (q *Queue) Enqueue(ctx context.Context, tx pgx.Tx, p EnqueueParams) (cmd Co
 			"idempotency key already names command %s of kind %s, not %s", cmd.ID, cmd.Kind, p.Kind)
 	}
 	return cmd, true, nil
+}
+
+// Check validates p against the registry as Enqueue does (the kind, the
+// payload against its schema) without touching the database: a caller that
+// shares a transaction with others (commands.run's group commit) refuses a
+// bad command before it joins the group, where its failure would cost the
+// others a rollback.
+func (q *Queue) Check(p EnqueueParams) error {
+	_, _, err := q.check(p)
+	return err
 }
 
 // check validates p against the registry and returns the kind's manifest and
@@ -171,6 +190,9 @@ func (q *Queue) check(p EnqueueParams) (kind.Manifest, []byte, error) {
 	if err := json.Compact(&buf, payload); err != nil {
 		return kind.Manifest{}, nil, newError(InvalidInput, "invalid-payload", map[string]string{"kind": p.Kind, "field": "payload"}, "payload is not JSON: %v", err)
 	}
+	if err := sealed.ValidRefs(p.SecretRefs); err != nil {
+		return kind.Manifest{}, nil, newError(InvalidInput, "invalid-secret-ref", map[string]string{"field": "secretRefs"}, "secretRefs: %v", err)
+	}
 	if p.BatchID != "" && !ids.Valid(ids.Batch, p.BatchID) {
 		return kind.Manifest{}, nil, newError(InvalidInput, "invalid-batch-id", map[string]string{"field": "batchId"}, "batchId %q is not a batch_… id", p.BatchID)
 	}
@@ -182,19 +204,26 @@ func (q *Queue) check(p EnqueueParams) (kind.Manifest, []byte, error) {
 }
 
 // enqueueMiss explains why the enqueue statement found no node row to bump.
-func (q *Queue) enqueueMiss(ctx context.Context, tx pgx.Tx, p EnqueueParams) error {
+func (q *Queue) enqueueMiss(ctx context.Context, tx pgx.Tx, p EnqueueParams, m kind.Manifest) error {
 	var (
 		tenant  string
 		deleted bool
 		allowed []string
+		role    string
 	)
-	err := tx.QueryRow(ctx, `SELECT tenant_id, deleted_at IS NOT NULL, allowed_kinds FROM nodes WHERE id = $1`, p.NodeID).
-		Scan(&tenant, &deleted, &allowed)
+	err := tx.QueryRow(ctx, `SELECT tenant_id, deleted_at IS NOT NULL, allowed_kinds, role FROM nodes WHERE id = $1`, p.NodeID).
+		Scan(&tenant, &deleted, &allowed, &role)
 	if errors.Is(err, pgx.ErrNoRows) || (err == nil && (deleted || (p.TenantID != "" && tenant != p.TenantID))) {
 		return nodeNotFound(p.NodeID)
 	}
 	if err != nil {
 		return fmt.Errorf("enqueueing %s on %s: reading node: %w", p.Kind, p.NodeID, err)
+	}
+	if !m.AllowsRole(role) {
+		return newError(InvalidState, "role-not-allowed",
+			map[string]string{"kind": p.Kind, "nodeId": p.NodeID, "role": role, "roles": strings.Join(m.Roles, ",")},
+			"node %s runs role %s, and %s runs only on role %s: queue it on such an agent (a BMC kind on the site agent that reaches the BMC)",
+			p.NodeID, role, p.Kind, strings.Join(m.Roles, " or "))
 	}
 	if allowed != nil {
 		return newError(InvalidState, "restricted-identity", map[string]string{"kind": p.Kind, "nodeId": p.NodeID},

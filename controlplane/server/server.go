@@ -33,8 +33,11 @@ import (
 	"github.com/better-compute/commands/controlplane/gateway"
 	"github.com/better-compute/commands/controlplane/join"
 	"github.com/better-compute/commands/controlplane/kinds"
+	"github.com/better-compute/commands/controlplane/metal"
+	"github.com/better-compute/commands/controlplane/modules"
 	"github.com/better-compute/commands/controlplane/pki"
 	"github.com/better-compute/commands/controlplane/queue"
+	"github.com/better-compute/commands/controlplane/secrets"
 	"github.com/better-compute/commands/controlplane/signing"
 	"github.com/better-compute/commands/controlplane/store"
 	"github.com/better-compute/commands/controlplane/sweeper"
@@ -46,6 +49,8 @@ import (
 
 // Server is a running control plane API server.
 type Server struct {
+	// secrets is the secret store (cfg.Secrets), nil without one.
+	secrets  *secrets.PGStore
 	cfg      Config
 	logger   hclog.Logger
 	pool     *pgxpool.Pool
@@ -81,6 +86,10 @@ type Server struct {
 	sweeper                    *sweeper.Sweeper
 	nodeWakers, workflowWakers *sweeper.Wakers
 
+	// modules is the module host: its settle hook records owner wakes in
+	// every process; its loops and River run with the modules component.
+	modules *modules.Host
+
 	// tracer records the commands' spans; flushTraces ends its exporter.
 	tracer      trace.Tracer
 	flushTraces func(context.Context) error
@@ -102,7 +111,9 @@ func New(ctx context.Context, cfg Config, reg *kinds.Registry, logger hclog.Logg
 		return nil, fmt.Errorf("auth: %w", err)
 	}
 	if reg == nil {
-		if reg, err = kinds.NewRegistry(kinds.FirstParty()...); err != nil {
+		// The built-ins, then the modules' kinds (the metal module's BMC,
+		// site.httpProxy and diag.dcgm kinds).
+		if reg, err = kinds.NewRegistry(append(kinds.FirstParty(), metal.Manifests()...)...); err != nil {
 			return nil, fmt.Errorf("kind registry: %w", err)
 		}
 	}
@@ -178,6 +189,14 @@ func New(ctx context.Context, cfg Config, reg *kinds.Registry, logger hclog.Logg
 		return closeOnErr(err)
 	}
 	s.trust = trustbundle.NewSource(pool, 0)
+	if cfg.Secrets != nil {
+		key, err := secrets.LoadKeyFile(cfg.Secrets.KeyFile)
+		if err != nil {
+			return closeOnErr(err)
+		}
+		s.secrets = &secrets.PGStore{Pool: pool, Key: key}
+		s.logger.Info("secrets on", "key_id", key.ID)
+	}
 	if cfg.Gateway.Listen != "" && cfg.Runs(ComponentGateway) {
 		if err := s.newGateway(cfg.Gateway); err != nil {
 			return closeOnErr(err)
@@ -188,8 +207,11 @@ func New(ctx context.Context, cfg Config, reg *kinds.Registry, logger hclog.Logg
 		s.sweeper = sweeper.New(pool, q, sweeper.Options{Interval: time.Duration(cfg.Sweeper.Interval),
 			Nodes: s.nodeWakers, Workflows: s.workflowWakers, Logger: logger, OnSwept: s.metrics.ops.onSwept})
 	}
+	if err := s.startModules(cfg, reg); err != nil {
+		return closeOnErr(err)
+	}
 	s.api = api.New(api.Config{Pool: pool, Queue: q, Logger: logger, Allowlist: cfg.Allowlist, Quorum: s.Quorum,
-		Bundles: support, Join: s.join, MaxWatchesPerIdentity: cfg.MaxWatchesPerIdentity, Tracer: s.tracer})
+		Bundles: support, Join: s.join, MaxWatchesPerIdentity: cfg.MaxWatchesPerIdentity, Tracer: s.tracer, Secrets: s.secretStore()})
 	if s.gateway != nil {
 		registerGateway(s.metrics.reg, s.gateway)
 	}
@@ -213,6 +235,8 @@ func New(ctx context.Context, cfg Config, reg *kinds.Registry, logger hclog.Logg
 	s.grpc = grpc.NewServer(opts...)
 	if cfg.Runs(ComponentAPI) {
 		s.api.Register(s.grpc)
+		// The metal module's workflows (metal.power, metal.bulk).
+		(&metal.Service{Pool: pool, Queue: q, Quorum: s.Quorum, Logger: logger.Named("metal")}).Register(s.grpc)
 	}
 	s.health = health.NewServer()
 	healthpb.RegisterHealthServer(s.grpc, s.health)
@@ -236,6 +260,11 @@ func New(ctx context.Context, cfg Config, reg *kinds.Registry, logger hclog.Logg
 		mux.Handle("/metrics", promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{}))
 		if dir != nil {
 			mux.Handle(dir.MountPath()+"/", dir.Handler())
+		}
+		if cfg.Runs(ComponentAPI) && !cfg.Browser.Disabled {
+			if err := s.mountBrowser(mux, cfg.Browser, httpTLS != nil); err != nil {
+				return closeOnErr(err)
+			}
 		}
 		s.http = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	}
@@ -287,6 +316,7 @@ func (s *Server) newGateway(gc GatewayConfig) error {
 		Poll: time.Duration(gc.Poll), CancelResend: time.Duration(gc.CancelResend),
 		BusyBackoffMin: time.Duration(gc.BusyBackoffMin), BusyBackoffMax: time.Duration(gc.BusyBackoffMax),
 		OnSettled: s.checkBundle, TrustBundle: s.trust, NodeCA: ca.Pool(), Observer: s.metrics.ops, Tracer: s.tracer,
+		Secrets: s.exchanger(),
 	})
 	s.join = join.New(s.pool, s.queue, ca, s.trust, s.logger)
 	s.sessions = newNodeSessions(s.pool, s.queue, s.logger)
@@ -300,6 +330,22 @@ func (s *Server) newGateway(gc GatewayConfig) error {
 		return fmt.Errorf("listening for the gateway on %s: %w", gc.Listen, err)
 	}
 	return nil
+}
+
+// exchanger is the gateway's secret exchange, nil without secrets.
+func (s *Server) exchanger() gateway.SecretExchanger {
+	if s.secrets == nil {
+		return nil
+	}
+	return &secrets.Exchanger{Pool: s.pool, Store: s.secrets, Logger: s.logger.Named("secrets")}
+}
+
+// secretStore is the API's secret store, nil (no service) without secrets.
+func (s *Server) secretStore() secrets.Store {
+	if s.secrets == nil {
+		return nil
+	}
+	return s.secrets
 }
 
 // GatewayAddr is the gateway's bound address, nil when off.
@@ -387,9 +433,11 @@ func (s *Server) Run(ctx context.Context) error {
 	} else {
 		close(sweeperDone)
 	}
+	modulesDone := s.runModules(apiCtx)
 	if s.gwGRPC != nil {
 		go s.gateway.Run(apiCtx)
 		go s.sessions.run(apiCtx)
+		go s.sessions.touch(apiCtx, s.pool)
 		go func() { errc <- s.gwGRPC.Serve(s.gwLis) }()
 	}
 	if s.http != nil {
@@ -439,6 +487,7 @@ func (s *Server) Run(ctx context.Context) error {
 	// The sweeper resigns its lease before the pool closes, so another
 	// replica takes over at once.
 	<-sweeperDone
+	<-modulesDone
 	if s.http != nil {
 		hctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		_ = s.http.Shutdown(hctx)

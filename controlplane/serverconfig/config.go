@@ -50,6 +50,10 @@ type Config struct {
 	// refuses logs.collect. A dir store is served on the HTTP listener under
 	// its baseURL's path.
 	SupportBundles *bundles.Config `yaml:"supportBundles"`
+	// Secrets turns on secretRefs: the Secrets API and the node exchange.
+	// Without it a command may still name secretRefs, and the node's
+	// exchange fails with secrets-unavailable.
+	Secrets *SecretsConfig `yaml:"secrets"`
 	// ShutdownTimeout bounds the graceful stop ("15s").
 	ShutdownTimeout Duration `yaml:"shutdownTimeout"`
 	// LogLevel is trace, debug, info, warn or error.
@@ -67,13 +71,16 @@ type Config struct {
 	// on this server (16 when 0; negative: no bound): each watch costs
 	// every other caller some of the database.
 	MaxWatchesPerIdentity int `yaml:"maxWatchesPerIdentity"`
-	// Components are the parts this process runs: api, gateway, sweeper
-	// (all three when empty). A gateway-only process reads no signing key:
+	// Components are the parts this process runs: api, gateway, sweeper,
+	// modules (all four when empty; modules runs beside api). A gateway-only process reads no signing key:
 	// it relays the signed bytes the API stored.
 	Components []string `yaml:"components"`
 	// Tracing exports the commands' spans (commands.run, enqueue, dispatch,
 	// settle) over OTLP/gRPC; off when tracing.otlpEndpoint is empty.
 	Tracing TracingConfig `yaml:"tracing"`
+	// Browser is the public API in the forms browsers call (the Connect
+	// protocol and gRPC-Web) and the web console, both on HTTPListen.
+	Browser BrowserConfig `yaml:"browser"`
 	// TracerProvider, when set, is used instead of Tracing's exporter
 	// (tests record spans in memory with it). Never read from the file.
 	TracerProvider trace.TracerProvider `yaml:"-"`
@@ -86,11 +93,27 @@ type TracingConfig struct {
 	OTLPEndpoint string `yaml:"otlpEndpoint"`
 }
 
+// BrowserConfig is the API for browsers and the web console on the HTTP
+// listener. The API there is the gRPC API itself, transcoded: the same
+// methods, authentication, authorization and limits.
+type BrowserConfig struct {
+	// Disabled serves neither the API for browsers nor the console.
+	Disabled bool `yaml:"disabled"`
+	// CORSOrigins are the origins (https://ops.example.com) whose pages
+	// may call the API across origins; empty: none (CORS off), which the
+	// console, served from the same origin, does not need.
+	CORSOrigins []string `yaml:"corsOrigins"`
+}
+
 // The components a process can run.
 const (
 	ComponentAPI     = "api"
 	ComponentGateway = "gateway"
 	ComponentSweeper = "sweeper"
+	// ComponentModules runs the modules' loops and River's workers (their
+	// durable owner wakes and jobs). It queues commands, which the api
+	// component's signing key signs, so it runs beside api.
+	ComponentModules = "modules"
 )
 
 // Runs reports whether the process runs component c.
@@ -110,10 +133,13 @@ func (c Config) Runs(component string) bool {
 func (c Config) ValidateComponents() error {
 	for _, x := range c.Components {
 		switch x {
-		case ComponentAPI, ComponentGateway, ComponentSweeper:
+		case ComponentAPI, ComponentGateway, ComponentSweeper, ComponentModules:
 		default:
-			return fmt.Errorf("components: unknown component %q (api, gateway, sweeper)", x)
+			return fmt.Errorf("components: unknown component %q (api, gateway, sweeper, modules)", x)
 		}
+	}
+	if c.Runs(ComponentModules) && !c.Runs(ComponentAPI) {
+		return fmt.Errorf("components: modules runs beside api (the modules queue commands that the api component's key signs): add api or drop modules")
 	}
 	return nil
 }
@@ -260,4 +286,11 @@ func (c Config) AuthConfig() (*auth.Config, error) {
 		return nil, fmt.Errorf("auth: %w", err)
 	}
 	return &a, nil
+}
+
+// SecretsConfig is where the secrets' at-rest key is.
+type SecretsConfig struct {
+	// KeyFile holds the 32-byte AES-256-GCM key (raw, hex or base64),
+	// mode 0600: `head -c 32 /dev/urandom > secrets.key`.
+	KeyFile string `yaml:"keyFile"`
 }

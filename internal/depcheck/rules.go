@@ -77,6 +77,8 @@ const (
 	modGodbus  = "github.com/godbus/dbus/v5"
 	modSystemd = "github.com/coreos/go-systemd/v22"
 	modNVML    = "github.com/NVIDIA/go-nvml"
+	modGofish  = "github.com/stmcginnis/gofish"
+	modIPMI    = "github.com/bougou/go-ipmi"
 )
 
 // SDKModules is the SDK's declared dependency set: what a vendor's `go get`
@@ -145,10 +147,10 @@ var Rules = []Rule{
 		},
 	},
 	{
-		Name: "bc-server links neither godbus, go-systemd nor go-nvml",
+		Name: "bc-server links neither godbus, go-systemd, go-nvml, gofish nor go-ipmi",
 		From: func(p string) bool { return p == Module+"/controlplane/cmd/bc-server" },
 		Forbid: func(_ string, p *Package) bool {
-			return inModule(p, modGodbus, modSystemd, modNVML)
+			return inModule(p, modGodbus, modSystemd, modNVML, modGofish, modIPMI)
 		},
 	},
 	{

@@ -40,8 +40,8 @@ const (
 	TenantB  = "tenant_b"
 	NodeA1   = "node_a1"
 	NodeB1   = "node_b1"
-	TokOps   = "ops-token"    // tenant_a, compute:nodes:* on every node, batches create and read
-	TokRead  = "reader-token" // tenant_a, compute:nodes:read only
+	TokOps   = "ops-token"    // tenant_a, compute:nodes:* on every node, batches create and read, compute:pools:* on every pool
+	TokRead  = "reader-token" // tenant_a, compute:nodes:read and compute:pools:read only
 	TokOther = "other-token"  // tenant_b, compute:nodes:*
 	TokAdmin = "admin-token"  // everything
 )
@@ -68,9 +68,10 @@ func AuthConfig() auth.Config {
 	all := []auth.Grant{{Permission: "compute:nodes:*", Resource: "compute-node/*"}}
 	return auth.Config{Identities: []auth.IdentityConfig{
 		{Name: "ops", Tenants: []string{TenantA}, Tokens: []string{TokOps}, Grants: append(append([]auth.Grant(nil), all...),
-			auth.Grant{Permission: auth.PermBatchesCreate, Resource: "tenant/*"}, auth.Grant{Permission: auth.PermBatchesRead, Resource: "tenant/*"}, auth.Grant{Permission: auth.PermBatchesApprove, Resource: "tenant/*"})},
+			auth.Grant{Permission: auth.PermBatchesCreate, Resource: "tenant/*"}, auth.Grant{Permission: auth.PermBatchesRead, Resource: "tenant/*"}, auth.Grant{Permission: auth.PermBatchesApprove, Resource: "tenant/*"},
+			auth.Grant{Permission: "compute:pools:*", Resource: "compute-pool/*"})},
 		{Name: "reader", Tenants: []string{TenantA}, Tokens: []string{TokRead},
-			Grants: []auth.Grant{{Permission: auth.PermNodesRead, Resource: "compute-node/*"}}},
+			Grants: []auth.Grant{{Permission: auth.PermNodesRead, Resource: "compute-node/*"}, {Permission: auth.PermPoolsRead, Resource: "compute-pool/*"}}},
 		{Name: "other", Tenants: []string{TenantB}, Tokens: []string{TokOther}, Grants: all},
 		{Name: "admin", Tenants: []string{"*"}, Tokens: []string{TokAdmin}, Grants: []auth.Grant{{Permission: "*", Resource: "*"}}},
 	}}
@@ -115,10 +116,29 @@ func Start(t testing.TB, adjust func(*server.Config)) *Running {
 // read what an operator would see in the log.
 func StartLogged(t testing.TB, logger hclog.Logger, adjust func(*server.Config)) *Running {
 	t.Helper()
-	name := pgtest.Create(t)
+	return startOn(t, "", logger, adjust)
+}
+
+// StartDSN is Start on the database at dsn, which the caller made and keeps
+// (the failover test's formation, through its multi-host connection
+// string), instead of a fresh database of pgtest's.
+func StartDSN(t testing.TB, dsn string, logger hclog.Logger, adjust func(*server.Config)) *Running {
+	t.Helper()
+	return startOn(t, dsn, logger, adjust)
+}
+
+// startOn starts a server on dsn, or on a fresh database of pgtest's when
+// dsn is empty.
+func startOn(t testing.TB, dsn string, logger hclog.Logger, adjust func(*server.Config)) *Running {
+	t.Helper()
+	name := ""
 	cfg := server.DefaultConfig()
+	if dsn == "" {
+		name = pgtest.Create(t)
+		dsn = "dbname=" + name
+	}
+	cfg.DatabaseURL = dsn
 	cfg.GRPCListen, cfg.HTTPListen = "127.0.0.1:0", "127.0.0.1:0"
-	cfg.DatabaseURL = "dbname=" + name
 	cfg.Auth = AuthConfig()
 	cfg.ShutdownTimeout = server.Duration(5 * time.Second)
 	cfg.Gateway = server.GatewayConfig{Listen: "127.0.0.1:0", CADir: t.TempDir(), ServerHosts: []string{"127.0.0.1", "localhost"},
@@ -162,7 +182,14 @@ func start(t testing.TB, name string, cfg server.Config, logger hclog.Logger, fi
 	srv, err := server.New(ctx, cfg, reg, logger)
 	require.NoError(t, err)
 
-	pool, err := pgxpool.NewWithConfig(ctx, pgtest.Config(t, name))
+	var pcfg *pgxpool.Config
+	if name != "" {
+		pcfg = pgtest.Config(t, name)
+	} else {
+		pcfg, err = pgxpool.ParseConfig(cfg.DatabaseURL)
+		require.NoError(t, err)
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
 	require.NoError(t, err)
 	q := queue.New(reg, hclog.NewNullLogger())
 	if fixtures {

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/better-compute/commands/controlplane/kinds"
+	"github.com/better-compute/commands/controlplane/metal"
 	"github.com/better-compute/commands/sdk/example"
 	"github.com/better-compute/commands/sdk/kind"
 )
@@ -22,13 +23,18 @@ type Section struct {
 }
 
 // Sections returns the registered manifests, grouped: the first-party kinds
-// that ship with bcd, then the SDK's example kinds.
+// that ship with bcd, the metal module's, then the SDK's example kinds.
 func Sections() []Section {
 	return []Section{
 		{
 			Title:     "First-party kinds",
 			Intro:     "Served by the plugins under `plugins/` that ship with bcd, and registered by the control plane from the same Go values (`controlplane/kinds.FirstParty`).",
 			Manifests: kinds.FirstParty(),
+		},
+		{
+			Title:     "Metal module kinds",
+			Intro:     "Registered by the control plane's metal module (`controlplane/metal.Manifests`) from the plugins' own manifest values: the BMC kinds and `site.httpProxy`, which run on a site agent (`bc-kind-bmc`, `bc-kind-siteproxy`), and `diag.dcgm` (`bc-kind-dcgm`, which ships with bcd). See [the metal module](../metal.md).",
+			Manifests: metal.Manifests(),
 		},
 		{
 			Title:     "Example kinds",

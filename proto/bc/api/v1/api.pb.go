@@ -1185,6 +1185,9 @@ type Command struct {
 	// result_bytes is an attested result exactly as the node sent it (the
 	// bytes whose SHA-256 the node signed); result is the same document.
 	ResultBytes []byte `protobuf:"bytes,27,opt,name=result_bytes,json=resultBytes,proto3" json:"result_bytes,omitempty"`
+	// secret_refs are the names of the secrets the command may fetch; never
+	// their values.
+	SecretRefs []string `protobuf:"bytes,150,rep,name=secret_refs,json=secretRefs,proto3" json:"secret_refs,omitempty"`
 	// waiting_reason says why a pending command is held back (a bare code:
 	// kind-mismatch when the node runs another manifest of the kind than the
 	// registry's); waiting_message says it in words (the kind, both digests,
@@ -1430,6 +1433,13 @@ func (x *Command) GetResultBytes() []byte {
 	return nil
 }
 
+func (x *Command) GetSecretRefs() []string {
+	if x != nil {
+		return x.SecretRefs
+	}
+	return nil
+}
+
 func (x *Command) GetWaitingReason() string {
 	if x != nil {
 		return x.WaitingReason
@@ -1489,7 +1499,11 @@ type RunCommandRequest struct {
 	// wait for the node before it expires.
 	NotAfterSeconds *int32 `protobuf:"varint,6,opt,name=not_after_seconds,json=notAfterSeconds,proto3,oneof" json:"not_after_seconds,omitempty"`
 	// batch_id (batch_…) puts the command into a destructive batch.
-	BatchId       string `protobuf:"bytes,7,opt,name=batch_id,json=batchId,proto3" json:"batch_id,omitempty"`
+	BatchId string `protobuf:"bytes,7,opt,name=batch_id,json=batchId,proto3" json:"batch_id,omitempty"`
+	// secret_refs name secrets of the tenant (secrets.put) that the command
+	// needs; the node exchanges each for its value, sealed to a one-time
+	// key, when it runs the command. The command carries only the names.
+	SecretRefs    []string `protobuf:"bytes,150,rep,name=secret_refs,json=secretRefs,proto3" json:"secret_refs,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1571,6 +1585,13 @@ func (x *RunCommandRequest) GetBatchId() string {
 		return x.BatchId
 	}
 	return ""
+}
+
+func (x *RunCommandRequest) GetSecretRefs() []string {
+	if x != nil {
+		return x.SecretRefs
+	}
+	return nil
 }
 
 // GetCommandRequest names one command.
@@ -2136,7 +2157,9 @@ type Node struct {
 	AppliedGeneration int64                  `protobuf:"varint,7,opt,name=applied_generation,json=appliedGeneration,proto3" json:"applied_generation,omitempty"`
 	CreatedAt         *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
 	// trust_version is the trust bundle version the node reported holding.
-	TrustVersion  int64 `protobuf:"varint,9,opt,name=trust_version,json=trustVersion,proto3" json:"trust_version,omitempty"`
+	TrustVersion int64 `protobuf:"varint,9,opt,name=trust_version,json=trustVersion,proto3" json:"trust_version,omitempty"`
+	// pool is the node's pool (its disruption budget); "default" unless set.
+	Pool          string `protobuf:"bytes,100,opt,name=pool,proto3" json:"pool,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2232,6 +2255,13 @@ func (x *Node) GetTrustVersion() int64 {
 		return x.TrustVersion
 	}
 	return 0
+}
+
+func (x *Node) GetPool() string {
+	if x != nil {
+		return x.Pool
+	}
+	return ""
 }
 
 // CreateTenantRequest registers a tenant.
@@ -2358,7 +2388,9 @@ type CreateNodeRequest struct {
 	// role is the agent role; "node" when empty.
 	Role string `protobuf:"bytes,3,opt,name=role,proto3" json:"role,omitempty"`
 	// allowed_kinds makes the node a restricted identity.
-	AllowedKinds  []string `protobuf:"bytes,4,rep,name=allowed_kinds,json=allowedKinds,proto3" json:"allowed_kinds,omitempty"`
+	AllowedKinds []string `protobuf:"bytes,4,rep,name=allowed_kinds,json=allowedKinds,proto3" json:"allowed_kinds,omitempty"`
+	// pool is the node's pool; "default" when empty.
+	Pool          string `protobuf:"bytes,100,opt,name=pool,proto3" json:"pool,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2421,6 +2453,13 @@ func (x *CreateNodeRequest) GetAllowedKinds() []string {
 	return nil
 }
 
+func (x *CreateNodeRequest) GetPool() string {
+	if x != nil {
+		return x.Pool
+	}
+	return ""
+}
+
 // CreateJoinTokenRequest asks for a node's join token.
 type CreateJoinTokenRequest struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
@@ -2432,7 +2471,10 @@ type CreateJoinTokenRequest struct {
 	// only these kinds (a discovery ramdisk, for example).
 	AllowedKinds []string `protobuf:"bytes,4,rep,name=allowed_kinds,json=allowedKinds,proto3" json:"allowed_kinds,omitempty"`
 	// ttl_seconds is how long the token may be used: 3600 when 0, at most 604800.
-	TtlSeconds    int64 `protobuf:"varint,5,opt,name=ttl_seconds,json=ttlSeconds,proto3" json:"ttl_seconds,omitempty"`
+	TtlSeconds int64 `protobuf:"varint,5,opt,name=ttl_seconds,json=ttlSeconds,proto3" json:"ttl_seconds,omitempty"`
+	// pool, when set, is the pool the node joins into (its label); empty
+	// keeps the node's pool.
+	Pool          string `protobuf:"bytes,100,opt,name=pool,proto3" json:"pool,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2500,6 +2542,13 @@ func (x *CreateJoinTokenRequest) GetTtlSeconds() int64 {
 		return x.TtlSeconds
 	}
 	return 0
+}
+
+func (x *CreateJoinTokenRequest) GetPool() string {
+	if x != nil {
+		return x.Pool
+	}
+	return ""
 }
 
 // JoinToken is a one-time join token; only its hash is stored.
@@ -2944,7 +2993,8 @@ const file_bc_api_v1_api_proto_rawDesc = "" +
 	"\n" +
 	"updated_at\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAt\"N\n" +
 	"\x12AllocationBindings\x128\n" +
-	"\bbindings\x18\x01 \x03(\v2\x1c.bc.api.v1.AllocationBindingR\bbindings\"\xf7\t\n" +
+	"\bbindings\x18\x01 \x03(\v2\x1c.bc.api.v1.AllocationBindingR\bbindings\"\x99\n" +
+	"\n" +
 	"\aCommand\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1b\n" +
 	"\ttenant_id\x18\x02 \x01(\tR\btenantId\x12\x17\n" +
@@ -2979,14 +3029,16 @@ const file_bc_api_v1_api_proto_rawDesc = "" +
 	"\bnode_sig\x18\x18 \x01(\fR\anodeSig\x12\x16\n" +
 	"\x06signed\x18\x19 \x01(\bR\x06signed\x12%\n" +
 	"\x0ecommand_sha256\x18\x1a \x01(\tR\rcommandSha256\x12!\n" +
-	"\fresult_bytes\x18\x1b \x01(\fR\vresultBytes\x12%\n" +
+	"\fresult_bytes\x18\x1b \x01(\fR\vresultBytes\x12 \n" +
+	"\vsecret_refs\x18\x96\x01 \x03(\tR\n" +
+	"secretRefs\x12%\n" +
 	"\x0ewaiting_reason\x18\x1c \x01(\tR\rwaitingReason\x12'\n" +
 	"\x0fwaiting_message\x18\x1d \x01(\tR\x0ewaitingMessage\x12!\n" +
 	"\fkind_version\x18\x1e \x01(\tR\vkindVersion\x12\x1a\n" +
 	"\brebooted\x18\x1f \x01(\bR\brebooted\x12\x19\n" +
 	"\btrace_id\x18  \x01(\tR\atraceId\x12#\n" +
 	"\rcommand_bytes\x18! \x01(\fR\fcommandBytesB\r\n" +
-	"\v_retry_safe\"\x9b\x02\n" +
+	"\v_retry_safe\"\xbd\x02\n" +
 	"\x11RunCommandRequest\x12\x1b\n" +
 	"\ttenant_id\x18\x01 \x01(\tR\btenantId\x12\x17\n" +
 	"\anode_id\x18\x02 \x01(\tR\x06nodeId\x12\x12\n" +
@@ -2994,7 +3046,9 @@ const file_bc_api_v1_api_proto_rawDesc = "" +
 	"\apayload\x18\x04 \x01(\v2\x17.google.protobuf.StructR\apayload\x12'\n" +
 	"\x0fidempotency_key\x18\x05 \x01(\tR\x0eidempotencyKey\x12/\n" +
 	"\x11not_after_seconds\x18\x06 \x01(\x05H\x00R\x0fnotAfterSeconds\x88\x01\x01\x12\x19\n" +
-	"\bbatch_id\x18\a \x01(\tR\abatchIdB\x14\n" +
+	"\bbatch_id\x18\a \x01(\tR\abatchId\x12 \n" +
+	"\vsecret_refs\x18\x96\x01 \x03(\tR\n" +
+	"secretRefsB\x14\n" +
 	"\x12_not_after_seconds\"h\n" +
 	"\x11GetCommandRequest\x12\x1b\n" +
 	"\ttenant_id\x18\x01 \x01(\tR\btenantId\x12\x17\n" +
@@ -3038,7 +3092,7 @@ const file_bc_api_v1_api_proto_rawDesc = "" +
 	"\x06status\x18\x02 \x01(\tR\x06status\x12\x16\n" +
 	"\x06reason\x18\x03 \x01(\tR\x06reason\x12\x18\n" +
 	"\amessage\x18\x04 \x01(\tR\amessage\x120\n" +
-	"\x05since\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\x05since\"\xe8\x02\n" +
+	"\x05since\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\x05since\"\xfc\x02\n" +
 	"\x04Node\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1b\n" +
 	"\ttenant_id\x18\x02 \x01(\tR\btenantId\x12\x12\n" +
@@ -3051,7 +3105,8 @@ const file_bc_api_v1_api_proto_rawDesc = "" +
 	"\x12applied_generation\x18\a \x01(\x03R\x11appliedGeneration\x129\n" +
 	"\n" +
 	"created_at\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12#\n" +
-	"\rtrust_version\x18\t \x01(\x03R\ftrustVersion\"F\n" +
+	"\rtrust_version\x18\t \x01(\x03R\ftrustVersion\x12\x12\n" +
+	"\x04pool\x18d \x01(\tR\x04pool\"F\n" +
 	"\x13CreateTenantRequest\x12\x1b\n" +
 	"\ttenant_id\x18\x01 \x01(\tR\btenantId\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\"g\n" +
@@ -3059,19 +3114,21 @@ const file_bc_api_v1_api_proto_rawDesc = "" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x129\n" +
 	"\n" +
-	"created_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\"\x82\x01\n" +
+	"created_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\"\x96\x01\n" +
 	"\x11CreateNodeRequest\x12\x1b\n" +
 	"\ttenant_id\x18\x01 \x01(\tR\btenantId\x12\x17\n" +
 	"\anode_id\x18\x02 \x01(\tR\x06nodeId\x12\x12\n" +
 	"\x04role\x18\x03 \x01(\tR\x04role\x12#\n" +
-	"\rallowed_kinds\x18\x04 \x03(\tR\fallowedKinds\"\xa8\x01\n" +
+	"\rallowed_kinds\x18\x04 \x03(\tR\fallowedKinds\x12\x12\n" +
+	"\x04pool\x18d \x01(\tR\x04pool\"\xbc\x01\n" +
 	"\x16CreateJoinTokenRequest\x12\x1b\n" +
 	"\ttenant_id\x18\x01 \x01(\tR\btenantId\x12\x17\n" +
 	"\anode_id\x18\x02 \x01(\tR\x06nodeId\x12\x12\n" +
 	"\x04role\x18\x03 \x01(\tR\x04role\x12#\n" +
 	"\rallowed_kinds\x18\x04 \x03(\tR\fallowedKinds\x12\x1f\n" +
 	"\vttl_seconds\x18\x05 \x01(\x03R\n" +
-	"ttlSeconds\"u\n" +
+	"ttlSeconds\x12\x12\n" +
+	"\x04pool\x18d \x01(\tR\x04pool\"u\n" +
 	"\tJoinToken\x12\x14\n" +
 	"\x05token\x18\x01 \x01(\tR\x05token\x12\x17\n" +
 	"\anode_id\x18\x02 \x01(\tR\x06nodeId\x129\n" +

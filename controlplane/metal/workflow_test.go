@@ -1,0 +1,189 @@
+package metal_test
+
+import (
+	"context"
+	"encoding/hex"
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/better-compute/commands/controlplane/batches"
+	"github.com/better-compute/commands/controlplane/errcode"
+	"github.com/better-compute/commands/controlplane/kinds"
+	"github.com/better-compute/commands/controlplane/metal"
+	"github.com/better-compute/commands/controlplane/queue"
+	"github.com/better-compute/commands/internal/pgtest"
+	"github.com/better-compute/commands/internal/trust"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+type env struct {
+	ctx        context.Context
+	pool       *pgxpool.Pool
+	q          *queue.Queue
+	tenant     string
+	site, node string
+	quorum     batches.Quorum
+}
+
+func setup(t *testing.T) *env {
+	t.Helper()
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.DB(t)
+	reg, err := kinds.NewRegistry(append(kinds.FirstParty(), metal.Manifests()...)...)
+	require.NoError(t, err)
+	q := queue.New(reg, hclog.NewNullLogger())
+	ten, err := q.CreateTenant(ctx, pool, queue.Tenant{Name: "acme"})
+	require.NoError(t, err)
+	site, err := q.CreateNode(ctx, pool, queue.Node{TenantID: ten.ID, Role: "site"})
+	require.NoError(t, err)
+	n, err := q.CreateNode(ctx, pool, queue.Node{TenantID: ten.ID})
+	require.NoError(t, err)
+	pub, _, err := trust.NewEd25519()
+	require.NoError(t, err)
+	return &env{ctx: ctx, pool: pool, q: q, tenant: ten.ID, site: site.ID, node: n.ID,
+		quorum: batches.Quorum{Approvers: []trust.Approver{{Name: "alice", PublicKey: pub}}, Threshold: 1}}
+}
+
+func (e *env) start(t *testing.T, p metal.StartParams) (metal.Run, bool, error) {
+	t.Helper()
+	if p.TenantID == "" {
+		p.TenantID = e.tenant
+	}
+	if p.SiteNodeID == "" {
+		p.SiteNodeID = e.site
+	}
+	if p.Requester == "" {
+		p.Requester = "ops"
+	}
+	if p.Reason == "" {
+		p.Reason = "rack 4"
+	}
+	var run metal.Run
+	var dup bool
+	err := pgx.BeginFunc(e.ctx, e.pool, func(tx pgx.Tx) error {
+		var err error
+		run, dup, err = metal.Start(e.ctx, tx, e.q, e.quorum, p, time.Now())
+		return err
+	})
+	return run, dup, err
+}
+
+func power(t *testing.T, action string, machines ...string) []metal.Step {
+	s, err := metal.PowerSteps(machines, action)
+	require.NoError(t, err)
+	return s
+}
+
+// "metal.power ... creates its own batch whose leaves name each machine,
+// goes through the quorum, and reports per machine."
+func TestPowerCreatesItsBatchAndHoldsEveryMachine(t *testing.T) {
+	e := setup(t)
+	run, dup, err := e.start(t, metal.StartParams{Workflow: metal.WorkflowPower, Steps: power(t, "cycle", "m1", "m2", "m3"), IdempotencyKey: "k"})
+	require.NoError(t, err)
+	require.False(t, dup)
+	require.Len(t, run.Steps, 3)
+	b, err := batches.Get(e.ctx, e.pool, e.tenant, run.BatchID)
+	require.NoError(t, err)
+	require.Equal(t, batches.StateAwaiting, b.State)
+	require.Len(t, b.Scope, 3)
+	for i, s := range run.Steps {
+		c, err := e.q.Get(e.ctx, e.pool, e.site, s.CommandID)
+		require.NoError(t, err)
+		require.Equal(t, queue.Pending, c.State)
+		require.True(t, c.AwaitingApproval)
+		require.Equal(t, run.BatchID, c.BatchID)
+		require.Equal(t, "bmc.power", c.Kind)
+		var p map[string]string
+		require.NoError(t, json.Unmarshal(c.Payload, &p))
+		require.Equal(t, map[string]string{"bmc": s.Machine, "action": "cycle"}, p)
+		// The leaf binds the exact payload the node will hash.
+		require.Equal(t, batches.Leaf{Subject: e.site, Kind: "bmc.power", PayloadSHA256: hex.EncodeToString(trust.PayloadDigest(c.Payload))}, b.Scope[i])
+		ok, err := batches.CheckScope(e.ctx, e.pool, e.tenant, run.BatchID, e.site, "bmc.power", c.Payload, time.Now())
+		require.NoError(t, err)
+		require.True(t, ok)
+	}
+	// Another payload (another machine) is not in the scope.
+	_, err = batches.CheckScope(e.ctx, e.pool, e.tenant, run.BatchID, e.site, "bmc.power", []byte(`{"bmc":"m4","action":"cycle"}`), time.Now())
+	require.ErrorContains(t, err, "holds no leaf")
+
+	rep, err := metal.Get(e.ctx, e.pool, e.q, e.tenant, run.ID)
+	require.NoError(t, err)
+	require.Equal(t, metal.StateAwaitingApproval, rep.State)
+	require.Equal(t, 1, rep.ApprovalsNeeded)
+	require.Len(t, rep.Machines, 3)
+	require.Equal(t, "m1", rep.Machines[0].Machine)
+
+	again, dup, err := e.start(t, metal.StartParams{Workflow: metal.WorkflowPower, Steps: power(t, "cycle", "m1", "m2", "m3"), IdempotencyKey: "k"})
+	require.NoError(t, err)
+	require.True(t, dup)
+	require.Equal(t, run.ID, again.ID)
+
+	_, err = metal.Get(e.ctx, e.pool, e.q, "tenant_other", run.ID)
+	require.Equal(t, errcode.NotFound, errcode.CodeOf(err))
+}
+
+// Without approver keys the batch is recorded for audit and the commands
+// go at once.
+func TestWithoutAQuorumTheCommandsGoAtOnce(t *testing.T) {
+	e := setup(t)
+	e.quorum = batches.Quorum{}
+	run, _, err := e.start(t, metal.StartParams{Workflow: metal.WorkflowPower, Steps: power(t, "on", "m1")})
+	require.NoError(t, err)
+	c, err := e.q.Get(e.ctx, e.pool, e.site, run.Steps[0].CommandID)
+	require.NoError(t, err)
+	require.False(t, c.AwaitingApproval)
+	rep, err := metal.Get(e.ctx, e.pool, e.q, e.tenant, run.ID)
+	require.NoError(t, err)
+	require.Equal(t, metal.StateRunning, rep.State)
+	require.Equal(t, batches.StateRecorded, rep.BatchState)
+}
+
+func TestRefusalsLeaveNothingBehind(t *testing.T) {
+	e := setup(t)
+	// The BMC kinds run on a site agent: not on the machine's own node.
+	_, _, err := e.start(t, metal.StartParams{Workflow: metal.WorkflowPower, SiteNodeID: e.node, Steps: power(t, "off", "m1")})
+	require.Equal(t, errcode.InvalidState, errcode.CodeOf(err))
+	require.ErrorContains(t, err, "runs only on role site")
+
+	_, _, err = e.start(t, metal.StartParams{Workflow: metal.WorkflowPower, Steps: power(t, "off", "m1", "m1")})
+	require.ErrorContains(t, err, "machine m1 is listed twice")
+	_, _, err = e.start(t, metal.StartParams{Workflow: metal.WorkflowPower, Steps: power(t, "off", "../etc")})
+	require.ErrorContains(t, err, `machine "../etc"`)
+	_, err = metal.PowerSteps([]string{"m1"}, "explode")
+	require.ErrorContains(t, err, "must be one of on, off, soft, cycle, reset")
+	_, _, err = e.start(t, metal.StartParams{Workflow: metal.WorkflowPower})
+	require.ErrorContains(t, err, "needs 1 to 1000 machines")
+
+	var n int
+	require.NoError(t, e.pool.QueryRow(e.ctx, `SELECT (SELECT count(*) FROM metal_runs) + (SELECT count(*) FROM command_batches) + (SELECT count(*) FROM commands)`).Scan(&n))
+	require.Zero(t, n, "a refused run stores no run, batch or command")
+}
+
+func TestBulkSteps(t *testing.T) {
+	e := setup(t)
+	boot, err := metal.BulkStep("m1", "bmc.boot", json.RawMessage(`{"device":"pxe"}`))
+	require.NoError(t, err)
+	require.JSONEq(t, `{"bmc":"m1","device":"pxe"}`, string(boot.Payload))
+	on, err := metal.BulkStep("m2", "bmc.power", json.RawMessage(`{"action":"on"}`))
+	require.NoError(t, err)
+	run, _, err := e.start(t, metal.StartParams{Workflow: metal.WorkflowBulk, Steps: []metal.Step{boot, on}})
+	require.NoError(t, err)
+	require.Len(t, run.Steps, 2)
+
+	_, err = metal.BulkStep("m1", "node.reboot", nil)
+	require.ErrorContains(t, err, "metal.bulk runs bmc.power and bmc.boot")
+	_, err = metal.BulkStep("m1", "bmc.boot", json.RawMessage(`{"bmc":"m9","device":"pxe"}`))
+	require.ErrorContains(t, err, "payload names bmc m9")
+	// The kind's schema still applies.
+	bad, err := metal.BulkStep("m3", "bmc.boot", json.RawMessage(`{"device":"floppy"}`))
+	require.NoError(t, err)
+	_, _, err = e.start(t, metal.StartParams{Workflow: metal.WorkflowBulk, Steps: []metal.Step{bad}})
+	require.Equal(t, errcode.InvalidInput, errcode.CodeOf(err))
+	require.ErrorContains(t, err, "machine m3")
+}
