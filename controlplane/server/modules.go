@@ -9,6 +9,7 @@ import (
 
 	"github.com/better-compute/commands/controlplane/kinds"
 	"github.com/better-compute/commands/controlplane/modules"
+	"github.com/better-compute/commands/controlplane/rollout"
 )
 
 // startModules loads the modules: every process installs their settle hook
@@ -23,8 +24,11 @@ func (s *Server) startModules(cfg Config, reg *kinds.Registry) error {
 	return nil
 }
 
-// moduleList is the modules this server loads.
-func (s *Server) moduleList(Config) []modules.Module { return nil }
+// moduleList is the modules this server loads: the rollout module
+// (daemon.upgrade and the pools' desired daemon versions).
+func (s *Server) moduleList(Config) []modules.Module {
+	return []modules.Module{rollout.New(s.pool, s.queue, s.logger)}
+}
 
 // Modules is the module host.
 func (s *Server) Modules() *modules.Host { return s.modules }
