@@ -13,6 +13,7 @@ import (
 	"github.com/better-compute/commands/controlplane/reconciler"
 	"github.com/better-compute/commands/controlplane/remediation"
 	"github.com/better-compute/commands/internal/trust"
+	"github.com/better-compute/commands/controlplane/rollout"
 )
 
 // startModules loads the modules: every process installs their settle hook
@@ -32,7 +33,8 @@ func (s *Server) startModules(cfg Config, reg *kinds.Registry) error {
 }
 
 // moduleList is the modules this server loads: the provision module's
-// remediation and the health reconciler, each when enabled.
+// remediation and the health reconciler, each when enabled, and the
+// rollout module (daemon.upgrade and the pools' desired daemon versions).
 func (s *Server) moduleList(cfg Config) ([]modules.Module, error) {
 	mc := cfg.Modules
 	eng := remediation.Options{Quorum: s.Quorum, StaleAfter: time.Duration(mc.StaleAfter), VerifyTimeout: time.Duration(mc.VerifyTimeout),
@@ -56,7 +58,7 @@ func (s *Server) moduleList(cfg Config) ([]modules.Module, error) {
 		eng.PlatformKey = key
 		s.logger.Info("the platform approves its own batches as one approval", "approver", eng.PlatformKeyName, "key_id", id)
 	}
-	var out []modules.Module
+	out := []modules.Module{rollout.New(s.pool, s.queue, s.logger)}
 	if mc.Remediation.Enabled {
 		out = append(out, remediation.NewProvision(remediation.ProvisionOptions{Engine: eng, Interval: time.Duration(mc.Interval)}))
 	}
