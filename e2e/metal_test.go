@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -14,9 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"google.golang.org/protobuf/types/known/structpb"
 
-	"github.com/better-compute/commands/controlplane/join"
 	"github.com/better-compute/commands/controlplane/metal"
-	"github.com/better-compute/commands/controlplane/queue"
 	"github.com/better-compute/commands/controlplane/server"
 	"github.com/better-compute/commands/controlplane/server/servertest"
 	"github.com/better-compute/commands/controlplane/serverconfig"
@@ -52,13 +51,20 @@ func metalKinds(t *testing.T, cfg *server.Config) {
 	cfg.Allowlist = append(cfg.Allowlist, "bmc.sensors")
 }
 
-// joinSite registers a site agent (role site) and joins a bcd for it whose
-// plugins directory holds bc-kind-bmc and whose pluginEnv names the site
-// inventory.
+// joinSite sets up a site agent as docs/metal.md says: nodes.create and
+// nodes.createJoinToken with role site through the CLI, the bcd.yaml the
+// page shows (its inventory path and poll interval replaced), bc-kind-bmc
+// in the plugins directory, and bcd join.
 func (c *cluster) joinSite(inventory string) *node {
 	c.t.Helper()
-	_, err := c.srv.Queue.CreateNode(context.Background(), c.srv.Pool, queue.Node{ID: siteNode, TenantID: servertest.TenantA, Role: "site"})
-	require.NoError(c.t, err)
+	_, stderr, code := c.cliAs(servertest.TokAdmin, "api", "nodes.create", "tenantId="+servertest.TenantA, "nodeId="+siteNode, "role=site")
+	require.Equal(c.t, 0, code, stderr)
+	out, stderr, code := c.cliAs(servertest.TokAdmin, "api", "nodes.createJoinToken", "tenantId="+servertest.TenantA, "nodeId="+siteNode, "role=site")
+	require.Equal(c.t, 0, code, stderr)
+	var tok struct{ Token string }
+	require.NoError(c.t, json.Unmarshal([]byte(out), &tok))
+	require.True(c.t, strings.HasPrefix(tok.Token, "bcjoin_"), out)
+
 	bin := testutil.BuildBinary(c.t, "./plugins/bmc/cmd/bc-kind-bmc")
 	b, err := os.ReadFile(bin)
 	require.NoError(c.t, err)
@@ -66,11 +72,13 @@ func (c *cluster) joinSite(inventory string) *node {
 
 	n := &node{c: c, state: c.t.TempDir(), boot: filepath.Join(c.t.TempDir(), "boot_id"), config: filepath.Join(c.t.TempDir(), "bcd.yaml"), logs: &lockedBuffer{}}
 	require.NoError(c.t, os.WriteFile(n.boot, []byte("boot-1\n"), 0o600))
-	conf := "role: site\nlogLevel: debug\npluginEnv:\n  BCD_SITE_INVENTORY: " + inventory + "\n  BCD_BMC_POLL_INTERVAL: 100ms\n  BCD_BMC_PROVIDER_TIMEOUT: 10s\n"
-	require.NoError(c.t, os.WriteFile(n.config, []byte(conf), 0o600))
-	tok, err := c.srv.Server.Join().CreateToken(context.Background(), c.srv.Pool, join.TokenRequest{NodeID: siteNode, Role: "site"})
-	require.NoError(c.t, err)
-	out, errs, code := n.bcd("join", "--token", tok.Value, "--server", c.srv.Gateway, "--ca-file", filepath.Join(c.srv.CADir, "ca.pem"))
+	conf := docBlock(c.t, "site-bcd.yaml")
+	require.Contains(c.t, conf, "/etc/bcd/site-inventory.yaml")
+	require.Contains(c.t, conf, "BCD_BMC_POLL_INTERVAL: 3s")
+	conf = strings.Replace(conf, "/etc/bcd/site-inventory.yaml", inventory, 1)
+	conf = strings.Replace(conf, "BCD_BMC_POLL_INTERVAL: 3s", "BCD_BMC_POLL_INTERVAL: 100ms", 1)
+	require.NoError(c.t, os.WriteFile(n.config, []byte(conf+"logLevel: debug\n"), 0o600))
+	out, errs, code := n.bcd("join", "--token", tok.Token, "--server", c.srv.Gateway, "--ca-file", filepath.Join(c.srv.CADir, "ca.pem"))
 	require.Equal(c.t, 0, code, "bcd join: %s", errs)
 	require.Contains(c.t, out, "joined as "+siteNode+" (role site)")
 	c.t.Cleanup(func() {
@@ -80,6 +88,25 @@ func (c *cluster) joinSite(inventory string) *node {
 		}
 	})
 	return n
+}
+
+// docBlock returns the fenced block that follows <!-- marker --> in
+// docs/metal.md.
+func docBlock(t *testing.T, marker string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("..", "docs", "metal.md"))
+	require.NoError(t, err)
+	m := regexp.MustCompile(`(?s)<!-- ` + regexp.QuoteMeta(marker) + ` -->\s*` + "```" + `[a-z]*\n(.*?)` + "```").FindSubmatch(b)
+	require.NotNil(t, m, "docs/metal.md has no block after <!-- %s -->", marker)
+	// The block is indented inside a list item.
+	lines := strings.Split(string(m[1]), "\n")
+	indent := len(lines[0]) - len(strings.TrimLeft(lines[0], " "))
+	for i, l := range lines {
+		if len(l) >= indent {
+			lines[i] = l[indent:]
+		}
+	}
+	return strings.Join(lines, "\n")
 }
 
 // mockSite starts three BMCs, two Redfish (DMTF's rackmount1 mockup) and
