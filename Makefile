@@ -48,9 +48,20 @@ deps-demo:
 	@scripts/install-deps demo
 
 ## test: vet, then the whole suite with -race (the repository's module against a throwaway PostgreSQL, then the SDK's module)
-test: deps-test fmt-check vet proto-check cgo-warnings-check
+test: deps-test ts-deps fmt-check vet proto-check cgo-warnings-check
 	scripts/with-postgres $(GO) test $(GOFLAGS_TEST) $(PKGS)
 	cd $(SDK) && $(GO) test $(GOFLAGS_TEST) $(SDK_PKGS)
+	$(MAKE) test-ts
+
+## ts-deps: the TypeScript client's npm packages from its lockfile (npm ci in sdk/typescript)
+.PHONY: ts-deps test-ts
+TS := sdk/typescript
+ts-deps:
+	cd $(TS) && npm ci --no-audit --no-fund
+
+## test-ts: the TypeScript client's Node tests (the spec's snippets, verbatim) against a real bc-server with bcd nodes on mock GPUs and a throwaway PostgreSQL
+test-ts: deps-test ts-deps build demo-tools
+	BIN=$(BIN) scripts/with-postgres scripts/test-ts
 
 ## test-sdk: the SDK module's tests alone (no PostgreSQL needed)
 .PHONY: test-sdk
@@ -78,8 +89,9 @@ cgo-warnings-check:
 proto:
 	$(GO) tool buf lint
 	$(GO) tool buf generate
+	$(GO) tool buf generate --template buf.gen.ts.yaml --path proto/bc/api/v1
 
-## proto-check: fail when the committed generated code is stale (both buf modules)
+## proto-check: fail when the committed generated code is stale (both buf modules, and the TypeScript client's sdk/typescript/src/gen)
 PROTO_DIRS := proto sdk/proto
 proto-check:
 	@rm -rf .cache/proto-check
@@ -89,6 +101,11 @@ proto-check:
 	  diff -r -q --exclude='*.proto' .cache/proto-check/$$d $$d >/dev/null 2>&1 || \
 	  { diff -r --exclude='*.proto' .cache/proto-check/$$d $$d | head -20; echo "generated protobuf code is stale: run 'make proto' and commit"; rm -rf .cache/proto-check; exit 1; }; \
 	done
+	@test -x $(TS)/node_modules/.bin/protoc-gen-es || { echo "$(TS)/node_modules is missing: run make ts-deps"; exit 1; }
+	@$(GO) tool buf generate --template buf.gen.ts.yaml --path proto/bc/api/v1 -o .cache/proto-check >/dev/null 2>&1 || \
+	  { echo "buf generate (TypeScript) failed: run 'make proto' to see why"; exit 1; }
+	@diff -r -q .cache/proto-check/$(TS)/src/gen $(TS)/src/gen >/dev/null 2>&1 || \
+	  { diff -r .cache/proto-check/$(TS)/src/gen $(TS)/src/gen | head -20; echo "generated TypeScript code is stale: run 'make proto' and commit"; rm -rf .cache/proto-check; exit 1; }
 	@rm -rf .cache/proto-check
 
 ## docs: regenerate the kind reference (docs/reference/kinds.md) from the manifests

@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -349,3 +350,30 @@ func TestAlertsAndDashboards_NameServedSeries(t *testing.T) {
 
 // seriesName matches a bc_ or bcd_ series name in a query or in Go source.
 var seriesName = regexp.MustCompile(`\bbcd?_[a-z][a-z0-9_]*[a-z0-9]\b`)
+
+// "the unit's settings (KillMode, StartLimitBurst) let the helper work":
+// the start limit allows the helper's two restarts of a rollback plus
+// Restart=on-failure's within one interval, KillMode stays control-group
+// (the helper is a transient unit outside bcd's cgroup), and the package
+// ships the helper beside, never inside, the plugin directory.
+func TestBcdUnit_LetsTheUpgradeHelperWork(t *testing.T) {
+	f, err := os.Open("bcd/bcd.service")
+	require.NoError(t, err)
+	defer f.Close()
+	opts, err := unit.DeserializeOptions(f)
+	require.NoError(t, err)
+	u := map[string]string{}
+	for _, o := range opts {
+		if o.Section == "Unit" {
+			u[o.Name] = o.Value
+		}
+	}
+	burst, err := strconv.Atoi(u["StartLimitBurst"])
+	require.NoError(t, err)
+	require.GreaterOrEqual(t, burst, 5, "two helper restarts and Restart=on-failure's within the interval")
+	require.NotEmpty(t, u["StartLimitIntervalSec"])
+	require.Equal(t, "control-group", service(t, "bcd/bcd.service")["KillMode"])
+	r := readRecipe(t, "bcd")
+	src, _, _ := dst(t, r, "/usr/lib/bcd/bcd-upgrader")
+	require.Equal(t, "dist/stage/bcd-upgrader", src)
+}

@@ -105,7 +105,9 @@ fi
 // make test with the caller's PostgreSQL (PG* set) needs no pg_virtualenv.
 func TestInstallDepsForTestWithTheCallersPostgres(t *testing.T) {
 	dir := fakeBin(t)
-	require.NoError(t, os.WriteFile(filepath.Join(dir, "dbus-daemon"), []byte("#!/bin/sh\n"), 0o755))
+	for _, c := range []string{"dbus-daemon", "chromium"} {
+		require.NoError(t, os.WriteFile(filepath.Join(dir, c), []byte("#!/bin/sh\n"), 0o755))
+	}
 	bash, err := exec.LookPath("bash")
 	require.NoError(t, err)
 	cmd := exec.Command(bash, filepath.Join(dir, "install-deps"), "test")

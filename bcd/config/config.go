@@ -5,6 +5,7 @@
 package config
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -34,6 +35,11 @@ const (
 	EnvNVML = "BCD_NVML"
 	// EnvStateDir carries the state directory to plugins that keep state.
 	EnvStateDir = "BCD_STATE_DIR"
+	// EnvInstallDir carries installDir to daemon.upgrade.
+	EnvInstallDir = "BCD_INSTALL_DIR"
+	// EnvConfigFile carries the config file's path to daemon.upgrade, whose
+	// self-check of a new version loads the same config.
+	EnvConfigFile = "BCD_CONFIG_FILE"
 )
 
 // Config is bcd's configuration.
@@ -48,6 +54,16 @@ type Config struct {
 	PluginDir string `json:"pluginDir"`
 	// PluginSHA256 pins plugin binaries: file name -> hex SHA-256.
 	PluginSHA256 map[string]string `json:"pluginSha256,omitempty"`
+	// PluginPinsFile is a JSON object (file name -> hex SHA-256) of more
+	// pins, merged under PluginSHA256: an install directory's version
+	// carries the pins of its own plugins there, so a new bcd comes with
+	// pins that match its plugins.
+	PluginPinsFile string `json:"pluginPinsFile,omitempty"`
+	// InstallDir is the versioned install directory daemon.upgrade swaps
+	// (versions/<v>/ and the current symlink); empty: upgrades are refused.
+	InstallDir string `json:"installDir,omitempty"`
+	// ConfigPath is the file the config was read from (not a setting).
+	ConfigPath string `json:"-"`
 	// PluginEnv is extra environment for every plugin.
 	PluginEnv map[string]string `json:"pluginEnv,omitempty"`
 	// PluginStartTimeout bounds one plugin start.
@@ -204,6 +220,12 @@ func (c Config) PluginEnvironment() []string {
 	if c.StateDir != "" {
 		env = append(env, EnvStateDir+"="+c.StateDir)
 	}
+	if c.InstallDir != "" {
+		env = append(env, EnvInstallDir+"="+c.InstallDir)
+	}
+	if c.ConfigPath != "" {
+		env = append(env, EnvConfigFile+"="+c.ConfigPath)
+	}
 	return env
 }
 
@@ -231,6 +253,8 @@ type Flags struct {
 	bootIDFile    string
 	trustAnchors  []string
 	maxClockSkew  time.Duration
+	pinsFile      string
+	installDir    string
 	pathSpecified bool
 }
 
@@ -256,6 +280,8 @@ func RegisterFlags(fs *pflag.FlagSet) *Flags {
 	fs.StringVar(&f.bootIDFile, "boot-id-file", "", "file holding the boot id (bootIdFile)")
 	fs.StringArrayVar(&f.trustAnchors, "trust-anchor", nil, "a command-signing root public key file (trustAnchors), repeatable")
 	fs.DurationVar(&f.maxClockSkew, "max-clock-skew", 0, "the largest offset a Welcome's server time may apply once commands are signed (maxClockSkew)")
+	fs.StringVar(&f.pinsFile, "plugin-pins-file", "", "a JSON file of more plugin pins, name -> hex SHA-256 (pluginPinsFile)")
+	fs.StringVar(&f.installDir, "install-dir", "", "versioned install directory daemon.upgrade swaps (installDir)")
 	return f
 }
 
@@ -269,7 +295,43 @@ func (f *Flags) Load() (Config, error) {
 	if err := f.Apply(&c); err != nil {
 		return Config{}, err
 	}
+	if abs, err := filepath.Abs(f.Path); err == nil && (f.fs.Changed("config") || fileExists(abs)) {
+		c.ConfigPath = abs
+	}
+	if err := c.loadPins(); err != nil {
+		return Config{}, err
+	}
 	return c, nil
+}
+
+func fileExists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
+}
+
+// loadPins merges PluginPinsFile under PluginSHA256: a pin in the config
+// or on the command line wins over the file's.
+func (c *Config) loadPins() error {
+	if c.PluginPinsFile == "" {
+		return nil
+	}
+	b, err := os.ReadFile(c.PluginPinsFile)
+	if err != nil {
+		return fmt.Errorf("pluginPinsFile: %w", err)
+	}
+	var pins map[string]string
+	if err := json.Unmarshal(b, &pins); err != nil {
+		return fmt.Errorf("pluginPinsFile %s: not a JSON object of file name to hex SHA-256: %w", c.PluginPinsFile, err)
+	}
+	if c.PluginSHA256 == nil {
+		c.PluginSHA256 = map[string]string{}
+	}
+	for k, v := range pins {
+		if _, ok := c.PluginSHA256[k]; !ok {
+			c.PluginSHA256[k] = v
+		}
+	}
+	return nil
 }
 
 // Apply writes the flags given on the command line over c.
@@ -295,6 +357,8 @@ func (f *Flags) Apply(c *Config) error {
 	set("boot-id-file", func() { c.BootIDFile = f.bootIDFile })
 	set("trust-anchor", func() { c.TrustAnchors = append([]string(nil), f.trustAnchors...) })
 	set("max-clock-skew", func() { c.MaxClockSkew = kind.Duration(f.maxClockSkew) })
+	set("plugin-pins-file", func() { c.PluginPinsFile = f.pinsFile })
+	set("install-dir", func() { c.InstallDir = f.installDir })
 	var errs []error
 	pairs := func(flag string, vals []string, into *map[string]string) {
 		for _, v := range vals {

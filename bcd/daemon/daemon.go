@@ -81,6 +81,9 @@ type Config struct {
 	// publishes (not progress steps, not duplicate answers): bcd's metrics
 	// count commands by kind, state and reason there. Keep it cheap.
 	OnState func(u Update)
+	// Handoff settles the self-terminating kinds that restart bcd rather
+	// than the node (daemon.upgrade); nil: none.
+	Handoff Handoff
 	// Tracer records each command's spans on the node (SpanCommand and its
 	// children) under the envelope's trace_parent; none when nil.
 	Tracer trace.Tracer
@@ -109,6 +112,9 @@ type Daemon struct {
 	closing bool
 
 	compactDone chan struct{}
+
+	// settleLock serialises SettleHandoff.
+	settleLock sync.Mutex
 }
 
 // entry is a command bcd is working on: waiting for a spec, journaled and

@@ -20,6 +20,10 @@ type RecoverReport struct {
 	// NotRebooted are self-terminating commands that failed because the
 	// boot id did not change.
 	NotRebooted []string
+	// HandedOff are commands the Handoff settled; Pending those it left
+	// unfinished for later.
+	HandedOff []string
+	Pending   []string
 }
 
 // Recover settles the commands the journal holds as accepted or running,
@@ -53,6 +57,15 @@ func (d *Daemon) Recover(ctx context.Context) (RecoverReport, error) {
 			d.logger.Info("command finished", "command_id", rec.ID, "kind", rec.Kind, "state", rec.State, "reason", rec.Reason, "recovered", true)
 		}
 		switch {
+		case d.cfg.Handoff != nil && d.cfg.Handoff.Handles(rec.Kind):
+			out, pending := d.cfg.Handoff.Recovered(rec)
+			if pending {
+				d.logger.Info("a handed-off command waits for its outcome", "command_id", rec.ID, "kind", rec.Kind)
+				rep.Pending = append(rep.Pending, rec.ID)
+				continue
+			}
+			d.settleRecord(rec, out)
+			rep.HandedOff = append(rep.HandedOff, rec.ID)
 		case rec.Flags.SelfTerminating && rec.BootID != "" && rec.BootID != d.bootID:
 			rec.Rebooted = true
 			settle(journal.StateSucceeded, "", "a new boot completed it")

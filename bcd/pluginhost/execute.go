@@ -108,6 +108,9 @@ func (h *Host) Execute(ctx context.Context, cmd kind.Command, progress func(perc
 			NodeId:   cmd.NodeID,
 			Payload:  cmd.Payload,
 			Deadline: timestamppb.New(deadline),
+			// The secretRefs' values, in memory only: the request is
+			// never logged or journalled.
+			Secrets: cmd.Secrets,
 		},
 		HostBrokerId: p.brokerID,
 	}

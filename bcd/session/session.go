@@ -82,6 +82,10 @@ type Config struct {
 	// NodeKey is the node's key: it signs the AllocationBound statements of
 	// applied specs. Nil sends none.
 	NodeKey crypto.Signer
+	// OnWelcome, when set, is called on its own goroutine after each
+	// Welcome: the control plane acknowledged the node (daemon.upgrade's
+	// rejoin marker is written there).
+	OnWelcome func()
 	// Logger logs; nil discards.
 	Logger hclog.Logger
 }
@@ -362,6 +366,9 @@ func (c *Client) welcome(stream agentv1.Session_ConnectClient, w *agentv1.Welcom
 	c.lock.Unlock()
 	c.logger.Info("session open", "epoch", w.GetSessionEpoch(), "resending", len(resend))
 	c.resend(stream, resend)
+	if c.cfg.OnWelcome != nil {
+		go c.cfg.OnWelcome()
+	}
 }
 
 // send sends m on the current stream; without one it reports false.

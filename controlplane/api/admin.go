@@ -43,7 +43,7 @@ func (n *nodesServer) CreateJoinToken(ctx context.Context, req *apiv1.CreateJoin
 	}
 	ttl := time.Duration(req.GetTtlSeconds()) * time.Second
 	tok, err := s.join.CreateToken(ctx, s.pool, join.TokenRequest{NodeID: req.GetNodeId(), Role: req.GetRole(),
-		AllowedKinds: req.GetAllowedKinds(), TTL: ttl})
+		AllowedKinds: req.GetAllowedKinds(), TTL: ttl, Pool: req.GetPool()})
 	if errors.Is(err, join.ErrNodeNotFound) {
 		return nil, apierr.New(apierr.NotFound, "node "+req.GetNodeId()+" not found", map[string]string{"nodeId": req.GetNodeId()})
 	}

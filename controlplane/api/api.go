@@ -152,6 +152,8 @@ func (s *Server) Register(g grpc.ServiceRegistrar) {
 	apiv1.RegisterEventsServer(g, &eventsServer{s: s})
 	apiv1.RegisterNodesServer(g, &nodesServer{s: s})
 	apiv1.RegisterCommandBatchesServer(g, &batchesServer{s: s})
+	apiv1.RegisterPoolsServer(g, &poolsServer{s: s})
+	apiv1.RegisterReconcilerServer(g, &reconcilerServer{s: s})
 }
 
 // lookupNode tells auth which tenant owns a node.

@@ -45,9 +45,9 @@ func (n *nodesServer) Get(ctx context.Context, req *apiv1.GetNodeRequest) (*apiv
 		created    time.Time
 	)
 	var mismatches []byte
-	err := s.pool.QueryRow(ctx, `SELECT role, allowed_kinds, inventory, conditions, applied_generation, created_at, trust_version, kind_mismatches
+	err := s.pool.QueryRow(ctx, `SELECT role, allowed_kinds, inventory, conditions, applied_generation, created_at, trust_version, kind_mismatches, pool
 		FROM nodes WHERE id = $1 AND tenant_id = $2 AND deleted_at IS NULL`, req.GetNodeId(), req.GetTenantId()).
-		Scan(&out.Role, &allowed, &inv, &conds, &out.AppliedGeneration, &created, &out.TrustVersion, &mismatches)
+		Scan(&out.Role, &allowed, &inv, &conds, &out.AppliedGeneration, &created, &out.TrustVersion, &mismatches, &out.Pool)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, apierr.New(apierr.NotFound, "node "+req.GetNodeId()+" not found", map[string]string{"nodeId": req.GetNodeId()})
 	}
@@ -119,6 +119,11 @@ func (n *nodesServer) Create(ctx context.Context, req *apiv1.CreateNodeRequest) 
 	if err := validKinds("allowedKinds", req.GetAllowedKinds()); err != nil {
 		return nil, err
 	}
+	if req.GetPool() != "" {
+		if err := validID("pool", req.GetPool()); err != nil {
+			return nil, err
+		}
+	}
 	nodeID := req.GetNodeId()
 	if nodeID == "" {
 		nodeID = ids.NewNode()
@@ -134,7 +139,7 @@ func (n *nodesServer) Create(ctx context.Context, req *apiv1.CreateNodeRequest) 
 	if req.GetAllowedKinds() != nil {
 		allowed = req.GetAllowedKinds()
 	}
-	node, err := s.queue.CreateNode(ctx, s.pool, queue.Node{ID: nodeID, TenantID: req.GetTenantId(), Role: req.GetRole(), AllowedKinds: allowed})
+	node, err := s.queue.CreateNode(ctx, s.pool, queue.Node{ID: nodeID, TenantID: req.GetTenantId(), Role: req.GetRole(), AllowedKinds: allowed, Pool: req.GetPool()})
 	if errors.Is(err, &queue.Error{Code: queue.Conflict, Reason: "node-exists"}) {
 		return nil, s.nodeIDTaken(ctx, req.GetTenantId(), nodeID)
 	}
@@ -143,7 +148,7 @@ func (n *nodesServer) Create(ctx context.Context, req *apiv1.CreateNodeRequest) 
 	}
 	s.outage.OK()
 	return &apiv1.Node{Id: node.ID, TenantId: node.TenantID, Role: node.Role, AllowedKinds: node.AllowedKinds,
-		AppliedGeneration: node.AppliedGeneration, CreatedAt: timestamppb.New(node.CreatedAt)}, nil
+		AppliedGeneration: node.AppliedGeneration, CreatedAt: timestamppb.New(node.CreatedAt), Pool: node.Pool}, nil
 }
 
 // ConditionKindsMatchRegistry is the control plane's own condition of a

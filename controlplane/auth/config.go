@@ -42,6 +42,13 @@ const (
 	// PermBatchesApprove uploads an approver's signature (tenant/{tenantId});
 	// the key, not the grant, is what counts, and an agent never approves.
 	PermBatchesApprove = "compute:batches:approve"
+	// PermPoolsRead reads a pool: its budget, locks and the reconciler's
+	// plan for it (compute-pool/{pool}).
+	PermPoolsRead = "compute:pools:read"
+	// PermPoolsAdmin sets a pool's budget, resets its breaker and moves
+	// nodes into it (compute-pool/{pool}; moving a node also needs
+	// compute:nodes:admin on the node).
+	PermPoolsAdmin = "compute:pools:admin"
 )
 
 // Permissions are the permissions the API checks, each documented with its
@@ -51,6 +58,9 @@ var Permissions = []string{PermNodesExec, PermNodesRead, PermNodesCreate, PermNo
 
 // NodeResource is the resource name of a node: compute-node/{nodeId}.
 func NodeResource(nodeID string) string { return "compute-node/" + nodeID }
+
+// PoolResource is the resource name of a pool: compute-pool/{pool}.
+func PoolResource(pool string) string { return "compute-pool/" + pool }
 
 // TenantResource is the resource name of a tenant: tenant/{tenantId}.
 func TenantResource(tenantID string) string { return "tenant/" + tenantID }

@@ -245,10 +245,21 @@ func Get(ctx context.Context, db store.DBTX, tenantID, id string) (Batch, error)
 
 // List returns the tenant's batches, newest first, filtered by state.
 func List(ctx context.Context, db store.DBTX, tenantID, state string, limit int) ([]Batch, error) {
+	return list(ctx, db, tenantID, state, "", limit)
+}
+
+// ListByRequesterPrefix returns the tenant's batches whose requester starts
+// with prefix (the platform's: "platform:"), newest first.
+func ListByRequesterPrefix(ctx context.Context, db store.DBTX, tenantID, prefix string, limit int) ([]Batch, error) {
+	return list(ctx, db, tenantID, "", prefix, limit)
+}
+
+func list(ctx context.Context, db store.DBTX, tenantID, state, requesterPrefix string, limit int) ([]Batch, error) {
 	if limit <= 0 || limit > 200 {
 		limit = 100
 	}
-	rows, err := db.Query(ctx, `SELECT `+columns+` FROM command_batches WHERE tenant_id = $1 AND ($2 = '' OR state = $2) ORDER BY created_at DESC, id DESC LIMIT $3`, tenantID, state, limit)
+	rows, err := db.Query(ctx, `SELECT `+columns+` FROM command_batches WHERE tenant_id = $1 AND ($2 = '' OR state = $2)
+		AND ($4 = '' OR starts_with(requester, $4)) ORDER BY created_at DESC, id DESC LIMIT $3`, tenantID, state, limit, requesterPrefix)
 	if err != nil {
 		return nil, fmt.Errorf("listing batches: %w", err)
 	}

@@ -17,10 +17,23 @@ import (
 	apiv1 "github.com/better-compute/commands/proto/bc/api/v1"
 )
 
-// apiFiles are the proto files whose services the CLI exposes (the API and
-// the metal module's); referencing the generated package registers them in
-// protoregistry.GlobalFiles.
-var apiFiles = []protoreflect.FileDescriptor{apiv1.File_bc_api_v1_api_proto, apiv1.File_bc_api_v1_metal_proto}
+// apiPackage is the proto package whose services the CLI exposes: every
+// file of it (api.proto, pools.proto, ...). Referencing the generated Go
+// package registers its files in protoregistry.GlobalFiles.
+var apiPackage = apiv1.File_bc_api_v1_api_proto.Package()
+
+// apiServices lists the services of every file of apiPackage.
+func apiServices() []protoreflect.ServiceDescriptor {
+	var out []protoreflect.ServiceDescriptor
+	protoregistry.GlobalFiles.RangeFilesByPackage(apiPackage, func(f protoreflect.FileDescriptor) bool {
+		svcs := f.Services()
+		for i := 0; i < svcs.Len(); i++ {
+			out = append(out, svcs.Get(i))
+		}
+		return true
+	})
+	return out
+}
 
 // Method is one API method as the CLI names it.
 type Method struct {
@@ -46,19 +59,15 @@ func lowerCamel(s string) string {
 // Methods lists every method of the API, sorted by name.
 func Methods() []Method {
 	var out []Method
-	for _, f := range apiFiles {
-		svcs := f.Services()
-		for i := 0; i < svcs.Len(); i++ {
-			svc := svcs.Get(i)
-			ms := svc.Methods()
-			for j := 0; j < ms.Len(); j++ {
-				m := ms.Get(j)
-				out = append(out, Method{
-					Name:       lowerCamel(string(svc.Name())) + "." + lowerCamel(string(m.Name())),
-					FullMethod: "/" + string(svc.FullName()) + "/" + string(m.Name()),
-					Desc:       m,
-				})
-			}
+	for _, svc := range apiServices() {
+		ms := svc.Methods()
+		for j := 0; j < ms.Len(); j++ {
+			m := ms.Get(j)
+			out = append(out, Method{
+				Name:       lowerCamel(string(svc.Name())) + "." + lowerCamel(string(m.Name())),
+				FullMethod: "/" + string(svc.FullName()) + "/" + string(m.Name()),
+				Desc:       m,
+			})
 		}
 	}
 	sort.Slice(out, func(a, b int) bool { return out[a].Name < out[b].Name })

@@ -2,6 +2,9 @@ package gateway
 
 import (
 	"context"
+	"encoding/json"
+
+	"github.com/better-compute/commands/internal/upgrade"
 	"github.com/better-compute/commands/sdk/kind"
 
 	"github.com/jackc/pgx/v5"
@@ -58,10 +61,33 @@ func settledByReconnect(c queue.Command, prev queue.SessionStart, hello *agentv1
 	newRole := prev.PrevRole != role
 	newJournal := prev.PrevJournalID != "" && prev.PrevJournalID != hello.GetJournalId()
 	switch {
+	case c.Kind == upgrade.KindName:
+		// daemon.upgrade restarts bcd on the same boot: the new daemon's
+		// version in Hello proves it, a new boot proves nothing. A
+		// rollback is reported by the old daemon, with what was tried.
+		if target := upgradeTarget(c.Payload); target != "" && hello.GetDaemonVersion() == target {
+			return &queue.Transition{CommandID: c.ID, NodeID: c.NodeID, To: queue.Succeeded, Reason: ReasonUpgraded}
+		}
 	case (newBoot || newRole) && c.Flags.SelfTerminating:
 		return &queue.Transition{CommandID: c.ID, NodeID: c.NodeID, To: queue.Succeeded, Reason: kind.ReasonRebooted, Rebooted: true}
 	case newJournal && !c.Flags.RetrySafe:
 		return &queue.Transition{CommandID: c.ID, NodeID: c.NodeID, To: queue.Failed, Reason: kind.ReasonJournalLost}
 	}
 	return nil
+}
+
+// ReasonUpgraded is the reason of a daemon.upgrade that the new daemon's
+// first Hello settled.
+const ReasonUpgraded = "upgraded"
+
+// upgradeTarget is a daemon.upgrade payload's targetVersion, "" when it
+// has none.
+func upgradeTarget(payload []byte) string {
+	var p struct {
+		TargetVersion string `json:"targetVersion"`
+	}
+	if json.Unmarshal(payload, &p) != nil {
+		return ""
+	}
+	return p.TargetVersion
 }

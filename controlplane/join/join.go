@@ -62,6 +62,8 @@ type TokenRequest struct {
 	AllowedKinds []string
 	// TTL is how long the token may be used (DefaultTTL when zero, at most MaxTTL).
 	TTL time.Duration
+	// Pool, when set, is the pool the node joins into (its label).
+	Pool string
 }
 
 // Token is a created join token. Value is shown once: only its hash is stored.
@@ -129,6 +131,11 @@ func (s *Service) CreateToken(ctx context.Context, db store.DBTX, req TokenReque
 	if err := names.Role(role); err != nil {
 		return Token{}, invalidInput("role", err)
 	}
+	if req.Pool != "" {
+		if err := names.ID("pool", req.Pool); err != nil {
+			return Token{}, invalidInput("pool", err)
+		}
+	}
 	var allowed []string
 	for i, k := range req.AllowedKinds {
 		if k = strings.TrimSpace(k); k == "" {
@@ -147,9 +154,9 @@ func (s *Service) CreateToken(ctx context.Context, db store.DBTX, req TokenReque
 	// The node must exist and not be deleted; the INSERT ... SELECT makes
 	// that one statement.
 	err := db.QueryRow(ctx, `
-		INSERT INTO join_tokens (token_sha256, node_id, role, allowed_kinds, expires_at)
-		SELECT $1, id, $3, $4, now() + $5 * interval '1 microsecond' FROM nodes WHERE id = $2 AND deleted_at IS NULL
-		RETURNING expires_at`, Hash(tok.Value), req.NodeID, role, allowed, ttl.Microseconds()).Scan(&tok.ExpiresAt)
+		INSERT INTO join_tokens (token_sha256, node_id, role, allowed_kinds, expires_at, pool)
+		SELECT $1, id, $3, $4, now() + $5 * interval '1 microsecond', $6 FROM nodes WHERE id = $2 AND deleted_at IS NULL
+		RETURNING expires_at`, Hash(tok.Value), req.NodeID, role, allowed, ttl.Microseconds(), req.Pool).Scan(&tok.ExpiresAt)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Token{}, fmt.Errorf("join token for %s: %w", req.NodeID, ErrNodeNotFound)
 	}
@@ -192,18 +199,25 @@ func (s *Service) Join(ctx context.Context, req *agentv1.JoinRequest) (*agentv1.
 			return nil, status.Error(codes.Unavailable, "join: the trust bundle could not be read; retry")
 		}
 	}
+	var pool string
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		// The guarded UPDATE is the whole check: a second join with the
 		// same token waits on the row lock, then finds used_at set.
 		err := tx.QueryRow(ctx, `
 			UPDATE join_tokens SET used_at = now()
 			WHERE token_sha256 = $1 AND used_at IS NULL AND expires_at > now()
-			RETURNING node_id, role, allowed_kinds`, Hash(req.GetToken())).Scan(&id.NodeID, &id.Role, &id.AllowedKinds)
+			RETURNING node_id, role, allowed_kinds, pool`, Hash(req.GetToken())).Scan(&id.NodeID, &id.Role, &id.AllowedKinds, &pool)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return errBadToken
 		}
 		if err != nil {
 			return fmt.Errorf("burning join token: %w", err)
+		}
+		// The token's pool is the node's label from now on.
+		if pool != "" {
+			if _, err := tx.Exec(ctx, `UPDATE nodes SET pool = $2 WHERE id = $1`, id.NodeID, pool); err != nil {
+				return fmt.Errorf("setting the pool of %s: %w", id.NodeID, err)
+			}
 		}
 		if cert, err = s.ca.IssueNode(req.GetCsr(), id); err != nil {
 			return status.Errorf(codes.InvalidArgument, "%v", err)

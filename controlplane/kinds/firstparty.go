@@ -14,8 +14,9 @@ import (
 // sdk/kind, so the registry links none of the plugins' code (D-Bus, NVML,
 // the GPU tools); TestFirstPartyLinksOnlyTheManifests keeps it so. The
 // built-ins are inventory.refresh, diag.nvml, logs.collect, node.reboot and
-// gpu.reset. diag.dcgm, whose plugin also ships with bcd, is the metal
-// module's: controlplane/metal.Manifests registers it with the BMC kinds.
+// gpu.reset. diag.dcgm (whose plugin also ships with bcd), disk.wipe and
+// disk.deploy are the metal module's: controlplane/metal.Manifests registers
+// them with the BMC kinds.
 //
 // EXTEND HERE when a new first-party plugin lands: import its manifest
 // package and append its manifest value.

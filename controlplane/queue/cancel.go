@@ -56,6 +56,11 @@ func (q *Queue) Cancel(ctx context.Context, tx pgx.Tx, nodeID, commandID string)
 	if err != nil {
 		return Command{}, fmt.Errorf("cancelling %s: %w", commandID, err)
 	}
+	if h := q.hook(); h != nil && cmd.State == Cancelled {
+		if err := h(ctx, tx, []Command{cmd}); err != nil {
+			return Command{}, fmt.Errorf("recording what cancelling %s wakes: %w", commandID, err)
+		}
+	}
 	return cmd, nil
 }
 
@@ -90,6 +95,22 @@ func (q *Queue) DeleteNode(ctx context.Context, tx pgx.Tx, nodeID string) (cance
 	}
 	if nodes == 0 {
 		return 0, nodeNotFound(nodeID)
+	}
+	if h := q.hook(); h != nil && cancelled > 0 {
+		// now() is the transaction's start, so settled_at = now() finds
+		// exactly the commands this deletion settled.
+		rows, err := tx.Query(ctx, `SELECT `+commandColumns("c")+` FROM commands c
+			WHERE c.node_id = $1 AND c.reason = '`+ReasonNodeDeleted+`' AND c.settled_at = now()`, nodeID)
+		if err != nil {
+			return 0, fmt.Errorf("reading what deleting node %s settled: %w", nodeID, err)
+		}
+		settled, err := scanCommands(rows)
+		if err != nil {
+			return 0, fmt.Errorf("reading what deleting node %s settled: %w", nodeID, err)
+		}
+		if err := h(ctx, tx, settled); err != nil {
+			return 0, fmt.Errorf("recording what deleting node %s wakes: %w", nodeID, err)
+		}
 	}
 	q.logger.Debug("node deleted", "node_id", nodeID, "cancelled", cancelled)
 	return cancelled, nil

@@ -42,6 +42,9 @@ type Node struct {
 	// CreatedAt and DeletedAt are the row's timestamps.
 	CreatedAt time.Time
 	DeletedAt *time.Time
+	// Pool is the node's pool (its disruption budget, migration 0020);
+	// "default" when created without one.
+	Pool string
 }
 
 // CreateTenant inserts a tenant; a duplicate id is CONFLICT.
@@ -68,9 +71,9 @@ func (q *Queue) CreateNode(ctx context.Context, db DBTX, n Node) (Node, error) {
 	if n.Role == "" {
 		n.Role = "node"
 	}
-	err := db.QueryRow(ctx, `INSERT INTO nodes (id, tenant_id, role, allowed_kinds) VALUES ($1, $2, $3, $4)
-		RETURNING session_epoch, applied_generation, next_cmd_seq, created_at`,
-		n.ID, n.TenantID, n.Role, n.AllowedKinds).Scan(&n.SessionEpoch, &n.AppliedGeneration, &n.NextCmdSeq, &n.CreatedAt)
+	err := db.QueryRow(ctx, `INSERT INTO nodes (id, tenant_id, role, allowed_kinds, pool) VALUES ($1, $2, $3, $4, coalesce(NULLIF($5, ''), 'default'))
+		RETURNING session_epoch, applied_generation, next_cmd_seq, created_at, pool`,
+		n.ID, n.TenantID, n.Role, n.AllowedKinds, n.Pool).Scan(&n.SessionEpoch, &n.AppliedGeneration, &n.NextCmdSeq, &n.CreatedAt, &n.Pool)
 	var pe *pgconn.PgError
 	switch {
 	case isUniqueViolation(err):

@@ -34,6 +34,9 @@ type Queue struct {
 	nowFunc      func() time.Time
 	// signer signs commands at enqueue; nil while signing is off.
 	signer atomic.Pointer[Signer]
+	// settleHook, when set, runs in every transaction that settles
+	// commands (OnSettle).
+	settleHook atomic.Pointer[SettleHook]
 }
 
 // New returns a queue that checks kinds and payloads against reg.

@@ -61,6 +61,18 @@ SELECT * FROM u`
 // command.settled per command. The CommandSweeper calls it every 5 seconds
 // from the leader.
 func (q *Queue) Sweep(ctx context.Context, db DBTX, limit int) (expired, failed []Command, err error) {
+	err = q.settling(ctx, db, func(db DBTX) ([]Command, error) {
+		var err error
+		expired, failed, err = q.sweep(ctx, db, limit)
+		return append(append([]Command(nil), expired...), failed...), err
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	return expired, failed, nil
+}
+
+func (q *Queue) sweep(ctx context.Context, db DBTX, limit int) (expired, failed []Command, err error) {
 	if limit <= 0 {
 		limit = 1000
 	}

@@ -49,6 +49,27 @@ SELECT * FROM u`
 // (commandId, nodeId, kind, state, reason) exactly once. Moving to pending is
 // not a transition: use Requeue.
 func (q *Queue) Transition(ctx context.Context, db DBTX, t Transition) (Command, bool, error) {
+	if !t.To.Terminal() || q.hook() == nil {
+		return q.transition(ctx, db, t)
+	}
+	var (
+		cmd     Command
+		changed bool
+	)
+	err := q.settling(ctx, db, func(db DBTX) ([]Command, error) {
+		var err error
+		if cmd, changed, err = q.transition(ctx, db, t); err != nil || !changed {
+			return nil, err
+		}
+		return []Command{cmd}, nil
+	})
+	if err != nil {
+		return Command{}, false, err
+	}
+	return cmd, changed, nil
+}
+
+func (q *Queue) transition(ctx context.Context, db DBTX, t Transition) (Command, bool, error) {
 	if !t.To.Valid() || t.To == Pending {
 		return Command{}, false, newError(InvalidInput, "invalid-state", map[string]string{"state": string(t.To)}, "cannot transition to state %q", t.To)
 	}

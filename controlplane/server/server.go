@@ -34,6 +34,7 @@ import (
 	"github.com/better-compute/commands/controlplane/join"
 	"github.com/better-compute/commands/controlplane/kinds"
 	"github.com/better-compute/commands/controlplane/metal"
+	"github.com/better-compute/commands/controlplane/modules"
 	"github.com/better-compute/commands/controlplane/pki"
 	"github.com/better-compute/commands/controlplane/queue"
 	"github.com/better-compute/commands/controlplane/signing"
@@ -81,6 +82,10 @@ type Server struct {
 	// workflowWakers are what it wakes when it settles a command.
 	sweeper                    *sweeper.Sweeper
 	nodeWakers, workflowWakers *sweeper.Wakers
+
+	// modules is the module host: its settle hook records owner wakes in
+	// every process; its loops and River run with the modules component.
+	modules *modules.Host
 
 	// tracer records the commands' spans; flushTraces ends its exporter.
 	tracer      trace.Tracer
@@ -191,6 +196,9 @@ func New(ctx context.Context, cfg Config, reg *kinds.Registry, logger hclog.Logg
 		s.sweeper = sweeper.New(pool, q, sweeper.Options{Interval: time.Duration(cfg.Sweeper.Interval),
 			Nodes: s.nodeWakers, Workflows: s.workflowWakers, Logger: logger, OnSwept: s.metrics.ops.onSwept})
 	}
+	if err := s.startModules(cfg, reg); err != nil {
+		return closeOnErr(err)
+	}
 	s.api = api.New(api.Config{Pool: pool, Queue: q, Logger: logger, Allowlist: cfg.Allowlist, Quorum: s.Quorum,
 		Bundles: support, Join: s.join, MaxWatchesPerIdentity: cfg.MaxWatchesPerIdentity, Tracer: s.tracer})
 	if s.gateway != nil {
@@ -241,6 +249,11 @@ func New(ctx context.Context, cfg Config, reg *kinds.Registry, logger hclog.Logg
 		mux.Handle("/metrics", promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{}))
 		if dir != nil {
 			mux.Handle(dir.MountPath()+"/", dir.Handler())
+		}
+		if cfg.Runs(ComponentAPI) && !cfg.Browser.Disabled {
+			if err := s.mountBrowser(mux, cfg.Browser, httpTLS != nil); err != nil {
+				return closeOnErr(err)
+			}
 		}
 		s.http = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	}
@@ -392,9 +405,11 @@ func (s *Server) Run(ctx context.Context) error {
 	} else {
 		close(sweeperDone)
 	}
+	modulesDone := s.runModules(apiCtx)
 	if s.gwGRPC != nil {
 		go s.gateway.Run(apiCtx)
 		go s.sessions.run(apiCtx)
+		go s.sessions.touch(apiCtx, s.pool)
 		go func() { errc <- s.gwGRPC.Serve(s.gwLis) }()
 	}
 	if s.http != nil {
@@ -444,6 +459,7 @@ func (s *Server) Run(ctx context.Context) error {
 	// The sweeper resigns its lease before the pool closes, so another
 	// replica takes over at once.
 	<-sweeperDone
+	<-modulesDone
 	if s.http != nil {
 		hctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		_ = s.http.Shutdown(hctx)

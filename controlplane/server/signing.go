@@ -17,6 +17,7 @@ const (
 	ComponentAPI     = serverconfig.ComponentAPI
 	ComponentGateway = serverconfig.ComponentGateway
 	ComponentSweeper = serverconfig.ComponentSweeper
+	ComponentModules = serverconfig.ComponentModules
 )
 
 // startSigning turns command signing on with pki.commandSigning: the

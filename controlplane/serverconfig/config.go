@@ -67,13 +67,16 @@ type Config struct {
 	// on this server (16 when 0; negative: no bound): each watch costs
 	// every other caller some of the database.
 	MaxWatchesPerIdentity int `yaml:"maxWatchesPerIdentity"`
-	// Components are the parts this process runs: api, gateway, sweeper
-	// (all three when empty). A gateway-only process reads no signing key:
+	// Components are the parts this process runs: api, gateway, sweeper,
+	// modules (all four when empty; modules runs beside api). A gateway-only process reads no signing key:
 	// it relays the signed bytes the API stored.
 	Components []string `yaml:"components"`
 	// Tracing exports the commands' spans (commands.run, enqueue, dispatch,
 	// settle) over OTLP/gRPC; off when tracing.otlpEndpoint is empty.
 	Tracing TracingConfig `yaml:"tracing"`
+	// Browser is the public API in the forms browsers call (the Connect
+	// protocol and gRPC-Web) and the web console, both on HTTPListen.
+	Browser BrowserConfig `yaml:"browser"`
 	// TracerProvider, when set, is used instead of Tracing's exporter
 	// (tests record spans in memory with it). Never read from the file.
 	TracerProvider trace.TracerProvider `yaml:"-"`
@@ -86,11 +89,27 @@ type TracingConfig struct {
 	OTLPEndpoint string `yaml:"otlpEndpoint"`
 }
 
+// BrowserConfig is the API for browsers and the web console on the HTTP
+// listener. The API there is the gRPC API itself, transcoded: the same
+// methods, authentication, authorization and limits.
+type BrowserConfig struct {
+	// Disabled serves neither the API for browsers nor the console.
+	Disabled bool `yaml:"disabled"`
+	// CORSOrigins are the origins (https://ops.example.com) whose pages
+	// may call the API across origins; empty: none (CORS off), which the
+	// console, served from the same origin, does not need.
+	CORSOrigins []string `yaml:"corsOrigins"`
+}
+
 // The components a process can run.
 const (
 	ComponentAPI     = "api"
 	ComponentGateway = "gateway"
 	ComponentSweeper = "sweeper"
+	// ComponentModules runs the modules' loops and River's workers (their
+	// durable owner wakes and jobs). It queues commands, which the api
+	// component's signing key signs, so it runs beside api.
+	ComponentModules = "modules"
 )
 
 // Runs reports whether the process runs component c.
@@ -110,10 +129,13 @@ func (c Config) Runs(component string) bool {
 func (c Config) ValidateComponents() error {
 	for _, x := range c.Components {
 		switch x {
-		case ComponentAPI, ComponentGateway, ComponentSweeper:
+		case ComponentAPI, ComponentGateway, ComponentSweeper, ComponentModules:
 		default:
-			return fmt.Errorf("components: unknown component %q (api, gateway, sweeper)", x)
+			return fmt.Errorf("components: unknown component %q (api, gateway, sweeper, modules)", x)
 		}
+	}
+	if c.Runs(ComponentModules) && !c.Runs(ComponentAPI) {
+		return fmt.Errorf("components: modules runs beside api (the modules queue commands that the api component's key signs): add api or drop modules")
 	}
 	return nil
 }
@@ -128,6 +150,10 @@ type PKIConfig struct {
 	// CommandSigningRoots are more roots' public keys (PEM files) that the
 	// trust bundle carries during a rotation.
 	CommandSigningRoots []string `yaml:"commandSigningRoots"`
+	// ReleaseKeys are the bcd release keys' public keys (PEM files): the
+	// trust bundle carries them, and a node installs a daemon.upgrade
+	// package only when one of them signed its release statement.
+	ReleaseKeys []string `yaml:"releaseKeys"`
 	// TrustVersion is the lowest trust bundle version to publish: the
 	// version follows the bundle's content and never goes below it.
 	TrustVersion int64 `yaml:"trustVersion"`

@@ -51,7 +51,8 @@ func Migrations() ([]Migration, error) {
 }
 
 // Migrate applies every embedded migration that the database has not
-// recorded in schema_migrations. Each runs in its own transaction that first
+// recorded in schema_migrations, then River's own migrations (rivermigrate:
+// the job tables behind the modules' durable wakes and jobs). Each runs in its own transaction that first
 // takes a transaction-scoped advisory lock, so a second replica waits and then
 // finds the version recorded; a failed migration rolls back whole.
 func Migrate(ctx context.Context, pool *pgxpool.Pool, logger hclog.Logger) error {
@@ -72,7 +73,7 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool, logger hclog.Logger) error
 			logger.Info("applied migration", "version", m.Version)
 		}
 	}
-	return nil
+	return migrateRiver(ctx, pool, logger)
 }
 
 func applyOne(ctx context.Context, pool *pgxpool.Pool, m Migration) (applied bool, err error) {

@@ -48,7 +48,8 @@ func TestMigrateIdempotent(t *testing.T) {
 	require.NoError(t, store.Migrate(ctx, pool, hclog.NewNullLogger()))
 	require.NoError(t, store.Migrate(ctx, pool, nil))
 	require.Equal(t, versions(t), migrated(t, pool))
-	for _, table := range []string{"tenants", "nodes", "commands", "outbox", "node_specs"} {
+	// River's own tables come with the store's migrations (rivermigrate).
+	for _, table := range []string{"tenants", "nodes", "commands", "outbox", "node_specs", "pools", "maintenance_locks", "remediations", "river_job", "river_migration", "river_leader"} {
 		var ok bool
 		require.NoError(t, pool.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, table).Scan(&ok))
 		require.True(t, ok, table)

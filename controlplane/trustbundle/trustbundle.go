@@ -47,6 +47,17 @@ func Content(cfg serverconfig.PKIConfig, root ed25519.PublicKey) (trust.Bundle, 
 			b.Roots = append(b.Roots, trust.Root{PublicKey: k})
 		}
 	}
+	releases := map[string]bool{}
+	for _, p := range cfg.ReleaseKeys {
+		k, err := trust.LoadEd25519PublicKey(p)
+		if err != nil {
+			return b, fmt.Errorf("pki.releaseKeys: %w", err)
+		}
+		if id := trust.Ed25519KeyID(k); !releases[id] {
+			releases[id] = true
+			b.ReleaseKeys = append(b.ReleaseKeys, trust.Root{PublicKey: k})
+		}
+	}
 	approvers := map[string]bool{}
 	for i, a := range cfg.Approvers {
 		k, err := trust.LoadEd25519PublicKey(a.PublicKey)

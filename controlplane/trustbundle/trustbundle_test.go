@@ -85,3 +85,23 @@ func TestContent_ApproversAndThreshold(t *testing.T) {
 	_, err = Content(serverconfig.PKIConfig{ApprovalThreshold: 3, Approvers: []serverconfig.ApproverConfig{{Name: "a1", PublicKey: a1}}}, pub)
 	require.ErrorContains(t, err, "approvalThreshold")
 }
+
+// pki.releaseKeys reach the bundle as its release keys, each once; a file
+// that is no public key is an error naming the setting.
+func TestContent_ReleaseKeys(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	pub, _, err := trust.NewEd25519()
+	require.NoError(t, err)
+	r1 := writePub(t, dir, "r1.pub")
+	b, err := Content(serverconfig.PKIConfig{ReleaseKeys: []string{r1, r1}}, pub)
+	require.NoError(t, err)
+	require.Len(t, b.ReleaseKeys, 1)
+	want, err := trust.LoadEd25519PublicKey(r1)
+	require.NoError(t, err)
+	require.Equal(t, want, b.ReleaseKeys[0].PublicKey)
+	bad := filepath.Join(dir, "bad.pub")
+	require.NoError(t, os.WriteFile(bad, []byte("nope"), 0o644))
+	_, err = Content(serverconfig.PKIConfig{ReleaseKeys: []string{bad}}, pub)
+	require.ErrorContains(t, err, "pki.releaseKeys")
+}

@@ -47,7 +47,23 @@ func BuildVersion(t testing.TB, pkg, version string) string {
 	return build(t, pkg, version)
 }
 
+// BuildLDFlags builds the main package pkg with ldflags (-X settings of
+// internal/version or internal/testhook), once per test process per tag:
+// several builds of bcd that differ only in version or test hook.
+func BuildLDFlags(t testing.TB, pkg, tag, ldflags string) string {
+	t.Helper()
+	return buildWith(t, pkg, tag, ldflags)
+}
+
 func build(t testing.TB, pkg, version string) string {
+	t.Helper()
+	if version == "" {
+		return buildWith(t, pkg, "", "")
+	}
+	return buildWith(t, pkg, version, "-X main.version="+version)
+}
+
+func buildWith(t testing.TB, pkg, version, ldflags string) string {
 	t.Helper()
 	buildLock.Lock()
 	defer buildLock.Unlock()
@@ -66,7 +82,7 @@ func build(t testing.TB, pkg, version string) string {
 	args := []string{"build"}
 	if version != "" {
 		name += "-" + version
-		args = append(args, "-ldflags", "-X main.version="+version)
+		args = append(args, "-ldflags", ldflags)
 	}
 	out := filepath.Join(buildDir, name)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)

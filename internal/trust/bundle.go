@@ -27,6 +27,10 @@ type Bundle struct {
 	UnbatchedDestructivePerHour int `json:"unbatchedDestructivePerHour,omitempty"`
 	// IssuedAt is when the bundle was signed: a lower bound of the time.
 	IssuedAt time.Time `json:"issuedAt"`
+	// ReleaseKeys sign bcd releases (daemon.upgrade verifies a release
+	// statement against them, whatever the gateway says); none means the
+	// node refuses every upgrade.
+	ReleaseKeys []Root `json:"releaseKeys,omitempty"`
 }
 
 // Root is one command-signing root with its validity window.
@@ -107,6 +111,11 @@ func DecodeBundle(b []byte) (Bundle, Signed, error) {
 	for i, a := range bd.Approvers {
 		if len(a.PublicKey) != ed25519.PublicKeySize {
 			return bd, s, fmt.Errorf("%w: trust bundle approver %d: public key of %d bytes", ErrMalformed, i, len(a.PublicKey))
+		}
+	}
+	for i, r := range bd.ReleaseKeys {
+		if len(r.PublicKey) != ed25519.PublicKeySize {
+			return bd, s, fmt.Errorf("%w: trust bundle release key %d: public key of %d bytes", ErrMalformed, i, len(r.PublicKey))
 		}
 	}
 	if bd.ApprovalThreshold < 0 || bd.ApprovalThreshold > len(bd.Approvers) {

@@ -29,6 +29,7 @@ const (
 	PurposeTrustBundle     Purpose = "application/vnd.better-compute.trust-bundle.v1+json"
 	PurposeBatchApproval   Purpose = "application/vnd.better-compute.batch-approval.v1+json"
 	PurposeAllocationBound Purpose = "application/vnd.better-compute.allocation-bound.v1+json"
+	PurposeRelease         Purpose = "application/vnd.better-compute.release.v1+json"
 )
 
 // Errors of signature checks. Each is wrapped with what was checked.

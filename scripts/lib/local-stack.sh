@@ -73,7 +73,8 @@ ls_wait_for() {
 # node gateway with its CA in $work/ca, support bundles in the dir blob store
 # $work/blobs), starts it, waits for /readyz, and points the CLI (bc) at it.
 # It sets ls_api_port, ls_http_port, ls_gw_port, ls_token and
-# ls_server_config.
+# ls_server_config. The HTTP listener serves the web console at
+# http://127.0.0.1:$ls_http_port/console/ and the API for browsers.
 ls_start_server() {
   ls_api_port=$(ls_free_port)
   ls_http_port=$(ls_free_port)
@@ -108,6 +109,8 @@ auth:
         - permission: "*"
           resource: "*"
 YAML
+  # ls_server_extra (optional, the caller's): more top-level YAML (pki: ...).
+  [ -z "${ls_server_extra:-}" ] || printf '%s\n' "$ls_server_extra" >>"$ls_server_config"
   chmod 600 "$ls_server_config"
   ls_say "starting bc-server (API 127.0.0.1:$ls_api_port, gateway 127.0.0.1:$ls_gw_port)"
   mkdir -p "$work/tmp"

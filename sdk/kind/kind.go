@@ -35,6 +35,22 @@ type Command struct {
 	// a plugin that is down only until then, never the kind's whole
 	// timeout; a handler may read it, but its run is bounded by Deadline.
 	NotAfter time.Time
+	// Secrets are the values of the command's secretRefs, by ref name:
+	// a command carries only the refs, and bcd exchanges them for the
+	// values, sealed to a one-time key of its own, just before the run.
+	// They are in memory for this run only. Never log, journal or return
+	// them (a result is stored and shown); Secret reads one.
+	Secrets map[string][]byte `json:"-"`
+}
+
+// Secret returns the value of the secretRef named ref, or an error that
+// names the ref when the command carries no such ref.
+func (c Command) Secret(ref string) ([]byte, error) {
+	v, ok := c.Secrets[ref]
+	if !ok {
+		return nil, fmt.Errorf("the command carries no secretRef %q: list it in the command's secretRefs", ref)
+	}
+	return v, nil
 }
 
 // Decode unmarshals the payload into v.

@@ -153,7 +153,7 @@ func (s *Server) Manifests(ctx context.Context, req *pluginv1.ManifestsRequest) 
 func (s *Server) Execute(req *pluginv1.ExecuteRequest, stream grpc.ServerStreamingServer[pluginv1.ExecuteEvent]) error {
 	ctx := stream.Context()
 	pc := req.GetCommand()
-	cmd := Command{ID: pc.GetId(), Kind: pc.GetKind(), NodeID: pc.GetNodeId(), Payload: pc.GetPayload()}
+	cmd := Command{ID: pc.GetId(), Kind: pc.GetKind(), NodeID: pc.GetNodeId(), Payload: pc.GetPayload(), Secrets: pc.GetSecrets()}
 	if pc.GetNotAfter() != nil {
 		cmd.NotAfter = pc.GetNotAfter().AsTime()
 	}

@@ -32,6 +32,9 @@ Usage:
                                 to the new; exits 1 when a plugin was refused
   bcd journal [--limit N] [--json]
                                 show the most recent journal records (bcd run must be stopped)
+  bcd self-check                load the config, the journal and the plugins with their pins,
+                                as daemon.upgrade does with a staged version before activating
+                                it; exits 1 naming what failed
   bcd --version                 print the version
 
 Every command takes the config flags (bcd COMMAND --help lists them); a flag
@@ -92,6 +95,8 @@ func run(args []string, stdout, stderr io.Writer) error {
 		return cmdReload(args[1:], stdout, stderr)
 	case "journal":
 		return cmdJournal(args[1:], stdout, stderr)
+	case "self-check":
+		return cmdSelfCheck(args[1:], stdout, stderr)
 	}
 	fmt.Fprint(stderr, usage)
 	return &exitError{code: 2, err: fmt.Errorf("unknown command %q", args[0])}

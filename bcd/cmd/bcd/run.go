@@ -13,10 +13,13 @@ import (
 	"time"
 
 	"github.com/better-compute/commands/bcd/conditions"
+	"github.com/better-compute/commands/bcd/handoff"
 	"github.com/better-compute/commands/bcd/metrics"
 	"github.com/better-compute/commands/bcd/notify"
 	"github.com/better-compute/commands/bcd/session"
+	"github.com/better-compute/commands/internal/testhook"
 	"github.com/better-compute/commands/internal/tracing"
+	"github.com/better-compute/commands/internal/upgrade"
 	"github.com/better-compute/commands/internal/version"
 )
 
@@ -109,6 +112,12 @@ func cmdRun(args []string, stderr io.Writer) error {
 	if cfg.Tracing.OTLPEndpoint != "" {
 		logger.Info("exporting traces", "otlp_endpoint", cfg.Tracing.OTLPEndpoint)
 	}
+	var upgrades *handoff.Upgrades
+	if cfg.InstallDir != "" {
+		upgrades = &handoff.Upgrades{Layout: upgrade.Layout{Root: cfg.InstallDir}, Version: version.Version,
+			NeverRejoin: testhook.Is(testhook.NeverRejoin), Logger: logger}
+	}
+	var sd *stack
 	opts := stackOptions{
 		tracer:  tp.Tracer("github.com/better-compute/commands/bcd"),
 		metrics: m,
@@ -120,15 +129,23 @@ func cmdRun(args []string, stderr io.Writer) error {
 			}
 		},
 		beforeRecover: func(s *stack) {
+			sd = s
 			if cfg.ControlPlane == "" {
 				return
 			}
 			client.Store(session.New(session.Config{
 				Address: cfg.ControlPlane, TLS: j.tls, NodeID: cfg.NodeID, Role: cfg.Role, Version: version.Version,
 				Kinds: s.host.Manifests, Conditions: conditions.New(conditions.Config{Logger: logger}), Logger: logger,
-				Trust: nt.store, NodeKey: nt.key,
+				Trust: nt.store, NodeKey: nt.key, OnWelcome: func() {
+					if upgrades != nil && sd != nil {
+						upgrades.Rejoined(sd.d)
+					}
+				},
 			}, s.d))
 		},
+	}
+	if upgrades != nil {
+		opts.handoff = upgrades
 	}
 	s, rep, err := openStack(ctx, cfg, logger, opts)
 	if err != nil {

@@ -99,6 +99,8 @@ type stackOptions struct {
 	metrics *metrics.Metrics
 	// tracer records the commands' spans (tracing.otlpEndpoint); nil: none.
 	tracer trace.Tracer
+	// handoff settles daemon.upgrade after a restart; nil: none.
+	handoff daemon.Handoff
 }
 
 // openStack opens everything and recovers the journal.
@@ -123,7 +125,7 @@ func openStack(ctx context.Context, cfg config.Config, logger hclog.Logger, opts
 	}
 	host := startPlugins(ctx, logger, cfg, state, opts.metrics)
 	dcfg := daemon.Config{NodeID: cfg.NodeID, Role: cfg.Role, BootID: boot, Lanes: cfg.Lanes,
-		AllowedKinds: opts.allowed, OnSpecRequest: opts.onSpec, Tracer: opts.tracer}
+		AllowedKinds: opts.allowed, OnSpecRequest: opts.onSpec, Tracer: opts.tracer, Handoff: opts.handoff}
 	if opts.metrics != nil {
 		dcfg.OnState = opts.metrics.OnState
 	}

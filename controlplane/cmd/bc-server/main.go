@@ -80,7 +80,7 @@ func newCmdline() *cmdline {
 	fs.StringVar(&c.logLevel, "log-level", "", "trace, debug, info, warn, error")
 	fs.BoolVar(&c.logJSON, "log-json", false, "log as JSON")
 	fs.DurationVar(&c.shutdown, "shutdown-timeout", 0, "graceful stop bound (default 15s)")
-	fs.StringSliceVar(&c.components, "components", nil, "the parts this process runs: api, gateway, sweeper (default all); a gateway-only process reads no signing key")
+	fs.StringSliceVar(&c.components, "components", nil, "the parts this process runs: api, gateway, sweeper, modules (default all; modules runs beside api); a gateway-only process reads no signing key")
 	fs.BoolVarP(&c.showVersion, "version", "v", false, "print the version and exit")
 	// pflag would print its own usage on -h and on every error; usage
 	// below decides where it goes (stdout for --help, stderr for a mistake).

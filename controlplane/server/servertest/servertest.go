@@ -40,8 +40,8 @@ const (
 	TenantB  = "tenant_b"
 	NodeA1   = "node_a1"
 	NodeB1   = "node_b1"
-	TokOps   = "ops-token"    // tenant_a, compute:nodes:* on every node, batches create and read
-	TokRead  = "reader-token" // tenant_a, compute:nodes:read only
+	TokOps   = "ops-token"    // tenant_a, compute:nodes:* on every node, batches create and read, compute:pools:* on every pool
+	TokRead  = "reader-token" // tenant_a, compute:nodes:read and compute:pools:read only
 	TokOther = "other-token"  // tenant_b, compute:nodes:*
 	TokAdmin = "admin-token"  // everything
 )
@@ -68,9 +68,10 @@ func AuthConfig() auth.Config {
 	all := []auth.Grant{{Permission: "compute:nodes:*", Resource: "compute-node/*"}}
 	return auth.Config{Identities: []auth.IdentityConfig{
 		{Name: "ops", Tenants: []string{TenantA}, Tokens: []string{TokOps}, Grants: append(append([]auth.Grant(nil), all...),
-			auth.Grant{Permission: auth.PermBatchesCreate, Resource: "tenant/*"}, auth.Grant{Permission: auth.PermBatchesRead, Resource: "tenant/*"}, auth.Grant{Permission: auth.PermBatchesApprove, Resource: "tenant/*"})},
+			auth.Grant{Permission: auth.PermBatchesCreate, Resource: "tenant/*"}, auth.Grant{Permission: auth.PermBatchesRead, Resource: "tenant/*"}, auth.Grant{Permission: auth.PermBatchesApprove, Resource: "tenant/*"},
+			auth.Grant{Permission: "compute:pools:*", Resource: "compute-pool/*"})},
 		{Name: "reader", Tenants: []string{TenantA}, Tokens: []string{TokRead},
-			Grants: []auth.Grant{{Permission: auth.PermNodesRead, Resource: "compute-node/*"}}},
+			Grants: []auth.Grant{{Permission: auth.PermNodesRead, Resource: "compute-node/*"}, {Permission: auth.PermPoolsRead, Resource: "compute-pool/*"}}},
 		{Name: "other", Tenants: []string{TenantB}, Tokens: []string{TokOther}, Grants: all},
 		{Name: "admin", Tenants: []string{"*"}, Tokens: []string{TokAdmin}, Grants: []auth.Grant{{Permission: "*", Resource: "*"}}},
 	}}

@@ -2136,7 +2136,9 @@ type Node struct {
 	AppliedGeneration int64                  `protobuf:"varint,7,opt,name=applied_generation,json=appliedGeneration,proto3" json:"applied_generation,omitempty"`
 	CreatedAt         *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
 	// trust_version is the trust bundle version the node reported holding.
-	TrustVersion  int64 `protobuf:"varint,9,opt,name=trust_version,json=trustVersion,proto3" json:"trust_version,omitempty"`
+	TrustVersion int64 `protobuf:"varint,9,opt,name=trust_version,json=trustVersion,proto3" json:"trust_version,omitempty"`
+	// pool is the node's pool (its disruption budget); "default" unless set.
+	Pool          string `protobuf:"bytes,100,opt,name=pool,proto3" json:"pool,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2232,6 +2234,13 @@ func (x *Node) GetTrustVersion() int64 {
 		return x.TrustVersion
 	}
 	return 0
+}
+
+func (x *Node) GetPool() string {
+	if x != nil {
+		return x.Pool
+	}
+	return ""
 }
 
 // CreateTenantRequest registers a tenant.
@@ -2358,7 +2367,9 @@ type CreateNodeRequest struct {
 	// role is the agent role; "node" when empty.
 	Role string `protobuf:"bytes,3,opt,name=role,proto3" json:"role,omitempty"`
 	// allowed_kinds makes the node a restricted identity.
-	AllowedKinds  []string `protobuf:"bytes,4,rep,name=allowed_kinds,json=allowedKinds,proto3" json:"allowed_kinds,omitempty"`
+	AllowedKinds []string `protobuf:"bytes,4,rep,name=allowed_kinds,json=allowedKinds,proto3" json:"allowed_kinds,omitempty"`
+	// pool is the node's pool; "default" when empty.
+	Pool          string `protobuf:"bytes,100,opt,name=pool,proto3" json:"pool,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2421,6 +2432,13 @@ func (x *CreateNodeRequest) GetAllowedKinds() []string {
 	return nil
 }
 
+func (x *CreateNodeRequest) GetPool() string {
+	if x != nil {
+		return x.Pool
+	}
+	return ""
+}
+
 // CreateJoinTokenRequest asks for a node's join token.
 type CreateJoinTokenRequest struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
@@ -2432,7 +2450,10 @@ type CreateJoinTokenRequest struct {
 	// only these kinds (a discovery ramdisk, for example).
 	AllowedKinds []string `protobuf:"bytes,4,rep,name=allowed_kinds,json=allowedKinds,proto3" json:"allowed_kinds,omitempty"`
 	// ttl_seconds is how long the token may be used: 3600 when 0, at most 604800.
-	TtlSeconds    int64 `protobuf:"varint,5,opt,name=ttl_seconds,json=ttlSeconds,proto3" json:"ttl_seconds,omitempty"`
+	TtlSeconds int64 `protobuf:"varint,5,opt,name=ttl_seconds,json=ttlSeconds,proto3" json:"ttl_seconds,omitempty"`
+	// pool, when set, is the pool the node joins into (its label); empty
+	// keeps the node's pool.
+	Pool          string `protobuf:"bytes,100,opt,name=pool,proto3" json:"pool,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2500,6 +2521,13 @@ func (x *CreateJoinTokenRequest) GetTtlSeconds() int64 {
 		return x.TtlSeconds
 	}
 	return 0
+}
+
+func (x *CreateJoinTokenRequest) GetPool() string {
+	if x != nil {
+		return x.Pool
+	}
+	return ""
 }
 
 // JoinToken is a one-time join token; only its hash is stored.
@@ -3038,7 +3066,7 @@ const file_bc_api_v1_api_proto_rawDesc = "" +
 	"\x06status\x18\x02 \x01(\tR\x06status\x12\x16\n" +
 	"\x06reason\x18\x03 \x01(\tR\x06reason\x12\x18\n" +
 	"\amessage\x18\x04 \x01(\tR\amessage\x120\n" +
-	"\x05since\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\x05since\"\xe8\x02\n" +
+	"\x05since\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\x05since\"\xfc\x02\n" +
 	"\x04Node\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1b\n" +
 	"\ttenant_id\x18\x02 \x01(\tR\btenantId\x12\x12\n" +
@@ -3051,7 +3079,8 @@ const file_bc_api_v1_api_proto_rawDesc = "" +
 	"\x12applied_generation\x18\a \x01(\x03R\x11appliedGeneration\x129\n" +
 	"\n" +
 	"created_at\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12#\n" +
-	"\rtrust_version\x18\t \x01(\x03R\ftrustVersion\"F\n" +
+	"\rtrust_version\x18\t \x01(\x03R\ftrustVersion\x12\x12\n" +
+	"\x04pool\x18d \x01(\tR\x04pool\"F\n" +
 	"\x13CreateTenantRequest\x12\x1b\n" +
 	"\ttenant_id\x18\x01 \x01(\tR\btenantId\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\"g\n" +
@@ -3059,19 +3088,21 @@ const file_bc_api_v1_api_proto_rawDesc = "" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x129\n" +
 	"\n" +
-	"created_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\"\x82\x01\n" +
+	"created_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\"\x96\x01\n" +
 	"\x11CreateNodeRequest\x12\x1b\n" +
 	"\ttenant_id\x18\x01 \x01(\tR\btenantId\x12\x17\n" +
 	"\anode_id\x18\x02 \x01(\tR\x06nodeId\x12\x12\n" +
 	"\x04role\x18\x03 \x01(\tR\x04role\x12#\n" +
-	"\rallowed_kinds\x18\x04 \x03(\tR\fallowedKinds\"\xa8\x01\n" +
+	"\rallowed_kinds\x18\x04 \x03(\tR\fallowedKinds\x12\x12\n" +
+	"\x04pool\x18d \x01(\tR\x04pool\"\xbc\x01\n" +
 	"\x16CreateJoinTokenRequest\x12\x1b\n" +
 	"\ttenant_id\x18\x01 \x01(\tR\btenantId\x12\x17\n" +
 	"\anode_id\x18\x02 \x01(\tR\x06nodeId\x12\x12\n" +
 	"\x04role\x18\x03 \x01(\tR\x04role\x12#\n" +
 	"\rallowed_kinds\x18\x04 \x03(\tR\fallowedKinds\x12\x1f\n" +
 	"\vttl_seconds\x18\x05 \x01(\x03R\n" +
-	"ttlSeconds\"u\n" +
+	"ttlSeconds\x12\x12\n" +
+	"\x04pool\x18d \x01(\tR\x04pool\"u\n" +
 	"\tJoinToken\x12\x14\n" +
 	"\x05token\x18\x01 \x01(\tR\x05token\x12\x17\n" +
 	"\anode_id\x18\x02 \x01(\tR\x06nodeId\x129\n" +

@@ -442,7 +442,12 @@ type Command struct {
 	NodeId   string                 `protobuf:"bytes,5,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
 	// not_after (protocol 2) is the command's not_after in the node's clock:
 	// the latest time it could start.
-	NotAfter      *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=not_after,json=notAfter,proto3" json:"not_after,omitempty"`
+	NotAfter *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=not_after,json=notAfter,proto3" json:"not_after,omitempty"`
+	// secrets are the values of the command's secretRefs, by ref name, that
+	// bcd exchanged for this run (sealed to a one-time key it made for the
+	// command). They live in memory only: never log, journal or return them.
+	// A plugin that does not know the field ignores it.
+	Secrets       map[string][]byte `protobuf:"bytes,7,rep,name=secrets,proto3" json:"secrets,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -515,6 +520,13 @@ func (x *Command) GetNodeId() string {
 func (x *Command) GetNotAfter() *timestamppb.Timestamp {
 	if x != nil {
 		return x.NotAfter
+	}
+	return nil
+}
+
+func (x *Command) GetSecrets() map[string][]byte {
+	if x != nil {
+		return x.Secrets
 	}
 	return nil
 }
@@ -1413,14 +1425,18 @@ const file_bc_plugin_v1_plugin_proto_rawDesc = "" +
 	"\tmanifests\x18\x01 \x03(\v2\x16.bc.plugin.v1.ManifestR\tmanifests\x12\x1f\n" +
 	"\vsdk_version\x18\x02 \x01(\tR\n" +
 	"sdkVersion\x12\"\n" +
-	"\fcapabilities\x18\x03 \x03(\tR\fcapabilities\"\xd1\x01\n" +
+	"\fcapabilities\x18\x03 \x03(\tR\fcapabilities\"\xcb\x02\n" +
 	"\aCommand\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x18\n" +
 	"\apayload\x18\x03 \x01(\fR\apayload\x126\n" +
 	"\bdeadline\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\bdeadline\x12\x17\n" +
 	"\anode_id\x18\x05 \x01(\tR\x06nodeId\x127\n" +
-	"\tnot_after\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\bnotAfter\"g\n" +
+	"\tnot_after\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\bnotAfter\x12<\n" +
+	"\asecrets\x18\a \x03(\v2\".bc.plugin.v1.Command.SecretsEntryR\asecrets\x1a:\n" +
+	"\fSecretsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\fR\x05value:\x028\x01\"g\n" +
 	"\x0eExecuteRequest\x12/\n" +
 	"\acommand\x18\x01 \x01(\v2\x15.bc.plugin.v1.CommandR\acommand\x12$\n" +
 	"\x0ehost_broker_id\x18\x02 \x01(\rR\fhostBrokerId\"a\n" +
@@ -1506,7 +1522,7 @@ func file_bc_plugin_v1_plugin_proto_rawDescGZIP() []byte {
 }
 
 var file_bc_plugin_v1_plugin_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_bc_plugin_v1_plugin_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
+var file_bc_plugin_v1_plugin_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
 var file_bc_plugin_v1_plugin_proto_goTypes = []any{
 	(Lane)(0),                     // 0: bc.plugin.v1.Lane
 	(Status)(0),                   // 1: bc.plugin.v1.Status
@@ -1532,44 +1548,46 @@ var file_bc_plugin_v1_plugin_proto_goTypes = []any{
 	(*GetConditionsResponse)(nil), // 21: bc.plugin.v1.GetConditionsResponse
 	(*GetJournalRequest)(nil),     // 22: bc.plugin.v1.GetJournalRequest
 	(*GetJournalResponse)(nil),    // 23: bc.plugin.v1.GetJournalResponse
-	(*durationpb.Duration)(nil),   // 24: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil), // 25: google.protobuf.Timestamp
+	nil,                           // 24: bc.plugin.v1.Command.SecretsEntry
+	(*durationpb.Duration)(nil),   // 25: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil), // 26: google.protobuf.Timestamp
 }
 var file_bc_plugin_v1_plugin_proto_depIdxs = []int32{
 	0,  // 0: bc.plugin.v1.Manifest.lane:type_name -> bc.plugin.v1.Lane
-	24, // 1: bc.plugin.v1.Manifest.timeout:type_name -> google.protobuf.Duration
+	25, // 1: bc.plugin.v1.Manifest.timeout:type_name -> google.protobuf.Duration
 	2,  // 2: bc.plugin.v1.Manifest.flags:type_name -> bc.plugin.v1.Flags
 	3,  // 3: bc.plugin.v1.ManifestsResponse.manifests:type_name -> bc.plugin.v1.Manifest
-	25, // 4: bc.plugin.v1.Command.deadline:type_name -> google.protobuf.Timestamp
-	25, // 5: bc.plugin.v1.Command.not_after:type_name -> google.protobuf.Timestamp
-	6,  // 6: bc.plugin.v1.ExecuteRequest.command:type_name -> bc.plugin.v1.Command
-	1,  // 7: bc.plugin.v1.Result.status:type_name -> bc.plugin.v1.Status
-	8,  // 8: bc.plugin.v1.ExecuteEvent.progress:type_name -> bc.plugin.v1.Progress
-	9,  // 9: bc.plugin.v1.ExecuteEvent.result:type_name -> bc.plugin.v1.Result
-	25, // 10: bc.plugin.v1.GetInventoryResponse.collected_at:type_name -> google.protobuf.Timestamp
-	25, // 11: bc.plugin.v1.Condition.since:type_name -> google.protobuf.Timestamp
-	20, // 12: bc.plugin.v1.GetConditionsResponse.conditions:type_name -> bc.plugin.v1.Condition
-	4,  // 13: bc.plugin.v1.KindPlugin.Manifests:input_type -> bc.plugin.v1.ManifestsRequest
-	7,  // 14: bc.plugin.v1.KindPlugin.Execute:input_type -> bc.plugin.v1.ExecuteRequest
-	11, // 15: bc.plugin.v1.KindPlugin.Cancel:input_type -> bc.plugin.v1.CancelRequest
-	13, // 16: bc.plugin.v1.Host.GetInventory:input_type -> bc.plugin.v1.GetInventoryRequest
-	15, // 17: bc.plugin.v1.Host.PutInventory:input_type -> bc.plugin.v1.PutInventoryRequest
-	17, // 18: bc.plugin.v1.Host.GetNodeSpec:input_type -> bc.plugin.v1.GetNodeSpecRequest
-	19, // 19: bc.plugin.v1.Host.GetConditions:input_type -> bc.plugin.v1.GetConditionsRequest
-	22, // 20: bc.plugin.v1.Host.GetJournal:input_type -> bc.plugin.v1.GetJournalRequest
-	5,  // 21: bc.plugin.v1.KindPlugin.Manifests:output_type -> bc.plugin.v1.ManifestsResponse
-	10, // 22: bc.plugin.v1.KindPlugin.Execute:output_type -> bc.plugin.v1.ExecuteEvent
-	12, // 23: bc.plugin.v1.KindPlugin.Cancel:output_type -> bc.plugin.v1.CancelResponse
-	14, // 24: bc.plugin.v1.Host.GetInventory:output_type -> bc.plugin.v1.GetInventoryResponse
-	16, // 25: bc.plugin.v1.Host.PutInventory:output_type -> bc.plugin.v1.PutInventoryResponse
-	18, // 26: bc.plugin.v1.Host.GetNodeSpec:output_type -> bc.plugin.v1.GetNodeSpecResponse
-	21, // 27: bc.plugin.v1.Host.GetConditions:output_type -> bc.plugin.v1.GetConditionsResponse
-	23, // 28: bc.plugin.v1.Host.GetJournal:output_type -> bc.plugin.v1.GetJournalResponse
-	21, // [21:29] is the sub-list for method output_type
-	13, // [13:21] is the sub-list for method input_type
-	13, // [13:13] is the sub-list for extension type_name
-	13, // [13:13] is the sub-list for extension extendee
-	0,  // [0:13] is the sub-list for field type_name
+	26, // 4: bc.plugin.v1.Command.deadline:type_name -> google.protobuf.Timestamp
+	26, // 5: bc.plugin.v1.Command.not_after:type_name -> google.protobuf.Timestamp
+	24, // 6: bc.plugin.v1.Command.secrets:type_name -> bc.plugin.v1.Command.SecretsEntry
+	6,  // 7: bc.plugin.v1.ExecuteRequest.command:type_name -> bc.plugin.v1.Command
+	1,  // 8: bc.plugin.v1.Result.status:type_name -> bc.plugin.v1.Status
+	8,  // 9: bc.plugin.v1.ExecuteEvent.progress:type_name -> bc.plugin.v1.Progress
+	9,  // 10: bc.plugin.v1.ExecuteEvent.result:type_name -> bc.plugin.v1.Result
+	26, // 11: bc.plugin.v1.GetInventoryResponse.collected_at:type_name -> google.protobuf.Timestamp
+	26, // 12: bc.plugin.v1.Condition.since:type_name -> google.protobuf.Timestamp
+	20, // 13: bc.plugin.v1.GetConditionsResponse.conditions:type_name -> bc.plugin.v1.Condition
+	4,  // 14: bc.plugin.v1.KindPlugin.Manifests:input_type -> bc.plugin.v1.ManifestsRequest
+	7,  // 15: bc.plugin.v1.KindPlugin.Execute:input_type -> bc.plugin.v1.ExecuteRequest
+	11, // 16: bc.plugin.v1.KindPlugin.Cancel:input_type -> bc.plugin.v1.CancelRequest
+	13, // 17: bc.plugin.v1.Host.GetInventory:input_type -> bc.plugin.v1.GetInventoryRequest
+	15, // 18: bc.plugin.v1.Host.PutInventory:input_type -> bc.plugin.v1.PutInventoryRequest
+	17, // 19: bc.plugin.v1.Host.GetNodeSpec:input_type -> bc.plugin.v1.GetNodeSpecRequest
+	19, // 20: bc.plugin.v1.Host.GetConditions:input_type -> bc.plugin.v1.GetConditionsRequest
+	22, // 21: bc.plugin.v1.Host.GetJournal:input_type -> bc.plugin.v1.GetJournalRequest
+	5,  // 22: bc.plugin.v1.KindPlugin.Manifests:output_type -> bc.plugin.v1.ManifestsResponse
+	10, // 23: bc.plugin.v1.KindPlugin.Execute:output_type -> bc.plugin.v1.ExecuteEvent
+	12, // 24: bc.plugin.v1.KindPlugin.Cancel:output_type -> bc.plugin.v1.CancelResponse
+	14, // 25: bc.plugin.v1.Host.GetInventory:output_type -> bc.plugin.v1.GetInventoryResponse
+	16, // 26: bc.plugin.v1.Host.PutInventory:output_type -> bc.plugin.v1.PutInventoryResponse
+	18, // 27: bc.plugin.v1.Host.GetNodeSpec:output_type -> bc.plugin.v1.GetNodeSpecResponse
+	21, // 28: bc.plugin.v1.Host.GetConditions:output_type -> bc.plugin.v1.GetConditionsResponse
+	23, // 29: bc.plugin.v1.Host.GetJournal:output_type -> bc.plugin.v1.GetJournalResponse
+	22, // [22:30] is the sub-list for method output_type
+	14, // [14:22] is the sub-list for method input_type
+	14, // [14:14] is the sub-list for extension type_name
+	14, // [14:14] is the sub-list for extension extendee
+	0,  // [0:14] is the sub-list for field type_name
 }
 
 func init() { file_bc_plugin_v1_plugin_proto_init() }
@@ -1587,7 +1605,7 @@ func file_bc_plugin_v1_plugin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_bc_plugin_v1_plugin_proto_rawDesc), len(file_bc_plugin_v1_plugin_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   22,
+			NumMessages:   23,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

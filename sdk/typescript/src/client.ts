@@ -1,0 +1,190 @@
+// The client on any Connect transport: createClient in node.ts and web.ts
+// picks the transport (connect-node in Node, connect-web in a browser).
+import type { DescService, MessageInitShape } from "@bufbuild/protobuf";
+import { Code, createClient as createConnectClient } from "@connectrpc/connect";
+import type { CallOptions, Client, Interceptor, Transport } from "@connectrpc/connect";
+
+import { ApiError } from "./errors.js";
+import { CommandBatches, Commands, Events, Nodes } from "./gen/bc/api/v1/api_pb.js";
+import type { CommandBatch, Event, WatchEventsRequestSchema } from "./gen/bc/api/v1/api_pb.js";
+
+/** What createClient needs: where the API is and the bearer token. */
+export interface ClientOptions {
+  /** The API's HTTP address (bc-server's httpListen): "https://bc.example.com". */
+  baseUrl: string;
+  /** The bearer token of an identity in bc-server's auth. */
+  token: string;
+}
+
+/** A CommandBatch with batchId, the name the spec's snippets read its id by. */
+export type Batch = CommandBatch & { readonly batchId: string };
+
+/** How events.watch reconnects after the stream breaks. */
+export interface WatchOptions {
+  /** Ends the watch (the iterator returns). */
+  signal?: AbortSignal;
+  /** The first reconnect's delay (250 ms), doubled each time up to maxDelayMs (10 s). */
+  minDelayMs?: number;
+  maxDelayMs?: number;
+  /** Called before each reconnect with the error that broke the stream and the cursor it resumes after. */
+  onReconnect?: (err: ApiError, cursor: string) => void;
+}
+
+// A break that a reconnect can mend: the server went away (a restart, a
+// replica draining with UNAVAILABLE), the network dropped, a proxy timed out.
+const transient = new Set<Code>([Code.Unavailable, Code.Unknown, Code.DeadlineExceeded, Code.Aborted, Code.Internal]);
+
+/**
+ * A watch of the tenant's events: an async iterator that follows new events
+ * and, when the stream breaks, reconnects from the cursor of the last event
+ * it yielded, so a consumer sees each event once, in order.
+ */
+export class EventWatch implements AsyncIterable<Event> {
+  /** The cursor of the last event yielded ("" before the first). */
+  cursor: string;
+  /** How many times the watch reconnected. */
+  reconnects = 0;
+
+  constructor(
+    private readonly events: Client<typeof Events>,
+    private readonly request: MessageInitShape<typeof WatchEventsRequestSchema>,
+    private readonly options: WatchOptions,
+  ) {
+    this.cursor = request.cursor ?? "";
+  }
+
+  async *[Symbol.asyncIterator](): AsyncIterator<Event> {
+    // The watch's own signal ends the stream when the consumer stops (a
+    // break, return()) as well as on the caller's signal.
+    const ac = new AbortController();
+    const outer = this.options.signal;
+    const onAbort = () => ac.abort(outer?.reason);
+    outer?.addEventListener("abort", onAbort, { once: true });
+    if (outer?.aborted) {
+      ac.abort(outer.reason);
+    }
+    try {
+      yield* this.follow(ac.signal);
+    } finally {
+      outer?.removeEventListener("abort", onAbort);
+      ac.abort();
+    }
+  }
+
+  private async *follow(signal: AbortSignal): AsyncGenerator<Event> {
+    const min = this.options.minDelayMs ?? 250;
+    const max = this.options.maxDelayMs ?? 10_000;
+    let delay = min;
+    for (;;) {
+      let broke: ApiError;
+      try {
+        for await (const e of this.events.watch({ ...this.request, cursor: this.cursor }, { signal })) {
+          this.cursor = e.cursor;
+          delay = min;
+          yield e;
+        }
+        // The server ended the stream without an error: follow on.
+        broke = new ApiError("UNAVAILABLE", "the watch ended", {}, Code.Unavailable);
+      } catch (err) {
+        if (signal?.aborted) {
+          return;
+        }
+        broke = ApiError.from(err);
+        if (!transient.has(broke.connectCode)) {
+          throw broke;
+        }
+      }
+      this.options.onReconnect?.(broke, this.cursor);
+      if (!(await sleep(delay, signal))) {
+        return;
+      }
+      delay = Math.min(delay * 2, max);
+      this.reconnects++;
+    }
+  }
+}
+
+function sleep(ms: number, signal?: AbortSignal): Promise<boolean> {
+  return new Promise((resolve) => {
+    if (signal?.aborted) {
+      resolve(false);
+      return;
+    }
+    const t = setTimeout(() => {
+      signal?.removeEventListener("abort", onAbort);
+      resolve(true);
+    }, ms);
+    const onAbort = () => {
+      clearTimeout(t);
+      resolve(false);
+    };
+    signal?.addEventListener("abort", onAbort, { once: true });
+  });
+}
+
+// unaryWithApiErrors wraps each unary method of a Connect client so that it
+// throws ApiError; then maps each result through post.
+function unaryWithApiErrors<S extends DescService>(service: S, c: Client<S>, post: (v: any) => any = (v) => v): Client<S> {
+  const out: Record<string, unknown> = {};
+  for (const m of service.methods) {
+    const f = (c as Record<string, (...a: unknown[]) => unknown>)[m.localName];
+    out[m.localName] =
+      m.methodKind === "unary"
+        ? async (req: unknown, opts?: CallOptions) => {
+            try {
+              return post(await f(req, opts));
+            } catch (err) {
+              throw ApiError.from(err);
+            }
+          }
+        : f;
+  }
+  return out as Client<S>;
+}
+
+function withBatchId(b: CommandBatch): Batch {
+  return Object.defineProperty(b, "batchId", { value: b.id, enumerable: false }) as Batch;
+}
+
+/** The client: commands, commandBatches, events and nodes, with the spec's method and field names. */
+export interface BetterComputeClient {
+  commands: Client<typeof Commands>;
+  commandBatches: Omit<Client<typeof CommandBatches>, "create" | "get" | "approve" | "list"> & {
+    create(...a: Parameters<Client<typeof CommandBatches>["create"]>): Promise<Batch>;
+    get(...a: Parameters<Client<typeof CommandBatches>["get"]>): Promise<Batch>;
+    approve(...a: Parameters<Client<typeof CommandBatches>["approve"]>): Promise<Batch>;
+    list(...a: Parameters<Client<typeof CommandBatches>["list"]>): Promise<{ items: Batch[]; }>;
+  };
+  events: {
+    /** for await (const e of client.events.watch({ tenantId, cursor })) — resumes from its cursor after a reconnect. */
+    watch(request: MessageInitShape<typeof WatchEventsRequestSchema>, options?: WatchOptions): EventWatch;
+  };
+  nodes: Client<typeof Nodes>;
+}
+
+/** bearer adds the token to every call. */
+export function bearer(token: string): Interceptor {
+  return (next) => (req) => {
+    req.header.set("Authorization", `Bearer ${token}`);
+    return next(req);
+  };
+}
+
+/** createClientOn builds the client on a transport (which must send the token). */
+export function createClientOn(transport: Transport): BetterComputeClient {
+  const events = createConnectClient(Events, transport);
+  return {
+    commands: unaryWithApiErrors(Commands, createConnectClient(Commands, transport)),
+    commandBatches: unaryWithApiErrors(CommandBatches, createConnectClient(CommandBatches, transport), (v) => {
+      if (v?.$typeName === "bc.api.v1.CommandBatch") {
+        return withBatchId(v);
+      }
+      if (v?.$typeName === "bc.api.v1.ListCommandBatchesResponse") {
+        v.items.forEach(withBatchId);
+      }
+      return v;
+    }) as unknown as BetterComputeClient["commandBatches"],
+    events: { watch: (request, options = {}) => new EventWatch(events, request, options) },
+    nodes: unaryWithApiErrors(Nodes, createConnectClient(Nodes, transport)),
+  };
+}

@@ -1,0 +1,8 @@
+// @better-compute/client: the public API of better-compute from TypeScript.
+// Import createClient from "@better-compute/client" (Node picks node.ts,
+// bundlers for browsers web.ts); this module holds what both share.
+export { ApiError, decodeErrorInfo, errorDomain } from "./errors.js";
+export type { ApiErrorCode, ErrorInfo } from "./errors.js";
+export { EventWatch, bearer, createClientOn } from "./client.js";
+export type { Batch, BetterComputeClient, ClientOptions, WatchOptions } from "./client.js";
+export * from "./gen/bc/api/v1/api_pb.js";

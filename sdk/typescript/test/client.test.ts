@@ -1,0 +1,102 @@
+// The client's own behaviour: typed errors, the watch's resume after a
+// reconnect, the node view.
+import assert from "node:assert/strict";
+import { after, before, describe, test } from "node:test";
+
+import { ApiError, createClient } from "../src/node.js";
+import type { Event } from "../src/node.js";
+import { Proxy, env, nextMatching, unique } from "./env.js";
+
+const client = createClient({ baseUrl: env.baseUrl, token: env.token });
+const tenantId = env.tenant;
+
+describe("errors", () => {
+  test("an unknown token is UNAUTHENTICATED", async () => {
+    const stranger = createClient({ baseUrl: env.baseUrl, token: "not-a-token" });
+    await assert.rejects(stranger.nodes.get({ tenantId, nodeId: env.healthy }), (err: unknown) => {
+      assert.ok(err instanceof ApiError);
+      assert.equal(err.code, "UNAUTHENTICATED");
+      assert.equal(err.message, "unknown bearer token");
+      return true;
+    });
+  });
+
+  test("a node that does not exist is NOT_FOUND, with its details", async () => {
+    await assert.rejects(client.nodes.get({ tenantId, nodeId: "node_nope" }), (err: unknown) => {
+      assert.ok(err instanceof ApiError);
+      assert.equal(err.code, "NOT_FOUND");
+      assert.equal(err.details.nodeId, "node_nope");
+      return true;
+    });
+  });
+
+  test("a bad request is INVALID_INPUT naming the field", async () => {
+    await assert.rejects(client.commands.run({ tenantId, nodeId: env.healthy, kind: "diag.nvml", idempotencyKey: unique("k"), notAfterSeconds: 5 }),
+      (err: unknown) => {
+        assert.ok(err instanceof ApiError);
+        assert.equal(err.code, "INVALID_INPUT");
+        assert.ok(Object.keys(err.details).length > 0, `details: ${JSON.stringify(err.details)}`);
+        return true;
+      });
+  });
+});
+
+describe("events.watch", () => {
+  let proxy: Proxy & { url: string };
+  before(async () => {
+    proxy = await Proxy.start(env.proxyTarget);
+  });
+  after(async () => {
+    await proxy.close();
+  });
+
+  test("resumes from its cursor after a reconnect: no event lost, none twice", async () => {
+    const through = createClient({ baseUrl: proxy.url, token: env.token });
+    const nodeId = env.offline;
+    const reconnects: string[] = [];
+    const watch = through.events.watch({ tenantId, nodeId, types: ["node.command.queued"] },
+      { minDelayMs: 50, maxDelayMs: 200, onReconnect: (err, cursor) => void reconnects.push(`${err.code}@${cursor}`) });
+    const it = watch[Symbol.asyncIterator]();
+    const run = () => client.commands.run({ tenantId, nodeId, kind: "diag.nvml", idempotencyKey: unique("resume") });
+    try {
+      let aId = "";
+      const firstSeen = nextMatching(it, (e: Event) => aId !== "" && e.data?.commandId === aId, 30_000, "the first command's node.command.queued");
+      const a = await run();
+      aId = a.id;
+      const ea = await firstSeen;
+
+      // The network breaks, and stays down while two more commands queue.
+      proxy.blocked = true;
+      proxy.cut();
+      const b = await run();
+      const c = await run();
+      proxy.blocked = false;
+
+      const seen: string[] = [];
+      const eb = await nextMatching(it, (e) => (seen.push(String(e.data?.commandId)), e.data?.commandId === c.id), 30_000,
+        "the third command's node.command.queued after the reconnect");
+      assert.deepEqual(seen, [b.id, c.id], "after the reconnect: the commands queued while it was down, in order, once each");
+      assert.ok(watch.reconnects >= 1, "the watch reconnected");
+      assert.ok(reconnects.length >= 1);
+      assert.ok(reconnects.every((r) => r.endsWith(`@${ea.cursor}`)), `it resumed after the last event it yielded: ${reconnects}`);
+      assert.equal(watch.cursor, eb.cursor);
+    } finally {
+      await it.return?.();
+    }
+  });
+
+  test("an error a reconnect cannot mend ends the watch with it", async () => {
+    const reader = createClient({ baseUrl: env.baseUrl, token: "not-a-token" });
+    const it = reader.events.watch({ tenantId })[Symbol.asyncIterator]();
+    await assert.rejects(it.next(), (err: unknown) => err instanceof ApiError && err.code === "UNAUTHENTICATED");
+  });
+});
+
+describe("nodes", () => {
+  test("nodes.get shows a joined node: its role and the trust bundle it holds", async () => {
+    const n = await client.nodes.get({ tenantId, nodeId: env.faulty });
+    assert.equal(n.id, env.faulty);
+    assert.equal(n.role, "node");
+    assert.ok(n.trustVersion >= 1n, "the node reported the trust bundle it holds (command signing is on)");
+  });
+});
