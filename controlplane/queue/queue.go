@@ -147,6 +147,14 @@ func (q *Queue) Enqueue(ctx context.Context, tx pgx.Tx, p EnqueueParams) (cmd Co
 	return cmd, true, nil
 }
 
+// Check runs Enqueue's checks of p that need no database (the kind, its
+// payload, the batch id) without queuing anything: a module checks a step
+// it will queue later, so that a run that could not finish is refused whole.
+func (q *Queue) Check(p EnqueueParams) error {
+	_, _, err := q.check(p)
+	return err
+}
+
 // check validates p against the registry and returns the kind's manifest and
 // the payload to store.
 func (q *Queue) check(p EnqueueParams) (kind.Manifest, []byte, error) {

@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/better-compute/commands/controlplane/kinds"
+	"github.com/better-compute/commands/controlplane/metal"
 	"github.com/better-compute/commands/controlplane/modules"
 )
 
@@ -24,7 +25,9 @@ func (s *Server) startModules(cfg Config, reg *kinds.Registry) error {
 }
 
 // moduleList is the modules this server loads.
-func (s *Server) moduleList(Config) []modules.Module { return nil }
+func (s *Server) moduleList(Config) []modules.Module {
+	return []modules.Module{metal.Module{Pool: s.pool, Queue: s.queue}}
+}
 
 // Modules is the module host.
 func (s *Server) Modules() *modules.Host { return s.modules }
