@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bougou/go-ipmi/pkg/types"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/protobuf/types/known/structpb"
 
@@ -141,6 +142,16 @@ func mockSite(t *testing.T) (inventory string, rf []*bmctest.Redfish, ipmi *bmct
 // bc-server with the metal module, a real site bcd (role site) running
 // bc-kind-bmc, and three mock BMCs (two Redfish over TLS, one IPMI).
 func TestE2E_MetalPowerUnderATwoOfThreeQuorum(t *testing.T) {
+	c, keys := newMetalCluster(t)
+	inventory, rf, ipmi := mockSite(t)
+	s := c.joinSite(inventory)
+	s.start()
+	metalPowerUnderQuorum(t, c, s, keys, rf, ipmi)
+}
+
+// newMetalCluster is a control plane with signing on, three approvers
+// (alice, bob, carol) of whom two must sign, and the metal kinds.
+func newMetalCluster(t *testing.T) (*cluster, map[string]string) {
 	dir := t.TempDir()
 	var approvers []serverconfig.ApproverConfig
 	keys := map[string]string{}
@@ -162,10 +173,10 @@ func TestE2E_MetalPowerUnderATwoOfThreeQuorum(t *testing.T) {
 		cfg.PKI.Approvers, cfg.PKI.ApprovalThreshold = approvers, 2
 		metalKinds(t, cfg)
 	})
-	inventory, rf, ipmi := mockSite(t)
-	s := c.joinSite(inventory)
-	s.start()
+	return c, keys
+}
 
+func metalPowerUnderQuorum(t *testing.T, c *cluster, s *node, keys map[string]string, rf []*bmctest.Redfish, ipmi *bmctest.IPMI) {
 	out, stderr, code := c.cli("metal", "power", "--site", siteNode, "--machines", "m1,m2,m3", "--action", "off",
 		"--reason", "Power off rack 4 for the PDU swap", "--idempotency-key", "rack4-off", "--json")
 	require.Equal(t, 0, code, stderr)
@@ -251,4 +262,51 @@ func TestE2E_MetalPowerUnderATwoOfThreeQuorum(t *testing.T) {
 		"--reason", "Power off rack 4 for the PDU swap", "--idempotency-key", "rack4-off", "--json")
 	require.Equal(t, 0, code, stderr)
 	require.Contains(t, out, run.ID)
+}
+
+// metal.bulk boots every machine from PXE once and then cycles it: one
+// approval of the run's batch covers both steps; each machine's cycle is
+// queued only after its boot override was verified (the module is woken
+// through River when the boot settles), and each BMC ends up set to PXE
+// once, having been seen off and back on.
+func TestE2E_MetalBulkBootsFromPXEThenCycles(t *testing.T) {
+	c, keys := newMetalCluster(t)
+	inventory, rf, ipmi := mockSite(t)
+	s := c.joinSite(inventory)
+	s.start()
+	for _, r := range rf {
+		r.SetPowerState("437XR1138R2", "On")
+	}
+	out, stderr, code := c.cli("metal", "bulk", "--site", siteNode, "--machines", "m1,m2,m3", "--boot", "pxe", "--power", "cycle",
+		"--reason", "Reinstall rack 4", "--json")
+	require.Equal(t, 0, code, stderr)
+	var run struct{ ID, State, BatchID string }
+	require.NoError(t, json.Unmarshal([]byte(out), &run))
+	require.Equal(t, "awaiting-approval", run.State)
+	for _, k := range []string{"alice", "bob"} {
+		_, stderr, code = c.cliAs(servertest.TokAdmin, "batch", "approve", "--batch", run.BatchID, "--key", keys[k])
+		require.Equal(t, 0, code, stderr)
+	}
+	testutil.WaitFor(t, 120*time.Second, "the bulk run to succeed", func() bool {
+		out, _, code = c.cli("metal", "get", run.ID, "--json")
+		return code == 0 && strings.Count(out, `"state": "succeeded"`) == 7
+	})
+	for i, r := range rf {
+		req := r.Requests()
+		require.Len(t, req, 2, "m%d: %v", i+1, req)
+		require.True(t, strings.HasPrefix(req[0], "PATCH /redfish/v1/Systems/437XR1138R2 "), "the boot override came first: %v", req)
+		require.Contains(t, req[0], `"BootSourceOverrideTarget":"Pxe"`)
+		require.Contains(t, req[0], `"BootSourceOverrideEnabled":"Once"`)
+		require.Equal(t, "POST /redfish/v1/Systems/437XR1138R2/Actions/ComputerSystem.Reset ForceRestart", req[1])
+		require.Equal(t, "On", r.PowerState("437XR1138R2"))
+	}
+	f := ipmi.Chassis.BootFlags()
+	require.NotNil(t, f)
+	require.Equal(t, types.BootDeviceSelectorForcePXE, f.BootDeviceSelector)
+	require.Equal(t, 1, ipmi.Chassis.Controls("power-cycle"))
+	require.True(t, ipmi.Chassis.On())
+	out, stderr, code = c.cli("metal", "get", run.ID)
+	require.Equal(t, 0, code, stderr)
+	require.Contains(t, out, "STATE    succeeded")
+	require.Equal(t, 6, strings.Count(out, "verified"))
 }
