@@ -9,11 +9,12 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/better-compute/commands/controlplane/kinds"
+	"github.com/better-compute/commands/controlplane/metal"
 	"github.com/better-compute/commands/controlplane/modules"
 	"github.com/better-compute/commands/controlplane/reconciler"
 	"github.com/better-compute/commands/controlplane/remediation"
-	"github.com/better-compute/commands/internal/trust"
 	"github.com/better-compute/commands/controlplane/rollout"
+	"github.com/better-compute/commands/internal/trust"
 )
 
 // startModules loads the modules: every process installs their settle hook
@@ -34,7 +35,8 @@ func (s *Server) startModules(cfg Config, reg *kinds.Registry) error {
 
 // moduleList is the modules this server loads: the provision module's
 // remediation and the health reconciler, each when enabled, and the
-// rollout module (daemon.upgrade and the pools' desired daemon versions).
+// rollout module (daemon.upgrade and the pools' desired daemon versions),
+// and the metal module (its kinds and the metal.power/metal.bulk workflows).
 func (s *Server) moduleList(cfg Config) ([]modules.Module, error) {
 	mc := cfg.Modules
 	eng := remediation.Options{Quorum: s.Quorum, StaleAfter: time.Duration(mc.StaleAfter), VerifyTimeout: time.Duration(mc.VerifyTimeout),
@@ -58,7 +60,7 @@ func (s *Server) moduleList(cfg Config) ([]modules.Module, error) {
 		eng.PlatformKey = key
 		s.logger.Info("the platform approves its own batches as one approval", "approver", eng.PlatformKeyName, "key_id", id)
 	}
-	out := []modules.Module{rollout.New(s.pool, s.queue, s.logger)}
+	out := []modules.Module{rollout.New(s.pool, s.queue, s.logger), metal.Module{Pool: s.pool, Queue: s.queue}}
 	if mc.Remediation.Enabled {
 		out = append(out, remediation.NewProvision(remediation.ProvisionOptions{Engine: eng, Interval: time.Duration(mc.Interval)}))
 	}
