@@ -121,10 +121,15 @@ docs-check:
 	  { diff -u docs/reference/kinds.md .cache/docs-check/kinds.md | head -20; echo "docs/reference/kinds.md is stale: run 'make docs' and commit it"; rm -rf .cache/docs-check; exit 1; }
 	@rm -rf .cache/docs-check
 
-## bench: benchmarks, each beside a floor measured in the same run
+## bench: benchmarks, each beside a floor measured in the same run (BenchmarkSessions runs bc-sim fleets of 1,000, 10,000 and 30,000 nodes; BC_SIM_NODES=N runs one size)
 bench:
-	scripts/with-postgres $(GO) test -run '^$$' -bench . -benchtime 2000x $(PKGS)
+	scripts/with-postgres $(GO) test -run '^$$' -bench . -benchtime 2000x -timeout 60m $(PKGS)
 	cd $(SDK) && $(GO) test -run '^$$' -bench . -benchtime 2000x $(SDK_PKGS)
+
+.PHONY: ha-test
+## ha-test: bc-server on a pg_auto_failover formation (monitor, primary, synchronous standby on loopback; installs postgresql-15-auto-failover as root), bcd nodes under commands.run load, the primary killed; prints acknowledged, present, lost (docs/operator-guide.md, "PostgreSQL failover")
+ha-test:
+	GO=$(GO) scripts/ha-test
 
 .PHONY: check-rules
 ## check-rules: promtool check rules and promtool test rules over the alert rules the packages install (installs promtool, Debian's prometheus package, when missing as root)
