@@ -39,7 +39,7 @@ func Sections() []Section {
 		},
 		{
 			Title:     "Rollout module kinds",
-			Intro:     "Registered by the control plane's rollout module (`controlplane/rollout`), which converges each pool to its desired daemon version with it; served by `bc-kind-upgrade`, which ships with bcd. See [upgrading bcd in place](../operator-guide.md#9-upgrading-bcd-in-place-daemonupgrade).",
+			Intro:     "Registered by the control plane's rollout module (`controlplane/rollout`), which converges each pool to its desired daemon version with it; served by `bc-kind-upgrade`, which ships with bcd. See [upgrading bcd in place](../operator-guide.md#10-upgrading-bcd-in-place-daemonupgrade).",
 			Manifests: (&rollout.Module{}).Kinds(),
 		},
 		{
