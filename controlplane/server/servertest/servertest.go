@@ -49,13 +49,18 @@ const (
 // Manifests are the test kinds: the four API kinds, gpu.reset (not
 // API-runnable) and vendor.blink (API-runnable, not allowlisted).
 func Manifests() []kind.Manifest {
-	mk := func(name string, lane kind.Lane, flags kind.Flags, runnable bool) kind.Manifest {
-		return kind.Manifest{Kind: name, Lane: lane, Timeout: kind.Duration(5 * time.Minute), Roles: []string{"node"},
+	mk := func(name string, lane kind.Lane, flags kind.Flags, runnable bool, roles ...string) kind.Manifest {
+		if len(roles) == 0 {
+			roles = []string{"node"}
+		}
+		return kind.Manifest{Kind: name, Lane: lane, Timeout: kind.Duration(5 * time.Minute), Roles: roles,
 			Flags: flags, APIRunnable: runnable, Version: "1.0.0"}
 	}
+	// The roles are the first-party kinds': a discovery ramdisk runs
+	// diag.nvml and inventory.refresh too.
 	return []kind.Manifest{
-		mk("diag.nvml", kind.LaneControl, kind.Flags{RetrySafe: true}, true),
-		mk("inventory.refresh", kind.LaneControl, kind.Flags{RetrySafe: true}, true),
+		mk("diag.nvml", kind.LaneControl, kind.Flags{RetrySafe: true}, true, "node", "discovery"),
+		mk("inventory.refresh", kind.LaneControl, kind.Flags{RetrySafe: true}, true, "node", "discovery"),
 		mk("logs.collect", kind.LaneBulk, kind.Flags{RetrySafe: true}, true),
 		mk("node.reboot", kind.LaneControl, kind.Flags{Destructive: true, SelfTerminating: true}, true),
 		mk("gpu.reset", kind.LaneProvision, kind.Flags{Destructive: true}, false),
