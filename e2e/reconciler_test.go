@@ -213,6 +213,13 @@ func TestE2E_ReconcilerRebootsWithinTheBudgetAndTheBreakerStopsAFailingPool(t *t
 	require.GreaterOrEqual(t, peak, 1)
 
 	// rack2: every reboot fails; the second failure trips the breaker.
+	t.Cleanup(func() {
+		if t.Failed() {
+			for _, x := range remediations("rack2") {
+				t.Logf("rack2 %s %s %s %s: %s %s", x.NodeID, x.State, x.Outcome, x.WaitingReason, x.WaitingMessage, x.OutcomeMessage)
+			}
+		}
+	})
 	testutil.WaitFor(t, 2*time.Minute, "rack2's breaker to trip and its other nodes to wait on it", func() bool {
 		waiting := 0
 		for _, x := range remediations("rack2") {
