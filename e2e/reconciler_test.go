@@ -82,7 +82,17 @@ func (n *fakeNode) run() {
 	n.lock.Unlock()
 	go func() {
 		defer close(done)
-		_ = n.d.Run(ctx, n.conn)
+		// As bcd does, a session that ends comes back (with a backoff)
+		// until the node goes down.
+		for ctx.Err() == nil {
+			if err := n.d.Run(ctx, n.conn); err != nil && ctx.Err() == nil {
+				n.t.Logf("%s: session ended: %v; reconnecting", n.d.NodeID, err)
+			}
+			select {
+			case <-ctx.Done():
+			case <-time.After(200 * time.Millisecond):
+			}
+		}
 	}()
 }
 
