@@ -42,6 +42,7 @@ const (
 // Topics of the remediation events.
 const (
 	TopicPlanned          = "remediation.planned"
+	TopicWaiting          = "remediation.waiting"
 	TopicStarted          = "remediation.started"
 	TopicVerifying        = "remediation.verifying"
 	TopicFinished         = "remediation.finished"
@@ -244,7 +245,12 @@ func (e *Engine) setWaiting(ctx context.Context, tx pgx.Tx, r Row, reason, msg s
 		return fmt.Errorf("remediation %s: %w", r.ID, err)
 	}
 	e.mc.Logger().Debug("remediation waits", "remediation_id", r.ID, "node_id", r.NodeID, "reason", reason, "message", msg)
-	return nil
+	if reason == "" || reason == r.WaitingReason {
+		return nil
+	}
+	// A new reason to wait is a decision: say it once.
+	return e.mc.Event(ctx, tx, r.TenantID, TopicWaiting, map[string]any{"remediationId": r.ID, "nodeId": r.NodeID, "pool": r.Pool,
+		"action": r.Action, "gpu": r.GPU, "reason": reason, "message": msg})
 }
 
 // start runs the checks of a waiting remediation and, when they pass,
