@@ -6,17 +6,17 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/bougou/go-ipmi/pkg/types"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/protobuf/types/known/structpb"
 
-	"github.com/better-compute/commands/controlplane/join"
 	"github.com/better-compute/commands/controlplane/metal"
-	"github.com/better-compute/commands/controlplane/queue"
 	"github.com/better-compute/commands/controlplane/server"
 	"github.com/better-compute/commands/controlplane/server/servertest"
 	"github.com/better-compute/commands/controlplane/serverconfig"
@@ -52,13 +52,20 @@ func metalKinds(t *testing.T, cfg *server.Config) {
 	cfg.Allowlist = append(cfg.Allowlist, "bmc.sensors")
 }
 
-// joinSite registers a site agent (role site) and joins a bcd for it whose
-// plugins directory holds bc-kind-bmc and whose pluginEnv names the site
-// inventory.
+// joinSite sets up a site agent as docs/metal.md says: nodes.create and
+// nodes.createJoinToken with role site through the CLI, the bcd.yaml the
+// page shows (its inventory path and poll interval replaced), bc-kind-bmc
+// in the plugins directory, and bcd join.
 func (c *cluster) joinSite(inventory string) *node {
 	c.t.Helper()
-	_, err := c.srv.Queue.CreateNode(context.Background(), c.srv.Pool, queue.Node{ID: siteNode, TenantID: servertest.TenantA, Role: "site"})
-	require.NoError(c.t, err)
+	_, stderr, code := c.cliAs(servertest.TokAdmin, "api", "nodes.create", "tenantId="+servertest.TenantA, "nodeId="+siteNode, "role=site")
+	require.Equal(c.t, 0, code, stderr)
+	out, stderr, code := c.cliAs(servertest.TokAdmin, "api", "nodes.createJoinToken", "tenantId="+servertest.TenantA, "nodeId="+siteNode, "role=site")
+	require.Equal(c.t, 0, code, stderr)
+	var tok struct{ Token string }
+	require.NoError(c.t, json.Unmarshal([]byte(out), &tok))
+	require.True(c.t, strings.HasPrefix(tok.Token, "bcjoin_"), out)
+
 	bin := testutil.BuildBinary(c.t, "./plugins/bmc/cmd/bc-kind-bmc")
 	b, err := os.ReadFile(bin)
 	require.NoError(c.t, err)
@@ -66,11 +73,13 @@ func (c *cluster) joinSite(inventory string) *node {
 
 	n := &node{c: c, state: c.t.TempDir(), boot: filepath.Join(c.t.TempDir(), "boot_id"), config: filepath.Join(c.t.TempDir(), "bcd.yaml"), logs: &lockedBuffer{}}
 	require.NoError(c.t, os.WriteFile(n.boot, []byte("boot-1\n"), 0o600))
-	conf := "role: site\nlogLevel: debug\npluginEnv:\n  BCD_SITE_INVENTORY: " + inventory + "\n  BCD_BMC_POLL_INTERVAL: 100ms\n  BCD_BMC_PROVIDER_TIMEOUT: 10s\n"
-	require.NoError(c.t, os.WriteFile(n.config, []byte(conf), 0o600))
-	tok, err := c.srv.Server.Join().CreateToken(context.Background(), c.srv.Pool, join.TokenRequest{NodeID: siteNode, Role: "site"})
-	require.NoError(c.t, err)
-	out, errs, code := n.bcd("join", "--token", tok.Value, "--server", c.srv.Gateway, "--ca-file", filepath.Join(c.srv.CADir, "ca.pem"))
+	conf := docBlock(c.t, "site-bcd.yaml")
+	require.Contains(c.t, conf, "/etc/bcd/site-inventory.yaml")
+	require.Contains(c.t, conf, "BCD_BMC_POLL_INTERVAL: 3s")
+	conf = strings.Replace(conf, "/etc/bcd/site-inventory.yaml", inventory, 1)
+	conf = strings.Replace(conf, "BCD_BMC_POLL_INTERVAL: 3s", "BCD_BMC_POLL_INTERVAL: 100ms", 1)
+	require.NoError(c.t, os.WriteFile(n.config, []byte(conf+"logLevel: debug\n"), 0o600))
+	out, errs, code := n.bcd("join", "--token", tok.Token, "--server", c.srv.Gateway, "--ca-file", filepath.Join(c.srv.CADir, "ca.pem"))
 	require.Equal(c.t, 0, code, "bcd join: %s", errs)
 	require.Contains(c.t, out, "joined as "+siteNode+" (role site)")
 	c.t.Cleanup(func() {
@@ -80,6 +89,25 @@ func (c *cluster) joinSite(inventory string) *node {
 		}
 	})
 	return n
+}
+
+// docBlock returns the fenced block that follows <!-- marker --> in
+// docs/metal.md.
+func docBlock(t *testing.T, marker string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("..", "docs", "metal.md"))
+	require.NoError(t, err)
+	m := regexp.MustCompile(`(?s)<!-- ` + regexp.QuoteMeta(marker) + ` -->\s*` + "```" + `[a-z]*\n(.*?)` + "```").FindSubmatch(b)
+	require.NotNil(t, m, "docs/metal.md has no block after <!-- %s -->", marker)
+	// The block is indented inside a list item.
+	lines := strings.Split(string(m[1]), "\n")
+	indent := len(lines[0]) - len(strings.TrimLeft(lines[0], " "))
+	for i, l := range lines {
+		if len(l) >= indent {
+			lines[i] = l[indent:]
+		}
+	}
+	return strings.Join(lines, "\n")
 }
 
 // mockSite starts three BMCs, two Redfish (DMTF's rackmount1 mockup) and
@@ -114,6 +142,16 @@ func mockSite(t *testing.T) (inventory string, rf []*bmctest.Redfish, ipmi *bmct
 // bc-server with the metal module, a real site bcd (role site) running
 // bc-kind-bmc, and three mock BMCs (two Redfish over TLS, one IPMI).
 func TestE2E_MetalPowerUnderATwoOfThreeQuorum(t *testing.T) {
+	c, keys := newMetalCluster(t)
+	inventory, rf, ipmi := mockSite(t)
+	s := c.joinSite(inventory)
+	s.start()
+	metalPowerUnderQuorum(t, c, s, keys, rf, ipmi)
+}
+
+// newMetalCluster is a control plane with signing on, three approvers
+// (alice, bob, carol) of whom two must sign, and the metal kinds.
+func newMetalCluster(t *testing.T) (*cluster, map[string]string) {
 	dir := t.TempDir()
 	var approvers []serverconfig.ApproverConfig
 	keys := map[string]string{}
@@ -135,10 +173,10 @@ func TestE2E_MetalPowerUnderATwoOfThreeQuorum(t *testing.T) {
 		cfg.PKI.Approvers, cfg.PKI.ApprovalThreshold = approvers, 2
 		metalKinds(t, cfg)
 	})
-	inventory, rf, ipmi := mockSite(t)
-	s := c.joinSite(inventory)
-	s.start()
+	return c, keys
+}
 
+func metalPowerUnderQuorum(t *testing.T, c *cluster, s *node, keys map[string]string, rf []*bmctest.Redfish, ipmi *bmctest.IPMI) {
 	out, stderr, code := c.cli("metal", "power", "--site", siteNode, "--machines", "m1,m2,m3", "--action", "off",
 		"--reason", "Power off rack 4 for the PDU swap", "--idempotency-key", "rack4-off", "--json")
 	require.Equal(t, 0, code, stderr)
@@ -224,4 +262,51 @@ func TestE2E_MetalPowerUnderATwoOfThreeQuorum(t *testing.T) {
 		"--reason", "Power off rack 4 for the PDU swap", "--idempotency-key", "rack4-off", "--json")
 	require.Equal(t, 0, code, stderr)
 	require.Contains(t, out, run.ID)
+}
+
+// metal.bulk boots every machine from PXE once and then cycles it: one
+// approval of the run's batch covers both steps; each machine's cycle is
+// queued only after its boot override was verified (the module is woken
+// through River when the boot settles), and each BMC ends up set to PXE
+// once, having been seen off and back on.
+func TestE2E_MetalBulkBootsFromPXEThenCycles(t *testing.T) {
+	c, keys := newMetalCluster(t)
+	inventory, rf, ipmi := mockSite(t)
+	s := c.joinSite(inventory)
+	s.start()
+	for _, r := range rf {
+		r.SetPowerState("437XR1138R2", "On")
+	}
+	out, stderr, code := c.cli("metal", "bulk", "--site", siteNode, "--machines", "m1,m2,m3", "--boot", "pxe", "--power", "cycle",
+		"--reason", "Reinstall rack 4", "--json")
+	require.Equal(t, 0, code, stderr)
+	var run struct{ ID, State, BatchID string }
+	require.NoError(t, json.Unmarshal([]byte(out), &run))
+	require.Equal(t, "awaiting-approval", run.State)
+	for _, k := range []string{"alice", "bob"} {
+		_, stderr, code = c.cliAs(servertest.TokAdmin, "batch", "approve", "--batch", run.BatchID, "--key", keys[k])
+		require.Equal(t, 0, code, stderr)
+	}
+	testutil.WaitFor(t, 120*time.Second, "the bulk run to succeed", func() bool {
+		out, _, code = c.cli("metal", "get", run.ID, "--json")
+		return code == 0 && strings.Count(out, `"state": "succeeded"`) == 7
+	})
+	for i, r := range rf {
+		req := r.Requests()
+		require.Len(t, req, 2, "m%d: %v", i+1, req)
+		require.True(t, strings.HasPrefix(req[0], "PATCH /redfish/v1/Systems/437XR1138R2 "), "the boot override came first: %v", req)
+		require.Contains(t, req[0], `"BootSourceOverrideTarget":"Pxe"`)
+		require.Contains(t, req[0], `"BootSourceOverrideEnabled":"Once"`)
+		require.Equal(t, "POST /redfish/v1/Systems/437XR1138R2/Actions/ComputerSystem.Reset ForceRestart", req[1])
+		require.Equal(t, "On", r.PowerState("437XR1138R2"))
+	}
+	f := ipmi.Chassis.BootFlags()
+	require.NotNil(t, f)
+	require.Equal(t, types.BootDeviceSelectorForcePXE, f.BootDeviceSelector)
+	require.Equal(t, 1, ipmi.Chassis.Controls("power-cycle"))
+	require.True(t, ipmi.Chassis.On())
+	out, stderr, code = c.cli("metal", "get", run.ID)
+	require.Equal(t, 0, code, stderr)
+	require.Contains(t, out, "STATE    succeeded")
+	require.Equal(t, 6, strings.Count(out, "verified"))
 }

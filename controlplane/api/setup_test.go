@@ -39,8 +39,12 @@ func manifest(name string, lane kind.Lane, flags kind.Flags, runnable bool, sche
 
 func testRegistry(t testing.TB) *kinds.Registry {
 	t.Helper()
+	// diag.nvml runs on a discovery ramdisk too, as the real manifest says
+	// (the queue routes by the manifests' roles).
+	nvml := manifest("diag.nvml", kind.LaneControl, kind.Flags{RetrySafe: true}, true, "")
+	nvml.Roles = []string{"node", "discovery"}
 	reg, err := kinds.NewRegistry(
-		manifest("diag.nvml", kind.LaneControl, kind.Flags{RetrySafe: true}, true, ""),
+		nvml,
 		manifest("inventory.refresh", kind.LaneControl, kind.Flags{RetrySafe: true}, true,
 			`{"type":"object","additionalProperties":false,"properties":{"sections":{"type":"array","items":{"type":"string"}},"rescan":{"type":"boolean"}}}`),
 		logsmanifest.Manifest, // the real one: its schema requires the upload fields the API fills

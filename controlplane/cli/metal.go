@@ -109,17 +109,20 @@ func (a *app) metalBulkCommand() *cobra.Command {
 	var boot, power, steps string
 	var persistent, legacy bool
 	cmd := &cobra.Command{
-		Use:   "bulk --site node_… --reason … (--machines a,b --boot pxe|disk|cd [--persistent] [--legacy] | --machines a,b --power ACTION | --steps JSON)",
-		Short: "Run one power or boot action per machine (metal.bulk)",
-		Long: `bulk runs one action per machine, all at once, under one batch: the same boot
-override (--boot) or power action (--power) on every --machines, or a
-different one per machine with --steps:
+		Use:   "bulk --site node_… --reason … (--machines a,b [--boot pxe|disk|cd [--persistent] [--legacy]] [--power ACTION] | --steps JSON)",
+		Short: "Run power and boot actions on many machines, in order per machine (metal.bulk)",
+		Long: `bulk runs power and boot actions on many machines under one batch: the same
+boot override (--boot) or power action (--power) on every --machines, both
+(--boot pxe --power cycle: the boot override first, then the cycle), or any
+sequence per machine with --steps:
 
   --steps '[{"machine":"a","kind":"bmc.boot","payload":{"device":"pxe"}},
+            {"machine":"a","kind":"bmc.power","payload":{"action":"cycle"}},
             {"machine":"b","kind":"bmc.power","payload":{"action":"on"}}]'
 
-A machine appears once per run: to boot from PXE and then cycle, run a bulk
-boot, then metal power --action cycle.`,
+Each machine's first step is queued at once; its next step once the one
+before succeeded (a failed step skips the machine's rest). The batch covers
+every step, so it is approved once.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ms, err := f.check()
@@ -135,15 +138,16 @@ boot, then metal power --action cycle.`,
 				if err := json.Unmarshal([]byte(steps), &list); err != nil {
 					return usageErr("--steps: not a JSON list of {machine, kind, payload}: %v", err)
 				}
-			case (boot == "") == (power == ""):
-				return usageErr("give --boot or --power (or --steps)")
+			case boot == "" && power == "":
+				return usageErr("give --boot, --power, both, or --steps")
 			case len(ms) == 0:
 				return usageErr("--machines is required")
 			default:
 				for _, m := range ms {
 					if boot != "" {
 						list = append(list, map[string]any{"machine": m, "kind": "bmc.boot", "payload": map[string]any{"device": boot, "persistent": persistent, "uefi": !legacy}})
-					} else {
+					}
+					if power != "" {
 						list = append(list, map[string]any{"machine": m, "kind": "bmc.power", "payload": map[string]any{"action": power}})
 					}
 				}
@@ -196,9 +200,13 @@ func (a *app) metalOut(r *apiv1.MetalRun, asJSON bool) error {
 	fmt.Fprintf(w, "BATCH\t%s (%s)\n", r.GetBatchId(), r.GetBatchState())
 	fmt.Fprintf(w, "SITE\t%s\n", r.GetSiteNodeId())
 	fmt.Fprintf(w, "REASON\t%s\n", r.GetReason())
-	fmt.Fprintln(w, "MACHINE\tKIND\tCOMMAND\tSTATE\tDETAIL")
+	fmt.Fprintln(w, "MACHINE\tSTEP\tKIND\tCOMMAND\tSTATE\tDETAIL")
 	for _, m := range r.GetMachines() {
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", m.GetMachine(), m.GetKind(), m.GetCommandId(), m.GetState(), machineDetail(m))
+		cmdID := m.GetCommandId()
+		if cmdID == "" {
+			cmdID = "-"
+		}
+		fmt.Fprintf(w, "%s\t%d\t%s\t%s\t%s\t%s\n", m.GetMachine(), m.GetSeq(), m.GetKind(), cmdID, m.GetState(), machineDetail(m))
 	}
 	return w.Flush()
 }
@@ -225,8 +233,11 @@ func machineDetail(m *apiv1.MetalMachine) string {
 			parts = append(parts, "not verified")
 		}
 	}
-	if m.GetReason() != "" {
+	switch {
+	case m.GetReason() != "":
 		parts = append(parts, m.GetReason()+": "+m.GetMessage())
+	case m.GetMessage() != "":
+		parts = append(parts, m.GetMessage())
 	}
 	if len(parts) == 0 {
 		return "-"

@@ -168,7 +168,7 @@ func reportProto(r Report) *apiv1.MetalRun {
 		Reason: r.Reason, Requester: r.Requester, State: r.State, BatchState: r.BatchState, ApprovalsNeeded: uint32(r.ApprovalsNeeded),
 		CreatedAt: timestamppb.New(r.CreatedAt)}
 	for _, m := range r.Machines {
-		pm := &apiv1.MetalMachine{Machine: m.Machine, Kind: m.Kind, CommandId: m.CommandID, State: m.State, Reason: m.Reason,
+		pm := &apiv1.MetalMachine{Machine: m.Machine, Seq: uint32(m.Seq), Kind: m.Kind, CommandId: m.CommandID, State: m.State, Reason: m.Reason,
 			Message: m.Message, AwaitingApproval: m.AwaitingApproval}
 		if len(m.Result) > 0 {
 			var v map[string]any

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"regexp"
 	"sort"
+	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -41,6 +42,14 @@ const (
 	StateFailed           = "failed"
 )
 
+// The states of a step that has no command (yet).
+const (
+	// StepWaiting is a later step waiting for the one before it.
+	StepWaiting = "waiting"
+	// StepSkipped is a later step never queued: the one before failed.
+	StepSkipped = "skipped"
+)
+
 var machinePattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$`)
 
 // Step is one machine's action in a run.
@@ -51,9 +60,22 @@ type Step struct {
 	Kind string `json:"kind"`
 	// Payload is the command's payload; it names Machine as its bmc.
 	Payload json.RawMessage `json:"payload"`
+	// Seq is the step's place in its machine's sequence, from 1: a run
+	// queues each machine's first step at once and the next when the one
+	// before succeeded.
+	Seq int `json:"seq"`
 	// CommandID is the step's command, once queued.
 	CommandID string `json:"commandId,omitempty"`
+	// Skipped says why a later step was never queued (the step before it
+	// did not succeed).
+	Skipped string `json:"skipped,omitempty"`
 }
+
+// StepID is the step's id in its key, wf:<runId>:<machine>.<seq>.
+func (s Step) StepID() string { return s.Machine + "." + strconv.Itoa(s.Seq) }
+
+// MaxStepsPerMachine bounds one machine's sequence.
+const MaxStepsPerMachine = 8
 
 // StartParams describe a run.
 type StartParams struct {
@@ -150,15 +172,20 @@ func Start(ctx context.Context, tx pgx.Tx, q *queue.Queue, quorum batches.Quorum
 	if len(p.Steps) == 0 || len(p.Steps) > MaxMachines {
 		return Run{}, false, invalid("machines", "a run needs 1 to %d machines, has %d", MaxMachines, len(p.Steps))
 	}
-	seen := map[string]bool{}
-	for _, s := range p.Steps {
+	seen := map[string]int{}
+	for i := range p.Steps {
+		s := &p.Steps[i]
 		if !machinePattern.MatchString(s.Machine) {
 			return Run{}, false, invalid("machines", "machine %q: must be a BMC id of the site inventory (letters, digits, dots, dashes, underscores)", s.Machine)
 		}
-		if seen[s.Machine] {
-			return Run{}, false, invalid("machines", "machine %s is listed twice: a run does one action per machine, all at once (to boot from PXE and then cycle, run metal.bulk with the boot, then metal.power)", s.Machine)
+		seen[s.Machine]++
+		s.Seq = seen[s.Machine]
+		if p.Workflow == WorkflowPower && s.Seq > 1 {
+			return Run{}, false, invalid("machines", "machine %s is listed twice: metal.power does one action per machine (metal.bulk runs a sequence per machine)", s.Machine)
 		}
-		seen[s.Machine] = true
+		if s.Seq > MaxStepsPerMachine {
+			return Run{}, false, invalid("steps", "machine %s has more than %d steps", s.Machine, MaxStepsPerMachine)
+		}
 	}
 	if p.Deadline == 0 {
 		p.Deadline = batches.DefaultDeadline
@@ -175,15 +202,19 @@ func Start(ctx context.Context, tx pgx.Tx, q *queue.Queue, quorum batches.Quorum
 	}
 	r.BatchID = b.ID
 	for _, s := range p.Steps {
-		cmd, _, err := q.Enqueue(ctx, tx, queue.EnqueueParams{
-			TenantID: p.TenantID, NodeID: p.SiteNodeID, Kind: s.Kind, Payload: s.Payload,
-			IdempotencyKey: "wf:" + r.ID + ":" + s.Machine, NotAfter: b.Deadline,
-			BatchID: b.ID, AwaitingApproval: b.State == batches.StateAwaiting,
-		})
-		if err != nil {
+		// Every step is checked now (its kind, payload and the site node's
+		// role), so that a run that cannot finish is refused whole; only
+		// each machine's first step is queued.
+		if err := q.Check(queue.EnqueueParams{TenantID: p.TenantID, NodeID: p.SiteNodeID, Kind: s.Kind, Payload: s.Payload, BatchID: b.ID}); err != nil {
 			return Run{}, false, fmt.Errorf("machine %s: %w", s.Machine, err)
 		}
-		s.CommandID = cmd.ID
+		if s.Seq == 1 {
+			cmd, err := enqueueStep(ctx, tx, q, r, b, s)
+			if err != nil {
+				return Run{}, false, err
+			}
+			s.CommandID = cmd.ID
+		}
 		r.Steps = append(r.Steps, s)
 	}
 	steps, err := json.Marshal(r.Steps)
@@ -197,6 +228,19 @@ func Start(ctx context.Context, tx pgx.Tx, q *queue.Queue, quorum batches.Quorum
 		return Run{}, false, fmt.Errorf("storing run: %w", err)
 	}
 	return r, false, nil
+}
+
+// enqueueStep queues step s of run r in batch b.
+func enqueueStep(ctx context.Context, tx pgx.Tx, q *queue.Queue, r Run, b batches.Batch, s Step) (queue.Command, error) {
+	cmd, _, err := q.Enqueue(ctx, tx, queue.EnqueueParams{
+		TenantID: r.TenantID, NodeID: r.SiteNodeID, Kind: s.Kind, Payload: s.Payload,
+		IdempotencyKey: queue.WorkflowKey(r.ID, s.StepID()), NotAfter: b.Deadline,
+		BatchID: b.ID, AwaitingApproval: b.State == batches.StateAwaiting,
+	})
+	if err != nil {
+		return queue.Command{}, fmt.Errorf("machine %s: %w", s.Machine, err)
+	}
+	return cmd, nil
 }
 
 var errNoRun = errors.New("no such run")
@@ -225,7 +269,10 @@ func getBy(ctx context.Context, db store.DBTX, where string, args ...any) (Run, 
 
 // Machine is one machine's part of a report.
 type Machine struct {
-	Machine, Kind, CommandID string
+	Machine string
+	// Seq is the step's place in the machine's sequence, from 1.
+	Seq             int
+	Kind, CommandID string
 	// State is the command's state; Reason and Message say why it ended or
 	// waits.
 	State, Reason, Message string
@@ -259,24 +306,41 @@ func Get(ctx context.Context, db store.DBTX, q *queue.Queue, tenantID, runID str
 	}
 	rep := Report{Run: r, BatchState: b.State, ApprovalsNeeded: b.Needed()}
 	counts := map[queue.State]int{}
+	ended := 0
 	for _, s := range r.Steps {
-		c, err := q.Get(ctx, db, r.SiteNodeID, s.CommandID)
-		if err != nil {
-			return Report{}, fmt.Errorf("run %s: machine %s: %w", r.ID, s.Machine, err)
+		m := Machine{Machine: s.Machine, Seq: s.Seq, Kind: s.Kind}
+		switch {
+		case s.CommandID != "":
+			c, err := q.Get(ctx, db, r.SiteNodeID, s.CommandID)
+			if err != nil {
+				return Report{}, fmt.Errorf("run %s: machine %s: %w", r.ID, s.Machine, err)
+			}
+			m.CommandID, m.State, m.Reason, m.Message, m.AwaitingApproval, m.Result = c.ID, string(c.State), c.Reason, c.Message, c.AwaitingApproval, c.Result
+			if m.Message == "" && c.WaitingMessage != "" {
+				m.Reason, m.Message = c.WaitingReason, c.WaitingMessage
+			}
+			counts[c.State]++
+			if c.State.Terminal() {
+				ended++
+			}
+		case s.Skipped != "":
+			m.State, m.Reason, m.Message = StepSkipped, "previous-step-failed", s.Skipped
+			ended++
+		default:
+			m.State, m.Message = StepWaiting, fmt.Sprintf("queued once step %d of %s succeeds", s.Seq-1, s.Machine)
 		}
-		m := Machine{Machine: s.Machine, Kind: s.Kind, CommandID: c.ID, State: string(c.State), Reason: c.Reason, Message: c.Message,
-			AwaitingApproval: c.AwaitingApproval, Result: c.Result}
-		if m.Message == "" && c.WaitingMessage != "" {
-			m.Reason, m.Message = c.WaitingReason, c.WaitingMessage
-		}
-		counts[c.State]++
 		rep.Machines = append(rep.Machines, m)
 	}
-	sort.SliceStable(rep.Machines, func(i, j int) bool { return rep.Machines[i].Machine < rep.Machines[j].Machine })
+	sort.SliceStable(rep.Machines, func(i, j int) bool {
+		if rep.Machines[i].Machine != rep.Machines[j].Machine {
+			return rep.Machines[i].Machine < rep.Machines[j].Machine
+		}
+		return rep.Machines[i].Seq < rep.Machines[j].Seq
+	})
 	switch {
 	case counts[queue.Succeeded] == len(r.Steps):
 		rep.State = StateSucceeded
-	case terminal(counts) == len(r.Steps):
+	case ended == len(r.Steps):
 		rep.State = StateFailed
 	case b.State == batches.StateAwaiting:
 		rep.State = StateAwaitingApproval
@@ -284,14 +348,4 @@ func Get(ctx context.Context, db store.DBTX, q *queue.Queue, tenantID, runID str
 		rep.State = StateRunning
 	}
 	return rep, nil
-}
-
-func terminal(counts map[queue.State]int) int {
-	n := 0
-	for st, c := range counts {
-		if st.Terminal() {
-			n += c
-		}
-	}
-	return n
 }

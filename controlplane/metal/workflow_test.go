@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/hex"
 	"encoding/json"
+	"strconv"
 	"testing"
 	"time"
 
@@ -16,6 +17,7 @@ import (
 	"github.com/better-compute/commands/controlplane/kinds"
 	"github.com/better-compute/commands/controlplane/metal"
 	"github.com/better-compute/commands/controlplane/queue"
+	"github.com/better-compute/commands/controlplane/wakes"
 	"github.com/better-compute/commands/internal/pgtest"
 	"github.com/better-compute/commands/internal/trust"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -153,6 +155,14 @@ func TestRefusalsLeaveNothingBehind(t *testing.T) {
 
 	_, _, err = e.start(t, metal.StartParams{Workflow: metal.WorkflowPower, Steps: power(t, "off", "m1", "m1")})
 	require.ErrorContains(t, err, "machine m1 is listed twice")
+	// A later step the kind's schema refuses refuses the whole run, though
+	// it would be queued only later.
+	ok, err := metal.BulkStep("m1", "bmc.boot", json.RawMessage(`{"device":"pxe"}`))
+	require.NoError(t, err)
+	bad, err := metal.BulkStep("m1", "bmc.power", json.RawMessage(`{"action":"explode"}`))
+	require.NoError(t, err)
+	_, _, err = e.start(t, metal.StartParams{Workflow: metal.WorkflowBulk, Steps: []metal.Step{ok, bad}})
+	require.ErrorContains(t, err, "payload of bmc.power: field /action")
 	_, _, err = e.start(t, metal.StartParams{Workflow: metal.WorkflowPower, Steps: power(t, "off", "../etc")})
 	require.ErrorContains(t, err, `machine "../etc"`)
 	_, err = metal.PowerSteps([]string{"m1"}, "explode")
@@ -186,4 +196,62 @@ func TestBulkSteps(t *testing.T) {
 	_, _, err = e.start(t, metal.StartParams{Workflow: metal.WorkflowBulk, Steps: []metal.Step{bad}})
 	require.Equal(t, errcode.InvalidInput, errcode.CodeOf(err))
 	require.ErrorContains(t, err, "machine m3")
+}
+
+// metal.bulk runs a sequence per machine: the first step at once, the next
+// when the module is woken by the first's success; a failed step skips the
+// machine's rest. Wakes come at least once: a second wake changes nothing.
+func TestBulkRunsASequencePerMachine(t *testing.T) {
+	e := setup(t)
+	e.quorum = batches.Quorum{}
+	step := func(m, k, p string) metal.Step {
+		s, err := metal.BulkStep(m, k, json.RawMessage(p))
+		require.NoError(t, err)
+		return s
+	}
+	run, _, err := e.start(t, metal.StartParams{Workflow: metal.WorkflowBulk, Steps: []metal.Step{
+		step("m1", "bmc.boot", `{"device":"pxe"}`), step("m1", "bmc.power", `{"action":"cycle"}`),
+		step("m2", "bmc.boot", `{"device":"pxe"}`), step("m2", "bmc.power", `{"action":"cycle"}`),
+	}})
+	require.NoError(t, err)
+	b, err := batches.Get(e.ctx, e.pool, e.tenant, run.BatchID)
+	require.NoError(t, err)
+	require.Len(t, b.Scope, 4, "the batch covers every step, so it is approved once")
+	rep, err := metal.Get(e.ctx, e.pool, e.q, e.tenant, run.ID)
+	require.NoError(t, err)
+	states := func(r metal.Report) []string {
+		var out []string
+		for _, m := range r.Machines {
+			out = append(out, m.Machine+"."+strconv.Itoa(m.Seq)+"="+m.State)
+		}
+		return out
+	}
+	require.Equal(t, []string{"m1.1=pending", "m1.2=waiting", "m2.1=pending", "m2.2=waiting"}, states(rep))
+
+	mod := metal.Module{Pool: e.pool, Queue: e.q}
+	settle := func(m metal.Machine, to queue.State, reason string) {
+		_, _, err := e.q.Transition(e.ctx, e.pool, queue.Transition{CommandID: m.CommandID, NodeID: e.site, To: to, Reason: reason})
+		require.NoError(t, err)
+		w := wakes.Wake{Owner: "wf:" + run.ID, Args: wakes.Args{Key: "wf:" + run.ID + ":" + m.Machine + "." + strconv.Itoa(m.Seq),
+			CommandID: m.CommandID, NodeID: e.site, CommandKind: m.Kind, State: string(to), Reason: reason}}
+		require.NoError(t, mod.Wake(e.ctx, w))
+		require.NoError(t, mod.Wake(e.ctx, w), "a second delivery changes nothing")
+	}
+	settle(rep.Machines[0], queue.Succeeded, "")
+	settle(rep.Machines[2], queue.Failed, "bmc-unreachable")
+	rep, err = metal.Get(e.ctx, e.pool, e.q, e.tenant, run.ID)
+	require.NoError(t, err)
+	require.Equal(t, []string{"m1.1=succeeded", "m1.2=pending", "m2.1=failed", "m2.2=skipped"}, states(rep))
+	require.Contains(t, rep.Machines[3].Message, "step 1 (bmc.boot) ended failed bmc-unreachable")
+	c, err := e.q.Get(e.ctx, e.pool, e.site, rep.Machines[1].CommandID)
+	require.NoError(t, err)
+	require.Equal(t, "bmc.power", c.Kind)
+	require.Equal(t, "wf:"+run.ID+":m1.2", c.IdempotencyKey)
+	require.Equal(t, run.BatchID, c.BatchID)
+	require.Equal(t, metal.StateRunning, rep.State)
+
+	settle(rep.Machines[1], queue.Succeeded, "")
+	rep, err = metal.Get(e.ctx, e.pool, e.q, e.tenant, run.ID)
+	require.NoError(t, err)
+	require.Equal(t, metal.StateFailed, rep.State, "every step ended, not all succeeded")
 }

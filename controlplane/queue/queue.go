@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -149,11 +150,12 @@ func (q *Queue) Enqueue(ctx context.Context, tx pgx.Tx, p EnqueueParams) (cmd Co
 	return cmd, true, nil
 }
 
-// Check validates p against the registry as Enqueue does (the kind, the
-// payload against its schema) without touching the database: a caller that
-// shares a transaction with others (commands.run's group commit) refuses a
-// bad command before it joins the group, where its failure would cost the
-// others a rollback.
+// Check runs Enqueue's checks of p that need no database (the kind, its
+// payload against its schema, the batch id) without queuing anything: a
+// caller that shares a transaction with others (commands.run's group commit)
+// refuses a bad command before it joins the group, where its failure would
+// cost the others a rollback, and a module checks a step it will queue
+// later, so that a run that could not finish is refused whole.
 func (q *Queue) Check(p EnqueueParams) error {
 	_, _, err := q.check(p)
 	return err
@@ -219,15 +221,17 @@ func (q *Queue) enqueueMiss(ctx context.Context, tx pgx.Tx, p EnqueueParams, m k
 	if err != nil {
 		return fmt.Errorf("enqueueing %s on %s: reading node: %w", p.Kind, p.NodeID, err)
 	}
+	// A restricted identity's own list answers first (the spec's "runs a
+	// restricted identity that does not accept …"), then the role.
+	if allowed != nil && !slices.Contains(allowed, p.Kind) {
+		return newError(InvalidState, "restricted-identity", map[string]string{"kind": p.Kind, "nodeId": p.NodeID},
+			"node %s runs a restricted identity that does not accept %s", p.NodeID, p.Kind)
+	}
 	if !m.AllowsRole(role) {
 		return newError(InvalidState, "role-not-allowed",
 			map[string]string{"kind": p.Kind, "nodeId": p.NodeID, "role": role, "roles": strings.Join(m.Roles, ",")},
 			"node %s runs role %s, and %s runs only on role %s: queue it on such an agent (a BMC kind on the site agent that reaches the BMC)",
 			p.NodeID, role, p.Kind, strings.Join(m.Roles, " or "))
-	}
-	if allowed != nil {
-		return newError(InvalidState, "restricted-identity", map[string]string{"kind": p.Kind, "nodeId": p.NodeID},
-			"node %s runs a restricted identity that does not accept %s", p.NodeID, p.Kind)
 	}
 	return fmt.Errorf("enqueueing %s on %s: the node row changed under the statement", p.Kind, p.NodeID)
 }

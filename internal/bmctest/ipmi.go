@@ -3,6 +3,7 @@ package bmctest
 import (
 	"context"
 	"net"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -25,6 +26,10 @@ type IPMIOptions struct {
 	Delay time.Duration
 	// On is the initial power state.
 	On bool
+	// Refuse lists the Chassis Controls the chassis does not support
+	// (power-cycle, hard-reset, ...): the BMC answers them with completion
+	// code 0xD5, as a real one does for a control it lacks.
+	Refuse []string
 }
 
 // IPMI is go-ipmi's in-process reference BMC (pkg/bmc and pkg/server over
@@ -43,7 +48,7 @@ func NewIPMI(t testing.TB, opts IPMIOptions) *IPMI {
 	if opts.Delay == 0 {
 		opts.Delay = 300 * time.Millisecond
 	}
-	h := &halWithChassis{HAL: mock.New(), chassis: &Chassis{Chassis: &mock.Chassis{}, delay: opts.Delay, on: opts.On}}
+	h := &halWithChassis{HAL: mock.New(), chassis: &Chassis{Chassis: &mock.Chassis{}, delay: opts.Delay, on: opts.On, refuse: opts.Refuse}}
 	info := bmc.DeviceInfo{DeviceID: 32, DeviceRevision: 1, FirmwareMajor: 1, IPMIVersion: 0x20,
 		ManufacturerID: 0x000157, ProductID: 1, AdditionalDeviceSupport: 0x39}
 	var guid [16]byte
@@ -87,7 +92,8 @@ func (h *halWithChassis) Chassis() hal.ChassisHAL { return h.chassis }
 // changes after a delay, as a real chassis does.
 type Chassis struct {
 	*mock.Chassis
-	delay time.Duration
+	delay  time.Duration
+	refuse []string
 	// mu guards on, pending and the counters.
 	mu      sync.Mutex
 	on      bool
@@ -109,7 +115,10 @@ func (c *Chassis) applyLocked() {
 	}
 }
 
-func (c *Chassis) schedule(name string, changes ...bool) {
+func (c *Chassis) schedule(name string, changes ...bool) error {
+	if slices.Contains(c.refuse, name) {
+		return types.CodeNotSupported
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.controls == nil {
@@ -121,6 +130,7 @@ func (c *Chassis) schedule(name string, changes ...bool) {
 	for i, on := range changes {
 		c.pending = append(c.pending, powerChange{at: now.Add(time.Duration(i+1) * c.delay), on: on})
 	}
+	return nil
 }
 
 // On reports the power state now.
@@ -157,25 +167,21 @@ func (c *Chassis) SetPower(_ context.Context, on bool) error {
 	if on {
 		name = "power-up"
 	}
-	c.schedule(name, on)
-	return nil
+	return c.schedule(name, on)
 }
 
 // PowerCycle implements hal.ChassisHAL: off after the delay, on after twice.
 func (c *Chassis) PowerCycle(context.Context) error {
-	c.schedule("power-cycle", false, true)
-	return nil
+	return c.schedule("power-cycle", false, true)
 }
 
 // ColdReset implements hal.ChassisHAL (go-ipmi routes hard-reset here).
 func (c *Chassis) ColdReset(context.Context) error {
-	c.schedule("hard-reset", false, true)
-	return nil
+	return c.schedule("hard-reset", false, true)
 }
 
 // WarmReset implements hal.ChassisHAL (go-ipmi routes soft-shutdown here):
 // the operating system shuts down, then power goes off.
 func (c *Chassis) WarmReset(context.Context) error {
-	c.schedule("soft-shutdown", false)
-	return nil
+	return c.schedule("soft-shutdown", false)
 }

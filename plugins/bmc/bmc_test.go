@@ -349,3 +349,19 @@ func TestRefusalsNameWhatIsWrong(t *testing.T) {
 	require.True(t, strings.Contains(r.Message, "401"), r.Message)
 	require.NotContains(t, r.Message, "wrong")
 }
+
+// Over IPMI, a BMC that lacks a Chassis Control answers with a completion
+// code; the refusal quotes it, and the chassis is untouched.
+func TestIPMIRefusesAControlTheBMCDoesNotSupport(t *testing.T) {
+	sim := bmctest.NewIPMI(t, bmctest.IPMIOptions{Username: user, Password: password, On: true, Refuse: []string{"power-cycle"}})
+	s := newSite(t)
+	s.addIPMI(t, "m2", sim)
+	var res bmc.PowerResult
+	r := run(t, s.plugin(), manifest.PowerKind, `{"bmc":"m2","action":"cycle"}`, &res)
+	require.Equal(t, bmc.ReasonNotAllowed, r.Reason, r.Message)
+	require.Contains(t, r.Message, "completion code 0xd5")
+	require.NotNil(t, res.Refused)
+	require.Equal(t, "ipmi", res.Refused.Provider)
+	require.Zero(t, sim.Chassis.Controls("power-cycle"))
+	require.True(t, sim.Chassis.On())
+}

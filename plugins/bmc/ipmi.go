@@ -88,9 +88,27 @@ func (p *ipmiProvider) Power(ctx context.Context, action string) (string, error)
 	}
 	name := ipmiControlNames[ctl]
 	if _, err := p.c.ChassisControl(ctx, ctl); err != nil {
+		if said, ok := refusal(err); ok {
+			return name, &NotAllowedError{Provider: site.ProviderIPMI, What: "power action", Requested: action + " (" + name + ")", Said: said}
+		}
 		return name, fmt.Errorf("%s: %w", name, err)
 	}
 	return name, nil
+}
+
+// refusal reports whether err is the BMC refusing a request it does not
+// support (rather than failing at it): IPMI lists no allowed values, only
+// a completion code, which the result quotes.
+func refusal(err error) (string, bool) {
+	re, ok := types.IsResponseError(err)
+	if !ok {
+		return "", false
+	}
+	switch cc := re.CompletionCode(); cc {
+	case types.CodeInvalidCommand, types.CodeParameterOutOfRange, types.CodeRequestDataFieldInvalid, types.CodeNotSupported, types.CodeParameterNotSupported:
+		return fmt.Sprintf("completion code %#02x (%s)", uint8(cc), cc.Error()), true
+	}
+	return "", false
 }
 
 func (p *ipmiProvider) SetBoot(ctx context.Context, b BootSetting) (string, error) {
@@ -104,6 +122,9 @@ func (p *ipmiProvider) SetBoot(ctx context.Context, b BootSetting) (string, erro
 	}
 	issued := fmt.Sprintf("boot flags %s persistent=%t efi=%t", sel, b.Persistent, b.UEFI)
 	if err := p.c.SetBootDevice(ctx, sel, bt, b.Persistent); err != nil {
+		if said, ok := refusal(err); ok {
+			return issued, &NotAllowedError{Provider: site.ProviderIPMI, What: "boot device", Requested: string(b.Device), Said: said}
+		}
 		return issued, fmt.Errorf("Set System Boot Options: %w", err)
 	}
 	return issued, nil

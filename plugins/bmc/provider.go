@@ -90,9 +90,15 @@ type NotAllowedError struct {
 	What      string   `json:"what"`
 	Requested string   `json:"requested"`
 	Allowed   []string `json:"allowed"`
+	// Said is the BMC's own refusal where it lists no allowed values (an
+	// IPMI completion code).
+	Said string `json:"said,omitempty"`
 }
 
 func (e *NotAllowedError) Error() string {
+	if len(e.Allowed) == 0 {
+		return fmt.Sprintf("%s: the BMC refuses %s %s: %s", e.Provider, e.What, e.Requested, e.Said)
+	}
 	return fmt.Sprintf("%s: the BMC does not allow %s %s (it allows %s)", e.Provider, e.What, e.Requested, strings.Join(e.Allowed, ", "))
 }
 

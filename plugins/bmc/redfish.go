@@ -272,4 +272,6 @@ func (r *redfishProvider) Events(ctx context.Context, limit int) ([]Event, error
 	return out, nil
 }
 
-func (r *redfishProvider) Close() { r.client.Logout() }
+// Close drops the connections. Basic auth opened no session, so there is
+// none to delete (gofish's Logout would DELETE an empty session URI).
+func (r *redfishProvider) Close() { r.client.HTTPClient.CloseIdleConnections() }

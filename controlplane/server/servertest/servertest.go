@@ -49,13 +49,18 @@ const (
 // Manifests are the test kinds: the four API kinds, gpu.reset (not
 // API-runnable) and vendor.blink (API-runnable, not allowlisted).
 func Manifests() []kind.Manifest {
-	mk := func(name string, lane kind.Lane, flags kind.Flags, runnable bool) kind.Manifest {
-		return kind.Manifest{Kind: name, Lane: lane, Timeout: kind.Duration(5 * time.Minute), Roles: []string{"node"},
+	mk := func(name string, lane kind.Lane, flags kind.Flags, runnable bool, roles ...string) kind.Manifest {
+		if len(roles) == 0 {
+			roles = []string{"node"}
+		}
+		return kind.Manifest{Kind: name, Lane: lane, Timeout: kind.Duration(5 * time.Minute), Roles: roles,
 			Flags: flags, APIRunnable: runnable, Version: "1.0.0"}
 	}
+	// The roles are the first-party kinds': a discovery ramdisk runs
+	// diag.nvml and inventory.refresh too.
 	return []kind.Manifest{
-		mk("diag.nvml", kind.LaneControl, kind.Flags{RetrySafe: true}, true),
-		mk("inventory.refresh", kind.LaneControl, kind.Flags{RetrySafe: true}, true),
+		mk("diag.nvml", kind.LaneControl, kind.Flags{RetrySafe: true}, true, "node", "discovery"),
+		mk("inventory.refresh", kind.LaneControl, kind.Flags{RetrySafe: true}, true, "node", "discovery"),
 		mk("logs.collect", kind.LaneBulk, kind.Flags{RetrySafe: true}, true),
 		mk("node.reboot", kind.LaneControl, kind.Flags{Destructive: true, SelfTerminating: true}, true),
 		mk("gpu.reset", kind.LaneProvision, kind.Flags{Destructive: true}, false),
@@ -69,6 +74,7 @@ func AuthConfig() auth.Config {
 	return auth.Config{Identities: []auth.IdentityConfig{
 		{Name: "ops", Tenants: []string{TenantA}, Tokens: []string{TokOps}, Grants: append(append([]auth.Grant(nil), all...),
 			auth.Grant{Permission: auth.PermBatchesCreate, Resource: "tenant/*"}, auth.Grant{Permission: auth.PermBatchesRead, Resource: "tenant/*"}, auth.Grant{Permission: auth.PermBatchesApprove, Resource: "tenant/*"},
+			auth.Grant{Permission: auth.PermSecretsWrite, Resource: "tenant/*"}, auth.Grant{Permission: auth.PermSecretsRead, Resource: "tenant/*"},
 			auth.Grant{Permission: "compute:pools:*", Resource: "compute-pool/*"})},
 		{Name: "reader", Tenants: []string{TenantA}, Tokens: []string{TokRead},
 			Grants: []auth.Grant{{Permission: auth.PermNodesRead, Resource: "compute-node/*"}, {Permission: auth.PermPoolsRead, Resource: "compute-pool/*"}}},

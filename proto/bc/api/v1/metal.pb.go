@@ -468,7 +468,10 @@ type MetalMachine struct {
 	AwaitingApproval bool                   `protobuf:"varint,7,opt,name=awaiting_approval,json=awaitingApproval,proto3" json:"awaiting_approval,omitempty"`
 	// result is the kind's result: what the BMC last said, which providers
 	// were tried and which worked, whether a later read agreed.
-	Result        *structpb.Struct `protobuf:"bytes,8,opt,name=result,proto3" json:"result,omitempty"`
+	Result *structpb.Struct `protobuf:"bytes,8,opt,name=result,proto3" json:"result,omitempty"`
+	// seq is the step's place in the machine's sequence, from 1 (metal.bulk
+	// queues a machine's next step once the one before succeeded).
+	Seq           uint32 `protobuf:"varint,9,opt,name=seq,proto3" json:"seq,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -559,6 +562,13 @@ func (x *MetalMachine) GetResult() *structpb.Struct {
 	return nil
 }
 
+func (x *MetalMachine) GetSeq() uint32 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
 var File_bc_api_v1_metal_proto protoreflect.FileDescriptor
 
 const file_bc_api_v1_metal_proto_rawDesc = "" +
@@ -606,7 +616,7 @@ const file_bc_api_v1_metal_proto_rawDesc = "" +
 	" \x01(\rR\x0fapprovalsNeeded\x129\n" +
 	"\n" +
 	"created_at\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x123\n" +
-	"\bmachines\x18\f \x03(\v2\x17.bc.api.v1.MetalMachineR\bmachines\"\x81\x02\n" +
+	"\bmachines\x18\f \x03(\v2\x17.bc.api.v1.MetalMachineR\bmachines\"\x93\x02\n" +
 	"\fMetalMachine\x12\x18\n" +
 	"\amachine\x18\x01 \x01(\tR\amachine\x12\x12\n" +
 	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x1d\n" +
@@ -616,7 +626,8 @@ const file_bc_api_v1_metal_proto_rawDesc = "" +
 	"\x06reason\x18\x05 \x01(\tR\x06reason\x12\x18\n" +
 	"\amessage\x18\x06 \x01(\tR\amessage\x12+\n" +
 	"\x11awaiting_approval\x18\a \x01(\bR\x10awaitingApproval\x12/\n" +
-	"\x06result\x18\b \x01(\v2\x17.google.protobuf.StructR\x06result2\xbb\x01\n" +
+	"\x06result\x18\b \x01(\v2\x17.google.protobuf.StructR\x06result\x12\x10\n" +
+	"\x03seq\x18\t \x01(\rR\x03seq2\xbb\x01\n" +
 	"\x05Metal\x12:\n" +
 	"\x05Power\x12\x1c.bc.api.v1.MetalPowerRequest\x1a\x13.bc.api.v1.MetalRun\x128\n" +
 	"\x04Bulk\x12\x1b.bc.api.v1.MetalBulkRequest\x1a\x13.bc.api.v1.MetalRun\x12<\n" +

@@ -39,7 +39,9 @@ type MetalClient interface {
 	// listed machine. Needs compute:nodes:exec on the site node and
 	// compute:batches:create on the tenant.
 	Power(ctx context.Context, in *MetalPowerRequest, opts ...grpc.CallOption) (*MetalRun, error)
-	// Bulk runs one power or boot action per machine.
+	// Bulk runs a sequence of power and boot actions per machine (boot from
+	// PXE, then cycle): each machine's first step at once, the next once the
+	// one before succeeded.
 	Bulk(ctx context.Context, in *MetalBulkRequest, opts ...grpc.CallOption) (*MetalRun, error)
 	// GetRun reports a run per machine (compute:nodes:read on the site node).
 	GetRun(ctx context.Context, in *GetMetalRunRequest, opts ...grpc.CallOption) (*MetalRun, error)
@@ -93,7 +95,9 @@ type MetalServer interface {
 	// listed machine. Needs compute:nodes:exec on the site node and
 	// compute:batches:create on the tenant.
 	Power(context.Context, *MetalPowerRequest) (*MetalRun, error)
-	// Bulk runs one power or boot action per machine.
+	// Bulk runs a sequence of power and boot actions per machine (boot from
+	// PXE, then cycle): each machine's first step at once, the next once the
+	// one before succeeded.
 	Bulk(context.Context, *MetalBulkRequest) (*MetalRun, error)
 	// GetRun reports a run per machine (compute:nodes:read on the site node).
 	GetRun(context.Context, *GetMetalRunRequest) (*MetalRun, error)
