@@ -81,6 +81,9 @@ type Command struct {
 	MinGeneration int64 `json:"minGeneration,omitempty"`
 	// BatchID names the destructive batch the command belongs to, if any.
 	BatchID string `json:"batchId,omitempty"`
+	// SecretRefs name the secrets the command may fetch: names, never
+	// values.
+	SecretRefs []string `json:"secretRefs,omitempty"`
 	// Envelope is the command as received (exact bytes, signature, batch
 	// approval, inclusion proof); nil for a local `bcd exec`.
 	Envelope *agentv1.CommandEnvelope `json:"-"`

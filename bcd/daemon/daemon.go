@@ -38,6 +38,12 @@ type Executor interface {
 	Execute(ctx context.Context, cmd kind.Command, progress func(percent int, message string)) (kind.Result, error)
 }
 
+// SecretSource exchanges a command's secretRefs for their values. The
+// values are in memory for the run only; the daemon wipes them after it.
+type SecretSource interface {
+	Fetch(ctx context.Context, commandID string, refs []string) (map[string][]byte, error)
+}
+
 // Errors returned by the daemon.
 var (
 	// ErrClosed is returned once Close has begun.
@@ -84,6 +90,10 @@ type Config struct {
 	// Handoff settles the self-terminating kinds that restart bcd rather
 	// than the node (daemon.upgrade); nil: none.
 	Handoff Handoff
+	// Secrets fetches a command's secretRefs over the session just before
+	// its run (bcd/secrets.Exchanger); nil fails a command that names any
+	// with secrets-unavailable.
+	Secrets SecretSource
 	// Tracer records each command's spans on the node (SpanCommand and its
 	// children) under the envelope's trace_parent; none when nil.
 	Tracer trace.Tracer

@@ -102,7 +102,7 @@ func (d *Daemon) Recover(ctx context.Context) (RecoverReport, error) {
 // rerun queues a retry-safe record on its lane, waiting for a worker, so a
 // crash that left more commands than workers loses none.
 func (d *Daemon) rerun(rec journal.Record, m kind.Manifest) error {
-	cmd := accept.Command{ID: rec.ID, NodeID: rec.NodeID, Seq: rec.Seq, Kind: rec.Kind, Payload: rec.Payload, NotAfter: rec.NotAfter, MinGeneration: rec.MinGeneration}
+	cmd := accept.Command{ID: rec.ID, NodeID: rec.NodeID, Seq: rec.Seq, Kind: rec.Kind, Payload: rec.Payload, NotAfter: rec.NotAfter, MinGeneration: rec.MinGeneration, SecretRefs: rec.SecretRefs}
 	e := &entry{cmd: cmd, manifest: m, wake: make(chan struct{})}
 	d.lock.Lock()
 	if d.closing {

@@ -282,6 +282,7 @@ func (d *Daemon) newRecord(cmd accept.Command, m kind.Manifest) journal.Record {
 		Seq:           cmd.Seq,
 		State:         journal.StateAccepted,
 		Payload:       cmd.Payload,
+		SecretRefs:    cmd.SecretRefs,
 		Lane:          m.Lane,
 		Flags:         m.Flags,
 		BootID:        d.bootID,
@@ -319,6 +320,24 @@ func (d *Daemon) run(e *entry, rec journal.Record) {
 		// not_after is server time; the plugin host waits in the node's
 		// clock for a plugin that is down, and only until then.
 		kc.NotAfter = rec.NotAfter.Add(now.Sub(d.serverNow()))
+	}
+	if len(rec.SecretRefs) > 0 {
+		vals, err := d.fetchSecrets(ctx, rec)
+		if err != nil {
+			if ctx.Err() != nil && d.baseCtx.Err() != nil {
+				d.abandon(e)
+				return
+			}
+			rec.State, rec.FinishedAt = journal.StateFailed, d.cfg.Now()
+			rec.Reason, rec.Message = secretsReason(err), "the command's secretRefs could not be fetched; nothing ran: "+err.Error()
+			if ctx.Err() != nil {
+				rec.State, rec.Reason, rec.Message = journal.StateCancelled, ReasonCancelled, "cancelled while fetching its secrets; nothing ran"
+			}
+			d.updateAndFinish(e, rec)
+			return
+		}
+		kc.Secrets = vals
+		defer wipeSecrets(vals)
 	}
 	runSpan := d.child(e, SpanPluginRun)
 	res, err := d.exec.Execute(ctx, kc, func(percent int, message string) {

@@ -69,6 +69,9 @@ type Record struct {
 	// Payload is the command's payload, kept so a retry-safe command can run
 	// again after a crash.
 	Payload json.RawMessage `json:"payload,omitempty"`
+	// SecretRefs are the names of the secrets the command fetches when it
+	// runs (never their values, which are never journaled).
+	SecretRefs []string `json:"secretRefs,omitempty"`
 	// Result is the kind's JSON result document.
 	Result json.RawMessage `json:"result,omitempty"`
 	// ResultSHA256 is the hex SHA-256 of Result.

@@ -31,6 +31,7 @@ import (
 
 	"github.com/better-compute/commands/bcd/conditions"
 	"github.com/better-compute/commands/bcd/daemon"
+	"github.com/better-compute/commands/bcd/secrets"
 	"github.com/better-compute/commands/bcd/truststore"
 	agentv1 "github.com/better-compute/commands/proto/bc/agent/v1"
 	"github.com/better-compute/commands/sdk/kind"
@@ -86,6 +87,9 @@ type Config struct {
 	// Welcome: the control plane acknowledged the node (daemon.upgrade's
 	// rejoin marker is written there).
 	OnWelcome func()
+	// Secrets, when set, exchanges commands' secretRefs over this
+	// session: the client is its sender and hands it the answers.
+	Secrets *secrets.Exchanger
 	// Logger logs; nil discards.
 	Logger hclog.Logger
 }
@@ -166,6 +170,9 @@ func New(cfg Config, d *daemon.Daemon) *Client {
 		subCtx: ctx, subEnd: cancel, subs: d.Subscribe(ctx),
 		statusKick: make(chan struct{}, 1),
 		acked:      make(chan struct{}, 1),
+	}
+	if cfg.Secrets != nil {
+		cfg.Secrets.SetSender(c.send)
 	}
 	return c
 }
@@ -331,6 +338,10 @@ func (c *Client) session(ctx context.Context, conn *grpc.ClientConn) (welcomed b
 			c.spec(m.Spec)
 		case *agentv1.GatewayMessage_Ack:
 			c.ack(m.Ack)
+		case *agentv1.GatewayMessage_SecretResponse:
+			if c.cfg.Secrets != nil {
+				c.cfg.Secrets.Deliver(m.SecretResponse)
+			}
 		}
 	}
 }

@@ -27,7 +27,7 @@ func DecodeCommand(env *agentv1.CommandEnvelope) (accept.Command, error) {
 	}
 	cmd := accept.Command{
 		ID: pc.GetId(), NodeID: pc.GetNodeId(), Seq: pc.GetSeq(), Kind: pc.GetKind(), Payload: pc.GetPayload(),
-		MinGeneration: pc.GetMinGeneration(), BatchID: pc.GetBatchId(), Envelope: env,
+		MinGeneration: pc.GetMinGeneration(), BatchID: pc.GetBatchId(), Envelope: env, SecretRefs: pc.GetSecretRefs(),
 	}
 	if pc.GetNotAfter() != nil {
 		cmd.NotAfter = pc.GetNotAfter().AsTime()

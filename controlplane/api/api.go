@@ -27,9 +27,11 @@ import (
 	"github.com/better-compute/commands/controlplane/bundles"
 	"github.com/better-compute/commands/controlplane/dbhealth"
 	"github.com/better-compute/commands/controlplane/events"
+	"github.com/better-compute/commands/controlplane/groupcommit"
 	"github.com/better-compute/commands/controlplane/ids"
 	"github.com/better-compute/commands/controlplane/join"
 	"github.com/better-compute/commands/controlplane/queue"
+	"github.com/better-compute/commands/controlplane/secrets"
 	apiv1 "github.com/better-compute/commands/proto/bc/api/v1"
 )
 
@@ -77,10 +79,20 @@ type Config struct {
 	// Tracer records commands.run's spans (the command's trace starts
 	// there); none when nil.
 	Tracer trace.Tracer
+	// Secrets is the secret store behind the Secrets service (secrets put,
+	// list, delete); nil when the server holds no secrets key, and then
+	// the service is not served.
+	Secrets secrets.Store
+	// RunGroup tunes how concurrent commands.run calls share commits
+	// (groupcommit's defaults when zero).
+	RunGroup groupcommit.Options
 }
 
 // Server holds the three services.
 type Server struct {
+	// secrets is the secret store behind the Secrets service; nil serves
+	// none (UNIMPLEMENTED).
+	secrets   secrets.Store
 	pool      *pgxpool.Pool
 	queue     *queue.Queue
 	logger    hclog.Logger
@@ -99,6 +111,8 @@ type Server struct {
 	done chan struct{}
 	// tracer starts commands.run's spans.
 	tracer trace.Tracer
+	// group shares commands.run's commits among concurrent callers.
+	group *groupcommit.Committer
 }
 
 // New builds the API server. Call Start before serving Events.Watch.
@@ -115,8 +129,12 @@ func New(cfg Config) *Server {
 		pool: cfg.Pool, queue: cfg.Queue, logger: logger.Named("api"),
 		allowlist: map[string]bool{}, quorumKeys: cfg.Quorum, bundles: cfg.Bundles, join: cfg.Join, poll: cfg.WatchPoll, now: cfg.Now,
 		hub: newHub(), watches: newWatchLimit(cfg.MaxWatchesPerIdentity), done: make(chan struct{}),
-		tracer: cfg.Tracer,
+		tracer: cfg.Tracer, secrets: cfg.Secrets,
 	}
+	if cfg.RunGroup.Begin == nil {
+		cfg.RunGroup.Begin = beginPipelined
+	}
+	s.group = groupcommit.New(cfg.Pool, cfg.RunGroup)
 	if s.tracer == nil {
 		s.tracer = noop.NewTracerProvider().Tracer("")
 	}
@@ -154,6 +172,10 @@ func (s *Server) Register(g grpc.ServiceRegistrar) {
 	apiv1.RegisterCommandBatchesServer(g, &batchesServer{s: s})
 	apiv1.RegisterPoolsServer(g, &poolsServer{s: s})
 	apiv1.RegisterReconcilerServer(g, &reconcilerServer{s: s})
+	// EXTEND HERE: the Secrets service, when the server holds a store.
+	if s.secrets != nil {
+		apiv1.RegisterSecretsServer(g, &secretsServer{s: s})
+	}
 }
 
 // lookupNode tells auth which tenant owns a node.

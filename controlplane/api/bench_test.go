@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/better-compute/commands/controlplane/api"
 	"github.com/better-compute/commands/controlplane/ids"
 	"github.com/better-compute/commands/controlplane/queue"
 	apiv1 "github.com/better-compute/commands/proto/bc/api/v1"
@@ -87,7 +89,10 @@ func pct(d []time.Duration, p float64) float64 {
 // that bumps the node's seq, inserts the row and notifies. Each client owns
 // a node, as a fleet's callers mostly do.
 func BenchmarkRunThroughput(b *testing.B) {
-	bn := setup(b)
+	var groups, grouped atomic.Int64
+	bn := setup(b, func(c *api.Config) {
+		c.RunGroup.Observe = func(n int) { groups.Add(1); grouped.Add(int64(n)) }
+	})
 	ctx := context.Background()
 	var floorNodes, apiNodes []string
 	for c := 0; c < benchClients; c++ {
@@ -142,6 +147,7 @@ func BenchmarkRunThroughput(b *testing.B) {
 	b.StopTimer()
 
 	b.ReportMetric(apiRate, "runs/s")
+	b.ReportMetric(float64(grouped.Load())/float64(max(groups.Load(), 1)), "runs/commit")
 	b.ReportMetric(floorRate, "floor-tx/s")
 	b.ReportMetric(apiRate/floorRate, "ratio")
 	b.ReportMetric(pct(apiLat, 0.50), "p50-ns")

@@ -94,6 +94,8 @@ func (c *commandsServer) Run(ctx context.Context, req *apiv1.RunCommandRequest) 
 		Payload:  payload,
 		NotAfter: s.now().Add(time.Duration(secs) * time.Second),
 		BatchID:  req.GetBatchId(),
+		// Names only: a value never enters a command.
+		SecretRefs: req.GetSecretRefs(),
 	}
 	if req.GetIdempotencyKey() != "" {
 		p.IdempotencyKey = queue.APIKey(req.GetTenantId(), id.Name, req.GetIdempotencyKey())
@@ -103,21 +105,30 @@ func (c *commandsServer) Run(ctx context.Context, req *apiv1.RunCommandRequest) 
 			return nil, err
 		}
 	}
+	// A bad command is refused before it joins a group (below), where its
+	// failure would cost the others a rollback.
+	if err := s.queue.Check(p); err != nil {
+		return nil, s.fail(ctx, "commands.run", err)
+	}
 	var cmd queue.Command
 	// The command's trace parent is this call's span: the gateway's
 	// dispatch and settle spans, and the node's, join it.
 	p.TraceParent = tracing.Parent(ctx)
 	ectx, enqueueSpan := s.tracer.Start(ctx, SpanEnqueue)
-	err = inTx(ectx, s.pool, func(tx pgx.Tx) error {
+	// Concurrent callers share one transaction's commit; each is answered
+	// once it committed, or with its own error (a conflict, a batch scope
+	// that does not hold it), never with another caller's.
+	err = s.group.Do(ectx, func(gctx context.Context, tx pgx.Tx) error {
+		q := p // each run of the group starts from the caller's params
 		var err error
-		if p.BatchID != "" {
+		if q.BatchID != "" {
 			// The batch must be the tenant's and its scope must hold this
 			// (node, kind), and the payload when the leaf binds one.
-			if p.AwaitingApproval, err = batches.CheckScope(ctx, tx, p.TenantID, p.BatchID, p.NodeID, p.Kind, canonicalPayload(p.Payload), s.now()); err != nil {
+			if q.AwaitingApproval, err = batches.CheckScope(gctx, tx, q.TenantID, q.BatchID, q.NodeID, q.Kind, canonicalPayload(q.Payload), s.now()); err != nil {
 				return err
 			}
 		}
-		cmd, _, err = s.queue.Enqueue(ctx, tx, p)
+		cmd, _, err = s.queue.Enqueue(gctx, tx, q)
 		return err
 	})
 	endSpan(enqueueSpan, err)

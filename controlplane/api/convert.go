@@ -25,6 +25,7 @@ func (s *Server) toProto(c queue.Command) *apiv1.Command {
 		NodeId:            c.NodeID,
 		Seq:               uint32(c.Seq),
 		Kind:              c.Kind,
+		SecretRefs:        queue.SecretRefsOf(c),
 		Payload:           toStruct(c.Payload),
 		State:             string(c.State),
 		Reason:            c.Reason,

@@ -31,6 +31,16 @@ func inTx(ctx context.Context, pool *pgxpool.Pool, fn func(pgx.Tx) error) error 
 	return tx.Commit(ctx)
 }
 
+// beginPipelined is commands.run's group-commit begin: a transaction whose
+// BEGIN travels with its first statement, as inTx's.
+func beginPipelined(ctx context.Context, pool *pgxpool.Pool) (pgx.Tx, func(), error) {
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		return nil, nil, fmt.Errorf("acquiring a connection: %w", err)
+	}
+	return &pipelinedTx{conn: conn.Conn()}, conn.Release, nil
+}
+
 // pipelinedTx is a pgx.Tx that sends BEGIN together with its first Exec or
 // QueryRow. Anything else that needs a transaction object of pgx's own (a
 // nested Begin, LargeObjects) promotes it to a real pgx.Tx on the same

@@ -49,6 +49,10 @@ const (
 	// nodes into it (compute-pool/{pool}; moving a node also needs
 	// compute:nodes:admin on the node).
 	PermPoolsAdmin = "compute:pools:admin"
+	// PermSecretsWrite puts and deletes a tenant's secrets (tenant/{tenantId}).
+	PermSecretsWrite = "compute:secrets:write"
+	// PermSecretsRead lists a tenant's secrets' names, never values.
+	PermSecretsRead = "compute:secrets:read"
 )
 
 // Permissions are the permissions the API checks, each documented with its

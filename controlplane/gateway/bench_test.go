@@ -63,7 +63,7 @@ var (
 
 // BenchmarkSessions runs the fleet simulator (bc-sim, a real subprocess
 // holding one FakeDaemon session per node over mTLS) against a gateway in
-// this process on real PostgreSQL, for 1,000 and 5,000 nodes. It reports:
+// this process on real PostgreSQL, for 1,000, 10,000 and 30,000 nodes. It reports:
 //
 //   - dispatch latency from commit to the node receiving the command (p50,
 //     p99; a few hundred commands, one at a time to random nodes), beside a
@@ -77,14 +77,21 @@ var (
 //     transactions per second (the per-session poll).
 //
 // The spec's targets: "p50 under 10 ms and p99 under 100 ms at 1,000 nodes;
-// a fan-out to 5,000 nodes settled in under 10 s". It is heavy: it runs only
+// a fan-out to 5,000 nodes settled in under 10 s"; issue 17's: at 10,000
+// nodes a fan-out settled in under 3 s and dispatch p99 under 5 ms, and
+// 30,000 idle sessions at most 1.15 times the bare session's memory and
+// under 20% of one core. It is heavy: it runs only
 // with -bench, skips with -short, measures once per fleet size however large
 // b.N is, and BC_SIM_NODES (comma-free single count) replaces the sizes.
 func BenchmarkSessions(b *testing.B) {
 	if testing.Short() {
 		b.Skip("heavy: thousands of sessions")
 	}
-	sizes := []int{1000, 5000}
+	// The issue's sizes: dispatch and fan-out at 10,000 nodes, idle
+	// sessions at 30,000 (which needs an open-file limit above 30,000 in
+	// this process and in bc-sim's; it skips, saying so, where the hard
+	// limit is lower: run BC_SIM_NODES=19000 there).
+	sizes := []int{1000, 10000, 30000}
 	if v := os.Getenv("BC_SIM_NODES"); v != "" {
 		n, err := strconv.Atoi(v)
 		require.NoError(b, err, "BC_SIM_NODES")

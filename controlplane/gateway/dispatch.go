@@ -19,7 +19,7 @@ import (
 // has succeeded), dispatch of pending ones within credits, and Cancel for
 // in-flight commands whose cancel was requested.
 func (s *session) sync(ctx context.Context) error {
-	open, err := s.g.queue.ListOpen(ctx, s.g.pool, s.id.NodeID)
+	open, err := s.g.lister.listOpen(ctx, s.id.NodeID)
 	if err != nil {
 		return s.dbErr(ctx, "reading open commands", err)
 	}
@@ -133,11 +133,15 @@ func (s *session) dispatch(ctx context.Context, c queue.Command, now time.Time) 
 		return s.dbErr(ctx, "reading a batched command's approval", err)
 	}
 	span := s.startSpan(c, SpanDispatch)
-	cur, changed, err := s.g.queue.Transition(ctx, s.g.pool, queue.Transition{CommandID: c.ID, NodeID: s.id.NodeID, To: queue.Dispatched, Epoch: s.epoch, KindVersion: version})
+	// Marked dispatched in a transaction shared with other sessions', and
+	// sent only once it committed: a fan-out to thousands of nodes costs a
+	// few commits, not one per node.
+	st, err := s.storeGrouped(ctx, queue.Transition{CommandID: c.ID, NodeID: s.id.NodeID, To: queue.Dispatched, Epoch: s.epoch, KindVersion: version})
 	if err != nil {
 		endSpan(span, err)
 		return s.dbErr(ctx, "dispatching", err)
 	}
+	cur, changed := st.cur, st.changed
 	if !changed {
 		span.SetAttributes(attribute.Bool("bc.dispatched", false))
 		span.End()

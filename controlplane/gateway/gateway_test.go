@@ -20,6 +20,7 @@ import (
 
 	"github.com/better-compute/commands/controlplane/fakedaemon"
 	"github.com/better-compute/commands/controlplane/gateway"
+	"github.com/better-compute/commands/controlplane/groupcommit"
 	"github.com/better-compute/commands/controlplane/kinds"
 	"github.com/better-compute/commands/controlplane/nodespecs"
 	"github.com/better-compute/commands/controlplane/pki"
@@ -68,6 +69,8 @@ type setupOptions struct {
 	logs bool
 	// trust is where Welcome's trust bundle comes from.
 	trust gateway.BundleSource
+	// group tunes the gateways' shared commits.
+	group groupcommit.Options
 }
 
 func setup(t *testing.T, gateways int) *env { return setupWith(t, setupOptions{gateways: gateways}) }
@@ -109,7 +112,7 @@ func setupWith(t *testing.T, o setupOptions) *env {
 	require.NoError(t, err)
 	for i := 0; i < max(o.gateways, 1); i++ {
 		gw := gateway.New(gwPool, q, logger, gateway.Options{Poll: 200 * time.Millisecond, CancelResend: 100 * time.Millisecond,
-			BusyBackoffMin: 50 * time.Millisecond, BusyBackoffMax: 100 * time.Millisecond, TrustBundle: o.trust, NodeCA: ca.Pool()})
+			BusyBackoffMin: 50 * time.Millisecond, BusyBackoffMax: 100 * time.Millisecond, TrustBundle: o.trust, NodeCA: ca.Pool(), Group: o.group})
 		go gw.Run(ctx)
 		srv := grpc.NewServer(grpc.Creds(credentials.NewTLS(&tls.Config{
 			Certificates: []tls.Certificate{cert}, ClientAuth: tls.RequireAndVerifyClientCert, ClientCAs: ca.Pool(), MinVersion: tls.VersionTLS13,

@@ -152,6 +152,8 @@ func (s *session) handle(ctx context.Context, m *agentv1.NodeMessage) error {
 		return s.status(ctx, msg.Status)
 	case *agentv1.NodeMessage_AllocationBound:
 		return s.allocationBound(ctx, msg.AllocationBound)
+	case *agentv1.NodeMessage_SecretRequest:
+		return s.secretRequest(ctx, msg.SecretRequest)
 	case *agentv1.NodeMessage_Hello:
 		return status.Error(codes.InvalidArgument, "Hello may only open a session")
 	}

@@ -3,7 +3,6 @@ package gateway
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"strings"
 	"time"
 
@@ -101,13 +100,14 @@ func (s *session) land(ctx context.Context, u *agentv1.CommandUpdate) (outcome, 
 		return landed, nil
 	}
 	landStart := time.Now()
-	cur, changed, err := s.g.queue.Transition(ctx, s.g.pool, t)
-	if errors.Is(err, queue.ErrNotFound) {
-		return landed, nil // not this node's command: nothing will ever land
-	}
+	st, err := s.storeGrouped(ctx, t)
 	if err != nil {
 		return s.landErr(ctx, "storing a report", u, err)
 	}
+	if !st.found {
+		return landed, nil // not this node's command: nothing will ever land
+	}
+	cur, changed := st.cur, st.changed
 	s.g.outage.ok()
 	s.g.opts.Observer.Reported(cur, changed)
 	if !changed && t.Progress != nil && !cur.State.Terminal() {

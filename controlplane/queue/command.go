@@ -78,6 +78,9 @@ const (
 type Command struct {
 	// ID is the command's cmd_… id.
 	ID string
+	// SecretRefs name the secrets the command may fetch (set by Enqueue;
+	// a command read back holds them in CommandBytes: SecretRefsOf).
+	SecretRefs []string
 	// TenantID owns the node.
 	TenantID string
 	// NodeID is the node the command runs on.
@@ -191,6 +194,9 @@ type EnqueueParams struct {
 	TraceParent string
 	// BundleKey is the support-bundle key.
 	BundleKey string
+	// SecretRefs name the tenant's secrets the command may fetch when it
+	// runs; they go in the signed command bytes, never a value.
+	SecretRefs []string
 }
 
 // DefaultNotAfter is the deadline of a command queued without one.

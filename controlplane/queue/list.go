@@ -88,6 +88,29 @@ func (q *Queue) ListOpen(ctx context.Context, db DBTX, nodeID string) ([]Command
 	return scanCommands(rows)
 }
 
+// ListOpenMany is ListOpen for many nodes in one statement: each node's
+// non-terminal commands in seq order, keyed by node id (a node with none is
+// absent). A gateway whose sessions all wake at once (a fan-out, the
+// listener's reconnect, the idle poll of thousands of sessions) reads them
+// in a few statements instead of one per session.
+func (q *Queue) ListOpenMany(ctx context.Context, db DBTX, nodeIDs []string) (map[string][]Command, error) {
+	rows, err := db.Query(ctx, `SELECT `+commandColumns("c")+` FROM commands c
+		WHERE c.node_id = ANY($1) AND c.state IN ('pending', 'dispatched', 'acked', 'running')
+		ORDER BY c.node_id, c.seq`, nodeIDs)
+	if err != nil {
+		return nil, fmt.Errorf("listing open commands of %d nodes: %w", len(nodeIDs), err)
+	}
+	cmds, err := scanCommands(rows)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string][]Command, len(nodeIDs))
+	for _, c := range cmds {
+		out[c.NodeID] = append(out[c.NodeID], c)
+	}
+	return out, nil
+}
+
 const listCursorPrefix = "seq:"
 
 // EncodeListCursor makes the opaque cursor of a page that continues below seq.

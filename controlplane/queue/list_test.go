@@ -98,3 +98,31 @@ func TestListOpenInSeqOrder(t *testing.T) {
 	require.Len(t, open, 2)
 	require.Equal(t, []string{a.ID, c3.ID}, []string{open[0].ID, open[1].ID})
 }
+
+// ListOpenMany answers for many nodes what ListOpen answers for each: its
+// non-terminal commands in seq order, and nothing for a node without any.
+func TestListOpenManyIsListOpenPerNode(t *testing.T) {
+	b := setup(t)
+	other, err := b.q.CreateNode(b.ctx, b.pool, queue.Node{TenantID: b.tenant.ID})
+	require.NoError(t, err)
+	idle, err := b.q.CreateNode(b.ctx, b.pool, queue.Node{TenantID: b.tenant.ID})
+	require.NoError(t, err)
+	var mine []queue.Command
+	for i := range 4 {
+		c, _ := b.enqueue(t, b.params(fmt.Sprintf("m-%d", i)))
+		mine = append(mine, c)
+		p := b.params(fmt.Sprintf("o-%d", i))
+		p.NodeID = other.ID
+		b.enqueue(t, p)
+	}
+	b.transition(t, queue.Transition{CommandID: mine[1].ID, To: queue.Succeeded})
+	many, err := b.q.ListOpenMany(b.ctx, b.pool, []string{b.node.ID, other.ID, idle.ID})
+	require.NoError(t, err)
+	for _, n := range []string{b.node.ID, other.ID} {
+		one, err := b.q.ListOpen(b.ctx, b.pool, n)
+		require.NoError(t, err)
+		require.Equal(t, one, many[n], "node %s", n)
+	}
+	require.Len(t, many[b.node.ID], 3, "the settled one is not open")
+	require.NotContains(t, many, idle.ID)
+}

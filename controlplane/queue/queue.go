@@ -19,6 +19,7 @@ import (
 	"github.com/better-compute/commands/controlplane/events"
 	"github.com/better-compute/commands/controlplane/ids"
 	"github.com/better-compute/commands/controlplane/kinds"
+	"github.com/better-compute/commands/internal/sealed"
 	"github.com/better-compute/commands/sdk/kind"
 	"github.com/hashicorp/go-hclog"
 	"github.com/jackc/pgx/v5"
@@ -129,6 +130,7 @@ func (q *Queue) Enqueue(ctx context.Context, tx pgx.Tx, p EnqueueParams) (cmd Co
 		return Command{}, false, fmt.Errorf("enqueueing %s on %s: %w", p.Kind, p.NodeID, err)
 	}
 	if !duplicate {
+		cmd.SecretRefs = p.SecretRefs
 		if err := q.storeCommandBytes(ctx, tx, &cmd); err != nil {
 			return Command{}, false, err
 		}
@@ -148,9 +150,12 @@ func (q *Queue) Enqueue(ctx context.Context, tx pgx.Tx, p EnqueueParams) (cmd Co
 	return cmd, true, nil
 }
 
-// Check runs Enqueue's checks of p that need no database (the kind, its
-// payload, the batch id) without queuing anything: a module checks a step
-// it will queue later, so that a run that could not finish is refused whole.
+// Check validates p against the registry as Enqueue does (the kind, the
+// payload against its schema, the batch id) without touching the database:
+// a caller that shares a transaction with others (commands.run's group
+// commit) refuses a bad command before it joins the group, where its
+// failure would cost the others a rollback; a module checks a step it will
+// queue later, so that a run that could not finish is refused whole.
 func (q *Queue) Check(p EnqueueParams) error {
 	_, _, err := q.check(p)
 	return err
@@ -186,6 +191,9 @@ func (q *Queue) check(p EnqueueParams) (kind.Manifest, []byte, error) {
 	var buf bytes.Buffer
 	if err := json.Compact(&buf, payload); err != nil {
 		return kind.Manifest{}, nil, newError(InvalidInput, "invalid-payload", map[string]string{"kind": p.Kind, "field": "payload"}, "payload is not JSON: %v", err)
+	}
+	if err := sealed.ValidRefs(p.SecretRefs); err != nil {
+		return kind.Manifest{}, nil, newError(InvalidInput, "invalid-secret-ref", map[string]string{"field": "secretRefs"}, "secretRefs: %v", err)
 	}
 	if p.BatchID != "" && !ids.Valid(ids.Batch, p.BatchID) {
 		return kind.Manifest{}, nil, newError(InvalidInput, "invalid-batch-id", map[string]string{"field": "batchId"}, "batchId %q is not a batch_… id", p.BatchID)

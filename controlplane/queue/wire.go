@@ -22,6 +22,7 @@ func MarshalCommand(c Command) ([]byte, error) {
 		Id: c.ID, NodeId: c.NodeID, Seq: c.Seq, Kind: c.Kind, Payload: c.Payload,
 		NotAfter: timestamppb.New(c.NotAfter), MinGeneration: c.MinGeneration,
 		IdempotencyKey: c.IdempotencyKey, BatchId: c.BatchID, CreatedAt: timestamppb.New(c.CreatedAt),
+		SecretRefs: c.SecretRefs,
 	}
 	if c.NotBefore != nil {
 		pc.NotBefore = timestamppb.New(*c.NotBefore)
@@ -31,6 +32,19 @@ func MarshalCommand(c Command) ([]byte, error) {
 		return nil, fmt.Errorf("marshalling command %s: %w", c.ID, err)
 	}
 	return b, nil
+}
+
+// SecretRefsOf returns the secretRefs in c's stored command bytes (there
+// is no column: the signed bytes are where they live), nil for none.
+func SecretRefsOf(c Command) []string {
+	if len(c.CommandBytes) == 0 {
+		return c.SecretRefs
+	}
+	var pc agentv1.Command
+	if err := proto.Unmarshal(c.CommandBytes, &pc); err != nil {
+		return nil
+	}
+	return pc.GetSecretRefs()
 }
 
 // WireBytes returns the bytes the gateway sends for c: the command_bytes

@@ -37,6 +37,7 @@ import (
 	"github.com/better-compute/commands/controlplane/modules"
 	"github.com/better-compute/commands/controlplane/pki"
 	"github.com/better-compute/commands/controlplane/queue"
+	"github.com/better-compute/commands/controlplane/secrets"
 	"github.com/better-compute/commands/controlplane/signing"
 	"github.com/better-compute/commands/controlplane/store"
 	"github.com/better-compute/commands/controlplane/sweeper"
@@ -48,6 +49,8 @@ import (
 
 // Server is a running control plane API server.
 type Server struct {
+	// secrets is the secret store (cfg.Secrets), nil without one.
+	secrets  *secrets.PGStore
 	cfg      Config
 	logger   hclog.Logger
 	pool     *pgxpool.Pool
@@ -186,6 +189,14 @@ func New(ctx context.Context, cfg Config, reg *kinds.Registry, logger hclog.Logg
 		return closeOnErr(err)
 	}
 	s.trust = trustbundle.NewSource(pool, 0)
+	if cfg.Secrets != nil {
+		key, err := secrets.LoadKeyFile(cfg.Secrets.KeyFile)
+		if err != nil {
+			return closeOnErr(err)
+		}
+		s.secrets = &secrets.PGStore{Pool: pool, Key: key}
+		s.logger.Info("secrets on", "key_id", key.ID)
+	}
 	if cfg.Gateway.Listen != "" && cfg.Runs(ComponentGateway) {
 		if err := s.newGateway(cfg.Gateway); err != nil {
 			return closeOnErr(err)
@@ -200,7 +211,7 @@ func New(ctx context.Context, cfg Config, reg *kinds.Registry, logger hclog.Logg
 		return closeOnErr(err)
 	}
 	s.api = api.New(api.Config{Pool: pool, Queue: q, Logger: logger, Allowlist: cfg.Allowlist, Quorum: s.Quorum,
-		Bundles: support, Join: s.join, MaxWatchesPerIdentity: cfg.MaxWatchesPerIdentity, Tracer: s.tracer})
+		Bundles: support, Join: s.join, MaxWatchesPerIdentity: cfg.MaxWatchesPerIdentity, Tracer: s.tracer, Secrets: s.secretStore()})
 	if s.gateway != nil {
 		registerGateway(s.metrics.reg, s.gateway)
 	}
@@ -305,6 +316,7 @@ func (s *Server) newGateway(gc GatewayConfig) error {
 		Poll: time.Duration(gc.Poll), CancelResend: time.Duration(gc.CancelResend),
 		BusyBackoffMin: time.Duration(gc.BusyBackoffMin), BusyBackoffMax: time.Duration(gc.BusyBackoffMax),
 		OnSettled: s.checkBundle, TrustBundle: s.trust, NodeCA: ca.Pool(), Observer: s.metrics.ops, Tracer: s.tracer,
+		Secrets: s.exchanger(),
 	})
 	s.join = join.New(s.pool, s.queue, ca, s.trust, s.logger)
 	s.sessions = newNodeSessions(s.pool, s.queue, s.logger)
@@ -318,6 +330,22 @@ func (s *Server) newGateway(gc GatewayConfig) error {
 		return fmt.Errorf("listening for the gateway on %s: %w", gc.Listen, err)
 	}
 	return nil
+}
+
+// exchanger is the gateway's secret exchange, nil without secrets.
+func (s *Server) exchanger() gateway.SecretExchanger {
+	if s.secrets == nil {
+		return nil
+	}
+	return &secrets.Exchanger{Pool: s.pool, Store: s.secrets, Logger: s.logger.Named("secrets")}
+}
+
+// secretStore is the API's secret store, nil (no service) without secrets.
+func (s *Server) secretStore() secrets.Store {
+	if s.secrets == nil {
+		return nil
+	}
+	return s.secrets
 }
 
 // GatewayAddr is the gateway's bound address, nil when off.

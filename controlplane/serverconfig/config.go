@@ -50,6 +50,10 @@ type Config struct {
 	// refuses logs.collect. A dir store is served on the HTTP listener under
 	// its baseURL's path.
 	SupportBundles *bundles.Config `yaml:"supportBundles"`
+	// Secrets turns on secretRefs: the Secrets API and the node exchange.
+	// Without it a command may still name secretRefs, and the node's
+	// exchange fails with secrets-unavailable.
+	Secrets *SecretsConfig `yaml:"secrets"`
 	// ShutdownTimeout bounds the graceful stop ("15s").
 	ShutdownTimeout Duration `yaml:"shutdownTimeout"`
 	// LogLevel is trace, debug, info, warn or error.
@@ -282,4 +286,11 @@ func (c Config) AuthConfig() (*auth.Config, error) {
 		return nil, fmt.Errorf("auth: %w", err)
 	}
 	return &a, nil
+}
+
+// SecretsConfig is where the secrets' at-rest key is.
+type SecretsConfig struct {
+	// KeyFile holds the 32-byte AES-256-GCM key (raw, hex or base64),
+	// mode 0600: `head -c 32 /dev/urandom > secrets.key`.
+	KeyFile string `yaml:"keyFile"`
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/better-compute/commands/bcd/handoff"
 	"github.com/better-compute/commands/bcd/metrics"
 	"github.com/better-compute/commands/bcd/notify"
+	"github.com/better-compute/commands/bcd/secrets"
 	"github.com/better-compute/commands/bcd/session"
 	"github.com/better-compute/commands/internal/testhook"
 	"github.com/better-compute/commands/internal/tracing"
@@ -117,6 +118,10 @@ func cmdRun(args []string, stderr io.Writer) error {
 		upgrades = &handoff.Upgrades{Layout: upgrade.Layout{Root: cfg.InstallDir}, Version: version.Version,
 			NeverRejoin: testhook.Is(testhook.NeverRejoin), Logger: logger}
 	}
+	var exchanger *secrets.Exchanger
+	if cfg.ControlPlane != "" {
+		exchanger = secrets.New(cfg.NodeID, logger)
+	}
 	var sd *stack
 	opts := stackOptions{
 		tracer:  tp.Tracer("github.com/better-compute/commands/bcd"),
@@ -136,7 +141,7 @@ func cmdRun(args []string, stderr io.Writer) error {
 			client.Store(session.New(session.Config{
 				Address: cfg.ControlPlane, TLS: j.tls, NodeID: cfg.NodeID, Role: cfg.Role, Version: version.Version,
 				Kinds: s.host.Manifests, Conditions: conditions.New(conditions.Config{Logger: logger}), Logger: logger,
-				Trust: nt.store, NodeKey: nt.key, OnWelcome: func() {
+				Trust: nt.store, NodeKey: nt.key, Secrets: exchanger, OnWelcome: func() {
 					if upgrades != nil && sd != nil {
 						upgrades.Rejoined(sd.d)
 					}
@@ -146,6 +151,9 @@ func cmdRun(args []string, stderr io.Writer) error {
 	}
 	if upgrades != nil {
 		opts.handoff = upgrades
+	}
+	if exchanger != nil {
+		opts.secrets = exchanger
 	}
 	s, rep, err := openStack(ctx, cfg, logger, opts)
 	if err != nil {

@@ -83,6 +83,9 @@ func readBootID(path string) (string, error) {
 
 // stackOptions are what `bcd run` adds to the stack for its session.
 type stackOptions struct {
+	// secrets exchanges commands' secretRefs over the session; nil when
+	// bcd has no control plane.
+	secrets daemon.SecretSource
 	// allowed are the kinds a restricted node certificate allows.
 	allowed []string
 	// trust is checks 4 and 5, the clock and the node key; nil for a local
@@ -125,7 +128,8 @@ func openStack(ctx context.Context, cfg config.Config, logger hclog.Logger, opts
 	}
 	host := startPlugins(ctx, logger, cfg, state, opts.metrics)
 	dcfg := daemon.Config{NodeID: cfg.NodeID, Role: cfg.Role, BootID: boot, Lanes: cfg.Lanes,
-		AllowedKinds: opts.allowed, OnSpecRequest: opts.onSpec, Tracer: opts.tracer, Handoff: opts.handoff}
+		AllowedKinds: opts.allowed, OnSpecRequest: opts.onSpec, Tracer: opts.tracer, Handoff: opts.handoff,
+		Secrets: opts.secrets}
 	if opts.metrics != nil {
 		dcfg.OnState = opts.metrics.OnState
 	}

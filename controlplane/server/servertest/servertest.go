@@ -121,10 +121,29 @@ func Start(t testing.TB, adjust func(*server.Config)) *Running {
 // read what an operator would see in the log.
 func StartLogged(t testing.TB, logger hclog.Logger, adjust func(*server.Config)) *Running {
 	t.Helper()
-	name := pgtest.Create(t)
+	return startOn(t, "", logger, adjust)
+}
+
+// StartDSN is Start on the database at dsn, which the caller made and keeps
+// (the failover test's formation, through its multi-host connection
+// string), instead of a fresh database of pgtest's.
+func StartDSN(t testing.TB, dsn string, logger hclog.Logger, adjust func(*server.Config)) *Running {
+	t.Helper()
+	return startOn(t, dsn, logger, adjust)
+}
+
+// startOn starts a server on dsn, or on a fresh database of pgtest's when
+// dsn is empty.
+func startOn(t testing.TB, dsn string, logger hclog.Logger, adjust func(*server.Config)) *Running {
+	t.Helper()
+	name := ""
 	cfg := server.DefaultConfig()
+	if dsn == "" {
+		name = pgtest.Create(t)
+		dsn = "dbname=" + name
+	}
+	cfg.DatabaseURL = dsn
 	cfg.GRPCListen, cfg.HTTPListen = "127.0.0.1:0", "127.0.0.1:0"
-	cfg.DatabaseURL = "dbname=" + name
 	cfg.Auth = AuthConfig()
 	cfg.ShutdownTimeout = server.Duration(5 * time.Second)
 	cfg.Gateway = server.GatewayConfig{Listen: "127.0.0.1:0", CADir: t.TempDir(), ServerHosts: []string{"127.0.0.1", "localhost"},
@@ -168,7 +187,14 @@ func start(t testing.TB, name string, cfg server.Config, logger hclog.Logger, fi
 	srv, err := server.New(ctx, cfg, reg, logger)
 	require.NoError(t, err)
 
-	pool, err := pgxpool.NewWithConfig(ctx, pgtest.Config(t, name))
+	var pcfg *pgxpool.Config
+	if name != "" {
+		pcfg = pgtest.Config(t, name)
+	} else {
+		pcfg, err = pgxpool.ParseConfig(cfg.DatabaseURL)
+		require.NoError(t, err)
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
 	require.NoError(t, err)
 	q := queue.New(reg, hclog.NewNullLogger())
 	if fixtures {

@@ -177,8 +177,11 @@ type Command struct {
 	IdempotencyKey string                 `protobuf:"bytes,9,opt,name=idempotency_key,json=idempotencyKey,proto3" json:"idempotency_key,omitempty"`
 	BatchId        string                 `protobuf:"bytes,10,opt,name=batch_id,json=batchId,proto3" json:"batch_id,omitempty"`
 	CreatedAt      *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// secret_refs name the secrets the command may fetch over the session
+	// (SecretRequest); a command never carries a secret's value.
+	SecretRefs    []string `protobuf:"bytes,230,rep,name=secret_refs,json=secretRefs,proto3" json:"secret_refs,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Command) Reset() {
@@ -284,6 +287,13 @@ func (x *Command) GetBatchId() string {
 func (x *Command) GetCreatedAt() *timestamppb.Timestamp {
 	if x != nil {
 		return x.CreatedAt
+	}
+	return nil
+}
+
+func (x *Command) GetSecretRefs() []string {
+	if x != nil {
+		return x.SecretRefs
 	}
 	return nil
 }
@@ -1253,6 +1263,7 @@ type NodeMessage struct {
 	//	*NodeMessage_SpecRequest
 	//	*NodeMessage_Status
 	//	*NodeMessage_AllocationBound
+	//	*NodeMessage_SecretRequest
 	Msg           isNodeMessage_Msg `protobuf_oneof:"msg"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1340,6 +1351,15 @@ func (x *NodeMessage) GetAllocationBound() *AllocationBound {
 	return nil
 }
 
+func (x *NodeMessage) GetSecretRequest() *SecretRequest {
+	if x != nil {
+		if x, ok := x.Msg.(*NodeMessage_SecretRequest); ok {
+			return x.SecretRequest
+		}
+	}
+	return nil
+}
+
 type isNodeMessage_Msg interface {
 	isNodeMessage_Msg()
 }
@@ -1364,6 +1384,10 @@ type NodeMessage_AllocationBound struct {
 	AllocationBound *AllocationBound `protobuf:"bytes,5,opt,name=allocation_bound,json=allocationBound,proto3,oneof"`
 }
 
+type NodeMessage_SecretRequest struct {
+	SecretRequest *SecretRequest `protobuf:"bytes,230,opt,name=secret_request,json=secretRequest,proto3,oneof"`
+}
+
 func (*NodeMessage_Hello) isNodeMessage_Msg() {}
 
 func (*NodeMessage_Update) isNodeMessage_Msg() {}
@@ -1373,6 +1397,8 @@ func (*NodeMessage_SpecRequest) isNodeMessage_Msg() {}
 func (*NodeMessage_Status) isNodeMessage_Msg() {}
 
 func (*NodeMessage_AllocationBound) isNodeMessage_Msg() {}
+
+func (*NodeMessage_SecretRequest) isNodeMessage_Msg() {}
 
 // GatewayMessage is what the gateway sends on the session.
 type GatewayMessage struct {
@@ -1384,6 +1410,7 @@ type GatewayMessage struct {
 	//	*GatewayMessage_Cancel
 	//	*GatewayMessage_Spec
 	//	*GatewayMessage_Ack
+	//	*GatewayMessage_SecretResponse
 	Msg           isGatewayMessage_Msg `protobuf_oneof:"msg"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1471,6 +1498,15 @@ func (x *GatewayMessage) GetAck() *UpdateAck {
 	return nil
 }
 
+func (x *GatewayMessage) GetSecretResponse() *SecretResponse {
+	if x != nil {
+		if x, ok := x.Msg.(*GatewayMessage_SecretResponse); ok {
+			return x.SecretResponse
+		}
+	}
+	return nil
+}
+
 type isGatewayMessage_Msg interface {
 	isGatewayMessage_Msg()
 }
@@ -1495,6 +1531,10 @@ type GatewayMessage_Ack struct {
 	Ack *UpdateAck `protobuf:"bytes,5,opt,name=ack,proto3,oneof"`
 }
 
+type GatewayMessage_SecretResponse struct {
+	SecretResponse *SecretResponse `protobuf:"bytes,230,opt,name=secret_response,json=secretResponse,proto3,oneof"`
+}
+
 func (*GatewayMessage_Welcome) isGatewayMessage_Msg() {}
 
 func (*GatewayMessage_Command) isGatewayMessage_Msg() {}
@@ -1504,6 +1544,8 @@ func (*GatewayMessage_Cancel) isGatewayMessage_Msg() {}
 func (*GatewayMessage_Spec) isGatewayMessage_Msg() {}
 
 func (*GatewayMessage_Ack) isGatewayMessage_Msg() {}
+
+func (*GatewayMessage_SecretResponse) isGatewayMessage_Msg() {}
 
 type JoinRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1632,7 +1674,7 @@ var File_bc_agent_v1_agent_proto protoreflect.FileDescriptor
 
 const file_bc_agent_v1_agent_proto_rawDesc = "" +
 	"\n" +
-	"\x17bc/agent/v1/agent.proto\x12\vbc.agent.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\x8c\x03\n" +
+	"\x17bc/agent/v1/agent.proto\x12\vbc.agent.v1\x1a\x19bc/agent/v1/secrets.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xae\x03\n" +
 	"\aCommand\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x17\n" +
 	"\anode_id\x18\x02 \x01(\tR\x06nodeId\x12\x10\n" +
@@ -1647,7 +1689,9 @@ const file_bc_agent_v1_agent_proto_rawDesc = "" +
 	"\bbatch_id\x18\n" +
 	" \x01(\tR\abatchId\x129\n" +
 	"\n" +
-	"created_at\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\"\xa1\x02\n" +
+	"created_at\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12 \n" +
+	"\vsecret_refs\x18\xe6\x01 \x03(\tR\n" +
+	"secretRefs\"\xa1\x02\n" +
 	"\x0fCommandEnvelope\x12\x18\n" +
 	"\acommand\x18\x01 \x01(\fR\acommand\x12\x1c\n" +
 	"\tsignature\x18\x02 \x01(\fR\tsignature\x12\x1f\n" +
@@ -1733,20 +1777,22 @@ const file_bc_agent_v1_agent_proto_rawDesc = "" +
 	"\tinventory\x18\x01 \x01(\fR\tinventory\x12:\n" +
 	"\n" +
 	"conditions\x18\x02 \x03(\v2\x1a.bc.agent.v1.NodeConditionR\n" +
-	"conditions\"\xb3\x02\n" +
+	"conditions\"\xf9\x02\n" +
 	"\vNodeMessage\x12*\n" +
 	"\x05hello\x18\x01 \x01(\v2\x12.bc.agent.v1.HelloH\x00R\x05hello\x124\n" +
 	"\x06update\x18\x02 \x01(\v2\x1a.bc.agent.v1.CommandUpdateH\x00R\x06update\x12=\n" +
 	"\fspec_request\x18\x03 \x01(\v2\x18.bc.agent.v1.SpecRequestH\x00R\vspecRequest\x121\n" +
 	"\x06status\x18\x04 \x01(\v2\x17.bc.agent.v1.NodeStatusH\x00R\x06status\x12I\n" +
-	"\x10allocation_bound\x18\x05 \x01(\v2\x1c.bc.agent.v1.AllocationBoundH\x00R\x0fallocationBoundB\x05\n" +
-	"\x03msg\"\x87\x02\n" +
+	"\x10allocation_bound\x18\x05 \x01(\v2\x1c.bc.agent.v1.AllocationBoundH\x00R\x0fallocationBound\x12D\n" +
+	"\x0esecret_request\x18\xe6\x01 \x01(\v2\x1a.bc.agent.v1.SecretRequestH\x00R\rsecretRequestB\x05\n" +
+	"\x03msg\"\xd0\x02\n" +
 	"\x0eGatewayMessage\x120\n" +
 	"\awelcome\x18\x01 \x01(\v2\x14.bc.agent.v1.WelcomeH\x00R\awelcome\x128\n" +
 	"\acommand\x18\x02 \x01(\v2\x1c.bc.agent.v1.CommandEnvelopeH\x00R\acommand\x12-\n" +
 	"\x06cancel\x18\x03 \x01(\v2\x13.bc.agent.v1.CancelH\x00R\x06cancel\x12'\n" +
 	"\x04spec\x18\x04 \x01(\v2\x11.bc.agent.v1.SpecH\x00R\x04spec\x12*\n" +
-	"\x03ack\x18\x05 \x01(\v2\x16.bc.agent.v1.UpdateAckH\x00R\x03ackB\x05\n" +
+	"\x03ack\x18\x05 \x01(\v2\x16.bc.agent.v1.UpdateAckH\x00R\x03ack\x12G\n" +
+	"\x0fsecret_response\x18\xe6\x01 \x01(\v2\x1b.bc.agent.v1.SecretResponseH\x00R\x0esecretResponseB\x05\n" +
 	"\x03msg\"5\n" +
 	"\vJoinRequest\x12\x14\n" +
 	"\x05token\x18\x01 \x01(\tR\x05token\x12\x10\n" +
@@ -1818,6 +1864,8 @@ var file_bc_agent_v1_agent_proto_goTypes = []any{
 	(*JoinRequest)(nil),           // 18: bc.agent.v1.JoinRequest
 	(*JoinResponse)(nil),          // 19: bc.agent.v1.JoinResponse
 	(*timestamppb.Timestamp)(nil), // 20: google.protobuf.Timestamp
+	(*SecretRequest)(nil),         // 21: bc.agent.v1.SecretRequest
+	(*SecretResponse)(nil),        // 22: bc.agent.v1.SecretResponse
 }
 var file_bc_agent_v1_agent_proto_depIdxs = []int32{
 	20, // 0: bc.agent.v1.Command.not_after:type_name -> google.protobuf.Timestamp
@@ -1835,21 +1883,23 @@ var file_bc_agent_v1_agent_proto_depIdxs = []int32{
 	11, // 12: bc.agent.v1.NodeMessage.spec_request:type_name -> bc.agent.v1.SpecRequest
 	15, // 13: bc.agent.v1.NodeMessage.status:type_name -> bc.agent.v1.NodeStatus
 	13, // 14: bc.agent.v1.NodeMessage.allocation_bound:type_name -> bc.agent.v1.AllocationBound
-	7,  // 15: bc.agent.v1.GatewayMessage.welcome:type_name -> bc.agent.v1.Welcome
-	3,  // 16: bc.agent.v1.GatewayMessage.command:type_name -> bc.agent.v1.CommandEnvelope
-	10, // 17: bc.agent.v1.GatewayMessage.cancel:type_name -> bc.agent.v1.Cancel
-	12, // 18: bc.agent.v1.GatewayMessage.spec:type_name -> bc.agent.v1.Spec
-	9,  // 19: bc.agent.v1.GatewayMessage.ack:type_name -> bc.agent.v1.UpdateAck
-	6,  // 20: bc.agent.v1.JoinResponse.trust_bundle:type_name -> bc.agent.v1.TrustBundle
-	16, // 21: bc.agent.v1.Session.Connect:input_type -> bc.agent.v1.NodeMessage
-	18, // 22: bc.agent.v1.Join.Join:input_type -> bc.agent.v1.JoinRequest
-	17, // 23: bc.agent.v1.Session.Connect:output_type -> bc.agent.v1.GatewayMessage
-	19, // 24: bc.agent.v1.Join.Join:output_type -> bc.agent.v1.JoinResponse
-	23, // [23:25] is the sub-list for method output_type
-	21, // [21:23] is the sub-list for method input_type
-	21, // [21:21] is the sub-list for extension type_name
-	21, // [21:21] is the sub-list for extension extendee
-	0,  // [0:21] is the sub-list for field type_name
+	21, // 15: bc.agent.v1.NodeMessage.secret_request:type_name -> bc.agent.v1.SecretRequest
+	7,  // 16: bc.agent.v1.GatewayMessage.welcome:type_name -> bc.agent.v1.Welcome
+	3,  // 17: bc.agent.v1.GatewayMessage.command:type_name -> bc.agent.v1.CommandEnvelope
+	10, // 18: bc.agent.v1.GatewayMessage.cancel:type_name -> bc.agent.v1.Cancel
+	12, // 19: bc.agent.v1.GatewayMessage.spec:type_name -> bc.agent.v1.Spec
+	9,  // 20: bc.agent.v1.GatewayMessage.ack:type_name -> bc.agent.v1.UpdateAck
+	22, // 21: bc.agent.v1.GatewayMessage.secret_response:type_name -> bc.agent.v1.SecretResponse
+	6,  // 22: bc.agent.v1.JoinResponse.trust_bundle:type_name -> bc.agent.v1.TrustBundle
+	16, // 23: bc.agent.v1.Session.Connect:input_type -> bc.agent.v1.NodeMessage
+	18, // 24: bc.agent.v1.Join.Join:input_type -> bc.agent.v1.JoinRequest
+	17, // 25: bc.agent.v1.Session.Connect:output_type -> bc.agent.v1.GatewayMessage
+	19, // 26: bc.agent.v1.Join.Join:output_type -> bc.agent.v1.JoinResponse
+	25, // [25:27] is the sub-list for method output_type
+	23, // [23:25] is the sub-list for method input_type
+	23, // [23:23] is the sub-list for extension type_name
+	23, // [23:23] is the sub-list for extension extendee
+	0,  // [0:23] is the sub-list for field type_name
 }
 
 func init() { file_bc_agent_v1_agent_proto_init() }
@@ -1857,12 +1907,14 @@ func file_bc_agent_v1_agent_proto_init() {
 	if File_bc_agent_v1_agent_proto != nil {
 		return
 	}
+	file_bc_agent_v1_secrets_proto_init()
 	file_bc_agent_v1_agent_proto_msgTypes[14].OneofWrappers = []any{
 		(*NodeMessage_Hello)(nil),
 		(*NodeMessage_Update)(nil),
 		(*NodeMessage_SpecRequest)(nil),
 		(*NodeMessage_Status)(nil),
 		(*NodeMessage_AllocationBound)(nil),
+		(*NodeMessage_SecretRequest)(nil),
 	}
 	file_bc_agent_v1_agent_proto_msgTypes[15].OneofWrappers = []any{
 		(*GatewayMessage_Welcome)(nil),
@@ -1870,6 +1922,7 @@ func file_bc_agent_v1_agent_proto_init() {
 		(*GatewayMessage_Cancel)(nil),
 		(*GatewayMessage_Spec)(nil),
 		(*GatewayMessage_Ack)(nil),
+		(*GatewayMessage_SecretResponse)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{

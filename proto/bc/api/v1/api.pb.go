@@ -1185,6 +1185,9 @@ type Command struct {
 	// result_bytes is an attested result exactly as the node sent it (the
 	// bytes whose SHA-256 the node signed); result is the same document.
 	ResultBytes []byte `protobuf:"bytes,27,opt,name=result_bytes,json=resultBytes,proto3" json:"result_bytes,omitempty"`
+	// secret_refs are the names of the secrets the command may fetch; never
+	// their values.
+	SecretRefs []string `protobuf:"bytes,150,rep,name=secret_refs,json=secretRefs,proto3" json:"secret_refs,omitempty"`
 	// waiting_reason says why a pending command is held back (a bare code:
 	// kind-mismatch when the node runs another manifest of the kind than the
 	// registry's); waiting_message says it in words (the kind, both digests,
@@ -1430,6 +1433,13 @@ func (x *Command) GetResultBytes() []byte {
 	return nil
 }
 
+func (x *Command) GetSecretRefs() []string {
+	if x != nil {
+		return x.SecretRefs
+	}
+	return nil
+}
+
 func (x *Command) GetWaitingReason() string {
 	if x != nil {
 		return x.WaitingReason
@@ -1489,7 +1499,11 @@ type RunCommandRequest struct {
 	// wait for the node before it expires.
 	NotAfterSeconds *int32 `protobuf:"varint,6,opt,name=not_after_seconds,json=notAfterSeconds,proto3,oneof" json:"not_after_seconds,omitempty"`
 	// batch_id (batch_…) puts the command into a destructive batch.
-	BatchId       string `protobuf:"bytes,7,opt,name=batch_id,json=batchId,proto3" json:"batch_id,omitempty"`
+	BatchId string `protobuf:"bytes,7,opt,name=batch_id,json=batchId,proto3" json:"batch_id,omitempty"`
+	// secret_refs name secrets of the tenant (secrets.put) that the command
+	// needs; the node exchanges each for its value, sealed to a one-time
+	// key, when it runs the command. The command carries only the names.
+	SecretRefs    []string `protobuf:"bytes,150,rep,name=secret_refs,json=secretRefs,proto3" json:"secret_refs,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1571,6 +1585,13 @@ func (x *RunCommandRequest) GetBatchId() string {
 		return x.BatchId
 	}
 	return ""
+}
+
+func (x *RunCommandRequest) GetSecretRefs() []string {
+	if x != nil {
+		return x.SecretRefs
+	}
+	return nil
 }
 
 // GetCommandRequest names one command.
@@ -2972,7 +2993,8 @@ const file_bc_api_v1_api_proto_rawDesc = "" +
 	"\n" +
 	"updated_at\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAt\"N\n" +
 	"\x12AllocationBindings\x128\n" +
-	"\bbindings\x18\x01 \x03(\v2\x1c.bc.api.v1.AllocationBindingR\bbindings\"\xf7\t\n" +
+	"\bbindings\x18\x01 \x03(\v2\x1c.bc.api.v1.AllocationBindingR\bbindings\"\x99\n" +
+	"\n" +
 	"\aCommand\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1b\n" +
 	"\ttenant_id\x18\x02 \x01(\tR\btenantId\x12\x17\n" +
@@ -3007,14 +3029,16 @@ const file_bc_api_v1_api_proto_rawDesc = "" +
 	"\bnode_sig\x18\x18 \x01(\fR\anodeSig\x12\x16\n" +
 	"\x06signed\x18\x19 \x01(\bR\x06signed\x12%\n" +
 	"\x0ecommand_sha256\x18\x1a \x01(\tR\rcommandSha256\x12!\n" +
-	"\fresult_bytes\x18\x1b \x01(\fR\vresultBytes\x12%\n" +
+	"\fresult_bytes\x18\x1b \x01(\fR\vresultBytes\x12 \n" +
+	"\vsecret_refs\x18\x96\x01 \x03(\tR\n" +
+	"secretRefs\x12%\n" +
 	"\x0ewaiting_reason\x18\x1c \x01(\tR\rwaitingReason\x12'\n" +
 	"\x0fwaiting_message\x18\x1d \x01(\tR\x0ewaitingMessage\x12!\n" +
 	"\fkind_version\x18\x1e \x01(\tR\vkindVersion\x12\x1a\n" +
 	"\brebooted\x18\x1f \x01(\bR\brebooted\x12\x19\n" +
 	"\btrace_id\x18  \x01(\tR\atraceId\x12#\n" +
 	"\rcommand_bytes\x18! \x01(\fR\fcommandBytesB\r\n" +
-	"\v_retry_safe\"\x9b\x02\n" +
+	"\v_retry_safe\"\xbd\x02\n" +
 	"\x11RunCommandRequest\x12\x1b\n" +
 	"\ttenant_id\x18\x01 \x01(\tR\btenantId\x12\x17\n" +
 	"\anode_id\x18\x02 \x01(\tR\x06nodeId\x12\x12\n" +
@@ -3022,7 +3046,9 @@ const file_bc_api_v1_api_proto_rawDesc = "" +
 	"\apayload\x18\x04 \x01(\v2\x17.google.protobuf.StructR\apayload\x12'\n" +
 	"\x0fidempotency_key\x18\x05 \x01(\tR\x0eidempotencyKey\x12/\n" +
 	"\x11not_after_seconds\x18\x06 \x01(\x05H\x00R\x0fnotAfterSeconds\x88\x01\x01\x12\x19\n" +
-	"\bbatch_id\x18\a \x01(\tR\abatchIdB\x14\n" +
+	"\bbatch_id\x18\a \x01(\tR\abatchId\x12 \n" +
+	"\vsecret_refs\x18\x96\x01 \x03(\tR\n" +
+	"secretRefsB\x14\n" +
 	"\x12_not_after_seconds\"h\n" +
 	"\x11GetCommandRequest\x12\x1b\n" +
 	"\ttenant_id\x18\x01 \x01(\tR\btenantId\x12\x17\n" +

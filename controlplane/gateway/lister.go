@@ -1,0 +1,105 @@
+package gateway
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/better-compute/commands/controlplane/queue"
+)
+
+// lister reads sessions' open commands together: a session that wants its
+// node's open commands while other sessions' reads are in flight waits with
+// the others that arrive meanwhile, and their reads go out as one statement
+// (queue.ListOpenMany). A fan-out that wakes 10,000 sessions at once, or
+// 30,000 idle sessions' fallback polls, then costs tens of statements a
+// second rather than thousands. A lone read goes out at once.
+type lister struct {
+	pool    *pgxpool.Pool
+	queue   *queue.Queue
+	workers int
+	max     int
+
+	// lock guards waiting and busy.
+	lock    sync.Mutex
+	waiting []*listRequest
+	busy    int
+}
+
+type listRequest struct {
+	nodeID string
+	done   chan listResult // buffered: a worker never blocks on a session gone
+}
+
+type listResult struct {
+	open []queue.Command
+	err  error
+}
+
+func newLister(pool *pgxpool.Pool, q *queue.Queue) *lister {
+	return &lister{pool: pool, queue: q, workers: 4, max: 512}
+}
+
+// listOpen returns nodeID's open commands in seq order, read in a
+// statement shared with other sessions' reads.
+func (l *lister) listOpen(ctx context.Context, nodeID string) ([]queue.Command, error) {
+	r := &listRequest{nodeID: nodeID, done: make(chan listResult, 1)}
+	l.lock.Lock()
+	l.waiting = append(l.waiting, r)
+	if l.busy < l.workers {
+		l.busy++
+		go l.work()
+	}
+	l.lock.Unlock()
+	select {
+	case res := <-r.done:
+		return res.open, res.err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+func (l *lister) work() {
+	for {
+		l.lock.Lock()
+		n := min(len(l.waiting), l.max)
+		if n == 0 {
+			l.busy--
+			l.lock.Unlock()
+			return
+		}
+		batch := make([]*listRequest, n)
+		copy(batch, l.waiting)
+		rest := copy(l.waiting, l.waiting[n:])
+		clear(l.waiting[rest:])
+		l.waiting = l.waiting[:rest]
+		l.lock.Unlock()
+		l.read(batch)
+	}
+}
+
+func (l *lister) read(batch []*listRequest) {
+	ids := make([]string, 0, len(batch))
+	seen := make(map[string]bool, len(batch))
+	for _, r := range batch {
+		if !seen[r.nodeID] {
+			seen[r.nodeID] = true
+			ids = append(ids, r.nodeID)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	open, err := l.queue.ListOpenMany(ctx, l.pool, ids)
+	for _, r := range batch {
+		if err != nil {
+			r.done <- listResult{err: err}
+			continue
+		}
+		// Each session owns what it gets: two sessions of one node (a
+		// reconnect, a stale one about to be fenced) must not share it.
+		r.done <- listResult{open: slices.Clone(open[r.nodeID])}
+	}
+}

@@ -1,0 +1,248 @@
+package groupcommit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/better-compute/commands/internal/pgtest"
+)
+
+// setup is a database with a table of its own: a CHECK that a caller's bad
+// row violates, and a deferred unique key that fails only at COMMIT.
+func setup(t *testing.T) *pgxpool.Pool {
+	t.Helper()
+	t.Parallel()
+	pool := pgtest.DB(t)
+	_, err := pool.Exec(context.Background(), `CREATE TABLE gc_rows (
+		id text PRIMARY KEY,
+		n int NOT NULL CHECK (n >= 0),
+		k text UNIQUE DEFERRABLE INITIALLY DEFERRED)`)
+	require.NoError(t, err)
+	return pool
+}
+
+func insert(id string, n int, k any) Func {
+	return func(ctx context.Context, tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, `INSERT INTO gc_rows (id, n, k) VALUES ($1, $2, $3)`, id, n, k)
+		return err
+	}
+}
+
+func stored(t *testing.T, pool *pgxpool.Pool, id string) bool {
+	t.Helper()
+	var ok bool
+	require.NoError(t, pool.QueryRow(context.Background(), `SELECT EXISTS (SELECT 1 FROM gc_rows WHERE id = $1)`, id).Scan(&ok))
+	return ok
+}
+
+// blocked is a Committer with one worker held inside its first group until
+// release is closed, and a wait for n callers queued behind it: the next
+// group then holds all of them, deterministically.
+type blocked struct {
+	c       *Committer
+	release chan struct{}
+	sizes   chan int
+	first   chan error
+}
+
+func newBlocked(t *testing.T, pool *pgxpool.Pool) *blocked {
+	t.Helper()
+	b := &blocked{release: make(chan struct{}), sizes: make(chan int, 16), first: make(chan error, 1)}
+	b.c = New(pool, Options{Workers: 1, Observe: func(n int) { b.sizes <- n }})
+	inside := make(chan struct{})
+	go func() {
+		b.first <- b.c.Do(context.Background(), func(ctx context.Context, tx pgx.Tx) error {
+			close(inside)
+			<-b.release
+			return insert("first", 1, nil)(ctx, tx)
+		})
+	}()
+	<-inside
+	return b
+}
+
+func (b *blocked) waitQueued(t *testing.T, n int) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		b.c.lock.Lock()
+		defer b.c.lock.Unlock()
+		return len(b.c.waiting) == n
+	}, 10*time.Second, time.Millisecond, "callers queued behind the busy worker")
+}
+
+// Many callers share one transaction, and each is answered only once it
+// committed: when Do returns nil the caller's row is visible to another
+// connection, and before the group commits no caller has been answered.
+func TestCallersShareOneCommitAndAreAnsweredAfterIt(t *testing.T) {
+	pool := setup(t)
+	b := newBlocked(t, pool)
+	const n = 20
+	answered := make(chan int, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			id := fmt.Sprintf("r%d", i)
+			if err := b.c.Do(context.Background(), insert(id, i, nil)); err != nil {
+				t.Errorf("caller %d: %v", i, err)
+				return
+			}
+			// Acknowledged: it must already be stored, seen from elsewhere.
+			if !stored(t, pool, id) {
+				t.Errorf("caller %d answered before its row was committed", i)
+			}
+			answered <- i
+		}()
+	}
+	b.waitQueued(t, n)
+	require.Empty(t, answered, "no caller is answered while its group has not run")
+	close(b.release)
+	require.NoError(t, <-b.first)
+	wg.Wait()
+	require.Len(t, answered, n)
+	require.Equal(t, 1, <-b.sizes, "the first group held only the first caller")
+	require.Equal(t, n, <-b.sizes, "every queued caller went out in one transaction")
+}
+
+// "A caller whose own insert fails gets its own error, not the group's":
+// one caller's row violates a CHECK; it gets that violation, nothing of it
+// is stored, and every other caller of its group is stored and answered nil.
+// A caller whose function fails after its statements succeeded leaves
+// nothing behind either.
+func TestAFailingCallerGetsItsOwnErrorAndTheRestCommit(t *testing.T) {
+	pool := setup(t)
+	b := newBlocked(t, pool)
+	const n = 10
+	errs := make([]error, n)
+	goErr := errors.New("refused after its insert")
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			fn := insert(fmt.Sprintf("r%d", i), i, nil)
+			switch i {
+			case 3:
+				fn = insert("r3", -1, nil) // violates the CHECK
+			case 7:
+				fn = func(ctx context.Context, tx pgx.Tx) error {
+					if err := insert("r7", 7, nil)(ctx, tx); err != nil {
+						return err
+					}
+					return goErr
+				}
+			}
+			errs[i] = b.c.Do(context.Background(), fn)
+		}()
+	}
+	b.waitQueued(t, n)
+	close(b.release)
+	require.NoError(t, <-b.first)
+	wg.Wait()
+	var pe *pgconn.PgError
+	require.ErrorAs(t, errs[3], &pe)
+	require.Equal(t, "23514", pe.Code, "its own check violation")
+	require.ErrorIs(t, errs[7], goErr)
+	for i := range n {
+		id := fmt.Sprintf("r%d", i)
+		if i == 3 || i == 7 {
+			require.False(t, stored(t, pool, id), "nothing of failing caller %d is stored", i)
+			continue
+		}
+		require.NoError(t, errs[i], "caller %d", i)
+		require.True(t, stored(t, pool, id), "caller %d", i)
+	}
+}
+
+// A group whose COMMIT fails acknowledges no one: two callers whose rows
+// collide on a key checked only at commit both get the commit's error, and
+// neither row is stored.
+func TestAFailedCommitAcknowledgesNoCaller(t *testing.T) {
+	pool := setup(t)
+	b := newBlocked(t, pool)
+	errs := make([]error, 2)
+	var wg sync.WaitGroup
+	for i := range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = b.c.Do(context.Background(), insert(fmt.Sprintf("r%d", i), i, "same"))
+		}()
+	}
+	b.waitQueued(t, 2)
+	close(b.release)
+	require.NoError(t, <-b.first)
+	wg.Wait()
+	for i, err := range errs {
+		var pe *pgconn.PgError
+		require.ErrorAs(t, err, &pe, "caller %d", i)
+		require.Equal(t, "23505", pe.Code)
+		require.False(t, stored(t, pool, fmt.Sprintf("r%d", i)))
+	}
+}
+
+// A group whose connection dies under it loses no one: every caller runs
+// again alone; the one that kills its own connection gets that error, the
+// others are stored and answered nil.
+func TestALostConnectionRunsEachCallerAlone(t *testing.T) {
+	pool := setup(t)
+	b := newBlocked(t, pool)
+	const n = 6
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			fn := insert(fmt.Sprintf("r%d", i), i, nil)
+			if i == 2 {
+				fn = func(ctx context.Context, tx pgx.Tx) error {
+					_, err := tx.Exec(ctx, `SELECT pg_terminate_backend(pg_backend_pid())`)
+					return err
+				}
+			}
+			errs[i] = b.c.Do(context.Background(), fn)
+		}()
+	}
+	b.waitQueued(t, n)
+	close(b.release)
+	require.NoError(t, <-b.first)
+	wg.Wait()
+	require.Error(t, errs[2])
+	for i := range n {
+		if i == 2 {
+			continue
+		}
+		require.NoError(t, errs[i], "caller %d", i)
+		require.True(t, stored(t, pool, fmt.Sprintf("r%d", i)), "caller %d", i)
+	}
+}
+
+// A caller that gives up while it waits is answered with its context's
+// error at once, and one that gave up before its group began stores
+// nothing.
+func TestACallerThatGivesUpIsNotStoredBeforeItsGroup(t *testing.T) {
+	pool := setup(t)
+	b := newBlocked(t, pool)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- b.c.Do(ctx, insert("gone", 1, nil)) }()
+	b.waitQueued(t, 1)
+	cancel()
+	require.ErrorIs(t, <-done, context.Canceled)
+	close(b.release)
+	require.NoError(t, <-b.first)
+	// The worker skipped it: the committer is idle again and stored nothing of it.
+	require.NoError(t, b.c.Do(context.Background(), insert("after", 1, nil)))
+	require.False(t, stored(t, pool, "gone"))
+}
