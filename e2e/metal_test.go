@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"crypto/rand"
+	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"net"
@@ -16,7 +17,6 @@ import (
 
 	"github.com/bougou/go-ipmi/pkg/types"
 	"github.com/stretchr/testify/require"
-	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/better-compute/commands/controlplane/metal"
@@ -296,10 +296,10 @@ func TestE2E_MetalBulkBootsFromPXEThenCycles(t *testing.T) {
 	inventory, rf, ipmi := mockSiteWith(t, "rack4-admin", false)
 	s := c.joinSite(inventory)
 	s.start()
+	// As docs/metal.md stores it: secrets.put with the JSON, base64.
 	secret, _ := json.Marshal(map[string]string{"username": bmcUser, "password": bmcPassword})
-	admin := metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer "+servertest.TokAdmin)
-	_, err := apiv1.NewSecretsClient(c.conn).Put(admin, &apiv1.PutSecretRequest{TenantId: servertest.TenantA, Name: "rack4-admin", Value: secret})
-	require.NoError(t, err)
+	_, stderr, code := c.cliAs(servertest.TokAdmin, "api", "secrets.put", "name=rack4-admin", "value="+base64.StdEncoding.EncodeToString(secret))
+	require.Equal(t, 0, code, stderr)
 	out, stderr, code := c.cli("metal", "bulk", "--site", siteNode, "--machines", "m1,m2,m3", "--boot", "pxe", "--power", "cycle",
 		"--reason", "Reinstall rack 4", "--secret-ref", "rack4-admin", "--json")
 	require.Equal(t, 0, code, stderr)
