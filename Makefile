@@ -48,20 +48,35 @@ deps-demo:
 	@scripts/install-deps demo
 
 ## test: vet, then the whole suite with -race (the repository's module against a throwaway PostgreSQL, then the SDK's module)
-test: deps-test ts-deps fmt-check vet proto-check cgo-warnings-check
+test: deps-test fmt-check vet proto-check console-check cgo-warnings-check
 	scripts/with-postgres $(GO) test $(GOFLAGS_TEST) $(PKGS)
 	cd $(SDK) && $(GO) test $(GOFLAGS_TEST) $(SDK_PKGS)
 	$(MAKE) test-ts
 
-## ts-deps: the TypeScript client's npm packages from its lockfile (npm ci in sdk/typescript)
+## ts-deps: the TypeScript client's npm packages from its lockfile (npm ci in sdk/typescript; make test and test-ts get them through scripts/install-deps test, when missing or stale)
 .PHONY: ts-deps test-ts
 TS := sdk/typescript
 ts-deps:
 	cd $(TS) && npm ci --no-audit --no-fund
 
-## test-ts: the TypeScript client's Node tests (the spec's snippets, verbatim) against a real bc-server with bcd nodes on mock GPUs and a throwaway PostgreSQL
-test-ts: deps-test ts-deps build demo-tools
+## test-ts: the TypeScript client's Node tests (the spec's snippets, verbatim) and the console's browser tests (headless Chromium, playwright-core; screenshots in sdk/typescript/screenshots/) against a real bc-server with bcd nodes on mock GPUs and a throwaway PostgreSQL
+test-ts: deps-test build demo-tools
 	BIN=$(BIN) scripts/with-postgres scripts/test-ts
+
+## console: build the web console (controlplane/console/src) with the pinned esbuild into controlplane/console/dist, which bc-server embeds; commit it
+.PHONY: console console-check
+console:
+	@test -x $(TS)/node_modules/.bin/esbuild || { echo "$(TS)/node_modules is missing: run make ts-deps"; exit 1; }
+	cd $(TS) && npm run --silent console
+
+## console-check: fail when the committed console build is stale
+console-check:
+	@test -x $(TS)/node_modules/.bin/esbuild || { echo "$(TS)/node_modules is missing: run make ts-deps"; exit 1; }
+	@rm -rf .cache/console-check
+	@cd $(TS) && npm run --silent console -- ../../.cache/console-check || { echo "the console does not build: run make console to see why"; exit 1; }
+	@diff -r -q .cache/console-check controlplane/console/dist >/dev/null || \
+	  { diff -r -q .cache/console-check controlplane/console/dist | head; echo "controlplane/console/dist is stale: run 'make console' and commit it"; rm -rf .cache/console-check; exit 1; }
+	@rm -rf .cache/console-check
 
 ## test-sdk: the SDK module's tests alone (no PostgreSQL needed)
 .PHONY: test-sdk
@@ -121,10 +136,15 @@ docs-check:
 	  { diff -u docs/reference/kinds.md .cache/docs-check/kinds.md | head -20; echo "docs/reference/kinds.md is stale: run 'make docs' and commit it"; rm -rf .cache/docs-check; exit 1; }
 	@rm -rf .cache/docs-check
 
-## bench: benchmarks, each beside a floor measured in the same run
+## bench: benchmarks, each beside a floor measured in the same run (BenchmarkSessions runs bc-sim fleets of 1,000, 10,000 and 30,000 nodes; BC_SIM_NODES=N runs one size)
 bench:
-	scripts/with-postgres $(GO) test -run '^$$' -bench . -benchtime 2000x $(PKGS)
+	scripts/with-postgres $(GO) test -run '^$$' -bench . -benchtime 2000x -timeout 60m $(PKGS)
 	cd $(SDK) && $(GO) test -run '^$$' -bench . -benchtime 2000x $(SDK_PKGS)
+
+.PHONY: ha-test
+## ha-test: bc-server on a pg_auto_failover formation (monitor, primary, synchronous standby on loopback; installs postgresql-15-auto-failover as root), bcd nodes under commands.run load, the primary killed; prints acknowledged, present, lost (docs/operator-guide.md, "PostgreSQL failover")
+ha-test:
+	GO=$(GO) scripts/ha-test
 
 .PHONY: check-rules
 ## check-rules: promtool check rules and promtool test rules over the alert rules the packages install (installs promtool, Debian's prometheus package, when missing as root)

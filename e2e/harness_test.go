@@ -69,13 +69,20 @@ type cluster struct {
 // after the harness's own settings.
 func newCluster(t *testing.T, adjust ...func(*server.Config)) *cluster {
 	t.Helper()
+	return newClusterOn(t, "", adjust...)
+}
+
+// newClusterOn is newCluster on the database at dsn (a fresh one of
+// pgtest's when empty).
+func newClusterOn(t *testing.T, dsn string, adjust ...func(*server.Config)) *cluster {
+	t.Helper()
 	c := &cluster{t: t, bcd: testutil.BuildBinary(t, "./bcd/cmd/bcd"), plugins: t.TempDir()}
 	src := testutil.BuildBinary(t, "./internal/testplugins/bcdcore_plugin")
 	b, err := os.ReadFile(src)
 	require.NoError(t, err)
 	require.NoError(t, os.WriteFile(filepath.Join(c.plugins, filepath.Base(src)), b, 0o755))
 	kindsDir := c.writeKinds()
-	c.srv = servertest.Start(t, func(cfg *server.Config) {
+	c.srv = servertest.StartDSN(t, dsn, hclog.NewNullLogger(), func(cfg *server.Config) {
 		cfg.KindsDir = kindsDir
 		cfg.Allowlist = append(append([]string{}, api.DefaultAllowlist...), kindHold, kindHoldOnce, kindReboot, kindHangShort)
 		for _, a := range adjust {
@@ -251,13 +258,19 @@ func (l *lockedBuffer) String() string {
 // join makes a node directory and runs `bcd join` with a fresh token.
 func (c *cluster) join() *node {
 	c.t.Helper()
+	return c.joinAs(servertest.NodeA1)
+}
+
+// joinAs is join for node id (a node the database holds).
+func (c *cluster) joinAs(id string) *node {
+	c.t.Helper()
 	n := &node{c: c, state: c.t.TempDir(), boot: filepath.Join(c.t.TempDir(), "boot_id"), config: filepath.Join(c.t.TempDir(), "bcd.yaml"), logs: &lockedBuffer{}}
 	require.NoError(c.t, os.WriteFile(n.boot, []byte("boot-1\n"), 0o600))
 	require.NoError(c.t, os.WriteFile(n.config, []byte("role: node\nlogLevel: debug\n"), 0o600))
-	out, errs, code := n.bcd("join", "--token", c.srv.JoinToken(c.t, servertest.NodeA1), "--server", c.srv.Gateway,
+	out, errs, code := n.bcd("join", "--token", c.srv.JoinToken(c.t, id), "--server", c.srv.Gateway,
 		"--ca-file", filepath.Join(c.srv.CADir, "ca.pem"))
 	require.Equal(c.t, 0, code, "bcd join: %s", errs)
-	require.Contains(c.t, out, "joined as "+servertest.NodeA1)
+	require.Contains(c.t, out, "joined as "+id)
 	n.joinOut = out
 	c.t.Cleanup(func() {
 		n.kill()

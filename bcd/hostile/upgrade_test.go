@@ -15,6 +15,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -82,7 +83,9 @@ type upgradeNodeEnv struct {
 	release ed25519.PrivateKey
 	srv     *httptest.Server
 	log     *syncBuffer
-	// packages maps a version to its package file, served by srv.
+	// packages maps a version to its package file, served by srv; pkgLock
+	// guards it.
+	pkgLock  sync.Mutex
 	packages map[string]string
 }
 
@@ -130,12 +133,12 @@ func newUpgradeNode(t *testing.T, builds upgradeBuilds, hold string) *upgradeNod
 	e.install(verA)
 	require.NoError(t, e.layout.Activate(verA))
 	e.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		http.ServeFile(w, r, e.packages[strings.TrimPrefix(r.URL.Path, "/")])
+		e.pkgLock.Lock()
+		p := e.packages[strings.TrimPrefix(r.URL.Path, "/")]
+		e.pkgLock.Unlock()
+		http.ServeFile(w, r, p)
 	}))
 	t.Cleanup(e.srv.Close)
-	for _, v := range []string{verB, verC, verD} {
-		e.packages[v] = e.pack(v)
-	}
 
 	holdEnv := testhook.EnvHold + "=" + hold + "@" + e.holdDir
 	bootID := filepath.Join(t.TempDir(), "boot_id")
@@ -202,7 +205,10 @@ func (e *upgradeNodeEnv) install(v string) {
 // pack writes version v's package, a tar.gz of its files.
 func (e *upgradeNodeEnv) pack(v string) string {
 	var buf bytes.Buffer
-	zw := gzip.NewWriter(&buf)
+	// Stored, not compressed: the test's race detector makes flate slow,
+	// and the format is the same.
+	zw, err := gzip.NewWriterLevel(&buf, gzip.NoCompression)
+	require.NoError(e.t, err)
 	tw := tar.NewWriter(zw)
 	for name, b := range e.files(v) {
 		require.NoError(e.t, tw.WriteHeader(&tar.Header{Name: name, Mode: 0o755, Size: int64(len(b)), Typeflag: tar.TypeReg}))
@@ -218,7 +224,13 @@ func (e *upgradeNodeEnv) pack(v string) string {
 
 // upgradeCommand is a signed daemon.upgrade to v with its signed release.
 func (e *upgradeNodeEnv) upgradeCommand(id, v string, window int) *agentv1.CommandEnvelope {
-	b, err := os.ReadFile(e.packages[v])
+	e.pkgLock.Lock()
+	if e.packages[v] == "" {
+		e.packages[v] = e.pack(v)
+	}
+	path := e.packages[v]
+	e.pkgLock.Unlock()
+	b, err := os.ReadFile(path)
 	require.NoError(e.t, err)
 	sum := sha256.Sum256(b)
 	rel, err := trust.SignRelease(trust.Release{Version: v, SHA256: hex.EncodeToString(sum[:]), Size: int64(len(b)), IssuedAt: time.Now().UTC()}, e.release)
@@ -360,13 +372,17 @@ func TestUpgrade_Kill9AtEachStep(t *testing.T) {
 	steps := []string{"downloading", "staged", "self-checked", "journaled", "handed-off", "swapped", "before-rejoin"}
 	for _, step := range steps {
 		t.Run(step, func(t *testing.T) {
+			began := time.Now()
+			mark := func(what string) { t.Logf("%s: %s after %s", step, what, time.Since(began).Round(time.Millisecond)) }
 			e := newUpgradeNode(t, builds, step)
 			e.awaitVersion(verA).command(e.upgradeCommand("cmd_kill", verB, 30))
+			mark("sent")
 			reached := filepath.Join(e.holdDir, step+".reached")
 			testutil.WaitFor(t, 90*time.Second, "bcd to reach "+step, func() bool {
 				_, err := os.Stat(reached)
 				return err == nil
 			})
+			mark("reached")
 			pid := e.mgr.Kill9("bcd.service")
 			require.NotZero(t, pid, "bcd ran at %s", step)
 			// The gateway replays what is not terminal to every new
@@ -376,10 +392,12 @@ func TestUpgrade_Kill9AtEachStep(t *testing.T) {
 				p := e.mgr.MainPID("bcd.service")
 				return p != 0 && p != pid && e.gw.sessions() > sessions
 			})
+			mark("back")
 			e.gw.session(t, e.gw.sessions()).command(e.upgradeCommand("cmd_kill", verB, 30))
 			require.NoError(t, os.WriteFile(filepath.Join(e.holdDir, step+".release"), nil, 0o600))
 
 			u := e.settle("cmd_kill")
+			mark("settled")
 			cur, err := e.layout.CurrentVersion()
 			require.NoError(t, err)
 			require.FileExists(t, filepath.Join(e.layout.VersionDir(cur), upgrade.DaemonBinary), "the active version is whole")
@@ -398,6 +416,8 @@ func TestUpgrade_Kill9AtEachStep(t *testing.T) {
 				return errors.Is(err, upgrade.ErrNoState) || (err == nil && st.Done())
 			})
 			require.Len(t, e.settleAll("cmd_kill"), 1, "one terminal state")
+			mark("checked")
+			t.Cleanup(func() { mark("cleaned up") })
 		})
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/better-compute/commands/controlplane/auth"
 	"github.com/better-compute/commands/controlplane/ids"
 	"github.com/better-compute/commands/controlplane/queue"
+	"github.com/better-compute/commands/controlplane/remediation"
 	apiv1 "github.com/better-compute/commands/proto/bc/api/v1"
 )
 
@@ -70,6 +71,15 @@ func (n *nodesServer) Get(ctx context.Context, req *apiv1.GetNodeRequest) (*apiv
 	}
 	if c := kindsCondition(mismatches); c != nil {
 		out.Conditions = append(out.Conditions, c)
+	}
+	// The platform's remediation adds its own: a reset that did not clear
+	// its GPU's condition, a node remediated too often (RemediationEscalated).
+	rc, err := remediation.NodeConditions(ctx, s.pool, req.GetNodeId())
+	if err != nil {
+		return nil, s.fail(ctx, "nodes.get", err)
+	}
+	for _, c := range rc {
+		out.Conditions = append(out.Conditions, &apiv1.Condition{Type: c.Type, Status: c.Status, Reason: c.Reason, Message: c.Message, Since: timestamppb.New(c.Since)})
 	}
 	return out, nil
 }

@@ -37,9 +37,14 @@ overwritten.
   better-compute pki rotate --current command-root.pem --out new-root.pem
       a new root, and the three configuration steps of a rotation
   better-compute pki create-approver --out alice.pem
-      an approver key of the destructive-batch quorum (pki.approvers)`,
+      an approver key of the destructive-batch quorum (pki.approvers)
+  better-compute pki create-release-key --out release.pem
+      a bcd release key (pki.releaseKeys)
+  better-compute pki sign-release --key release.pem --version 1.4.0 --package bcd-1.4.0.tar.gz
+      the signed release statement daemon.upgrade's payload carries`,
 	}
-	cmd.AddCommand(a.pkiCreateRootCommand(), a.pkiPublicKeyCommand(), a.pkiIssueWorkerKeyCommand(), a.pkiRotateCommand(), a.pkiCreateApproverCommand())
+	cmd.AddCommand(a.pkiCreateRootCommand(), a.pkiPublicKeyCommand(), a.pkiIssueWorkerKeyCommand(), a.pkiRotateCommand(), a.pkiCreateApproverCommand(),
+		a.pkiCreateReleaseKeyCommand(), a.pkiSignReleaseCommand())
 	return cmd
 }
 

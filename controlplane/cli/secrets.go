@@ -40,9 +40,9 @@ func (a *app) secretsPutCommand() *cobra.Command {
 	var from string
 	var asJSON, keepNewline bool
 	cmd := &cobra.Command{
-		Use:   "put NAME --from-file FILE|-",
+		Use:   "put NAME --from-file FILE|- [tenantId=…]",
 		Short: "Store or replace a secret; its value is read from a file or stdin (-)",
-		Args:  cobra.ExactArgs(1),
+		Args:  cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if from == "" {
 				return usageErr("--from-file is required (a path, or - for stdin): a value never goes on the command line")
@@ -66,15 +66,15 @@ func (a *app) secretsPutCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			req, err := BuildRequest(m.Desc.Input(), a.withTenant(m, []string{"name=" + args[0]}))
-			if err != nil {
-				return usageErr("secrets.put: %v", err)
-			}
-			req.(*apiv1.PutSecretRequest).Value = value
 			conn, err := a.connect(cmd)
 			if err != nil {
 				return err
 			}
+			req, err := BuildRequest(m.Desc.Input(), a.withTenant(m, append([]string{"name=" + args[0]}, args[1:]...)))
+			if err != nil {
+				return usageErr("secrets.put: %v", err)
+			}
+			req.(*apiv1.PutSecretRequest).Value = value
 			resp, err := invoke(cmd.Context(), conn, m, req)
 			clear(value)
 			if err != nil {
@@ -95,7 +95,7 @@ func (a *app) secretsPutCommand() *cobra.Command {
 func (a *app) secretsListCommand() *cobra.Command {
 	var asJSON bool
 	cmd := &cobra.Command{
-		Use:   "list",
+		Use:   "list [tenantId=…]",
 		Short: "List the tenant's secrets: names, sizes and times, never values",
 		RunE: func(cmd *cobra.Command, args []string) error {
 			resp, err := a.call(cmd, "secrets.list", args)
@@ -115,11 +115,11 @@ func (a *app) secretsListCommand() *cobra.Command {
 func (a *app) secretsDeleteCommand() *cobra.Command {
 	var asJSON bool
 	cmd := &cobra.Command{
-		Use:   "delete NAME",
+		Use:   "delete NAME [tenantId=…]",
 		Short: "Delete a secret; a command that names it then fails with secret-not-found",
-		Args:  cobra.ExactArgs(1),
+		Args:  cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			resp, err := a.call(cmd, "secrets.delete", []string{"name=" + args[0]})
+			resp, err := a.call(cmd, "secrets.delete", append([]string{"name=" + args[0]}, args[1:]...))
 			if err != nil {
 				return err
 			}

@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"context"
-	"errors"
 
 	"github.com/jackc/pgx/v5"
 
@@ -19,40 +18,36 @@ type stored struct {
 }
 
 // storeGrouped stores t in a transaction shared with other sessions'
-// reports and dispatches (the gateway's group committer) and returns once
-// that transaction committed: a report is acknowledged, and a dispatch
-// sent, only after it. Thousands of sessions' reports then cost a few
-// commits, not one each (BenchmarkSessions' fan-out).
+// reports and dispatches (the gateway's group committer), its statement
+// pipelined with theirs, and returns once that transaction committed: a
+// report is acknowledged, and a dispatch sent, only after it. Thousands of
+// sessions' reports then cost a few commits and round trips, not one each
+// (BenchmarkSessions' fan-out).
 func (s *session) storeGrouped(ctx context.Context, t queue.Transition) (stored, error) {
-	var out stored
-	err := s.g.group.Do(ctx, func(ctx context.Context, tx pgx.Tx) error {
-		var err error
-		out, err = s.g.storeTransition(ctx, tx, t)
-		return err
+	var res queue.TransitionResult
+	var qerr error
+	err := s.g.group.DoBatch(ctx, func(b *pgx.Batch) {
+		qerr = s.g.queueTransition(b, t, &res)
 	})
+	if err == nil {
+		err = qerr
+	}
 	if err != nil {
-		// out is not ours to read: a session that gave up may return
-		// while the group still runs its function.
+		// res is not ours to read: a session that gave up may return
+		// while the group still runs.
 		return stored{}, err
 	}
-	return out, nil
+	return stored{cur: res.Command, changed: res.Changed, found: res.Found}, nil
 }
 
-// storeTransition is one session's transition inside a group's
-// transaction. It is the per-report hook: whatever must commit together
-// with a report (a settle's durable wake, an audit row) is written here, on
-// tx, where out.changed and out.cur.State.Terminal() say what the report
-// did. It may run more than once (a group run again without a failed
-// member), so it writes only to tx and returns only what it read.
-func (g *Gateway) storeTransition(ctx context.Context, tx pgx.Tx, t queue.Transition) (stored, error) {
-	cur, changed, err := g.queue.Transition(ctx, tx, t)
-	if errors.Is(err, queue.ErrNotFound) {
-		// Not the group's failure: a report for a command this node does
-		// not have lands as nothing.
-		return stored{}, nil
-	}
-	if err != nil {
-		return stored{}, err
-	}
-	return stored{cur: cur, changed: changed, found: true}, nil
+// queueTransition queues one session's transition on the group's batch.
+// It is the per-report hook: whatever must commit together with a report
+// (a settle's durable wake, an audit row) is queued here on b, after the
+// transition, as SQL that decides for itself whether it applies (say,
+// INSERT ... SELECT ... FROM commands WHERE id = $1 AND settled_at =
+// now(), true only in the transaction that settled it); its failure fails
+// this report alone. A hook that needs Go between statements uses
+// s.g.group.Do with a pgx.Tx instead, at a round trip per statement.
+func (g *Gateway) queueTransition(b *pgx.Batch, t queue.Transition, out *queue.TransitionResult) error {
+	return g.queue.QueueTransition(b, t, out)
 }

@@ -246,3 +246,46 @@ func TestACallerThatGivesUpIsNotStoredBeforeItsGroup(t *testing.T) {
 	require.NoError(t, b.c.Do(context.Background(), insert("after", 1, nil)))
 	require.False(t, stored(t, pool, "gone"))
 }
+
+// Pipelined callers share the group too, and keep their own errors: one
+// batched caller's CHECK violation is its own, the other batched and
+// sequential callers commit.
+func TestBatchedCallersKeepTheirOwnErrors(t *testing.T) {
+	pool := setup(t)
+	b := newBlocked(t, pool)
+	queued := func(id string, n int) QueueFunc {
+		return func(bt *pgx.Batch) {
+			bt.Queue(`INSERT INTO gc_rows (id, n) VALUES ($1, $2)`, id, n)
+		}
+	}
+	errs := make([]error, 4)
+	var wg sync.WaitGroup
+	for i := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			switch i {
+			case 0:
+				errs[i] = b.c.Do(context.Background(), insert("s0", 0, nil))
+			case 2:
+				errs[i] = b.c.DoBatch(context.Background(), queued("b2", -1))
+			default:
+				errs[i] = b.c.DoBatch(context.Background(), queued(fmt.Sprintf("b%d", i), i))
+			}
+		}()
+	}
+	b.waitQueued(t, 4)
+	close(b.release)
+	require.NoError(t, <-b.first)
+	wg.Wait()
+	var pe *pgconn.PgError
+	require.ErrorAs(t, errs[2], &pe)
+	require.Equal(t, "23514", pe.Code)
+	require.False(t, stored(t, pool, "b2"))
+	for _, i := range []int{0, 1, 3} {
+		require.NoError(t, errs[i], "caller %d", i)
+	}
+	for _, id := range []string{"s0", "b1", "b3"} {
+		require.True(t, stored(t, pool, id), id)
+	}
+}

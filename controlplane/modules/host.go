@@ -85,7 +85,13 @@ func NewHost(pool *pgxpool.Pool, q *queue.Queue, reg *kinds.Registry, opts HostO
 	}
 	h.svc = svc
 	for _, m := range modules {
-		h.contexts[m.Name()] = NewContext(m.Name(), pool, q, svc.Client(), opts.Logger)
+		mc := NewContext(m.Name(), pool, q, svc.Client(), opts.Logger)
+		h.contexts[m.Name()] = mc
+		if in, ok := m.(Initializer); ok {
+			if err := in.Init(mc); err != nil {
+				return nil, fmt.Errorf("module %s: %w", m.Name(), err)
+			}
+		}
 	}
 	q.OnSettle(svc.Hook())
 	return h, nil

@@ -54,6 +54,13 @@ type WorkerProvider interface {
 	AddWorkers(w *river.Workers) (queues map[string]river.QueueConfig, err error)
 }
 
+// Initializer is a module that needs its context before anything else of
+// it runs (its waker may be called as soon as River starts): the host calls
+// Init once, when it loads the module.
+type Initializer interface {
+	Init(mc *Context) error
+}
+
 // Runner is a module with a loop of its own (a reconciler), run in the
 // process that runs the modules until ctx ends.
 type Runner interface {

@@ -232,7 +232,7 @@ func GetStatus(ctx context.Context, db store.DBTX, tenantID, pool string) (Statu
 		(SELECT count(*) FROM nodes WHERE tenant_id = $1 AND pool = $2 AND deleted_at IS NULL),
 		(SELECT count(*) FROM maintenance_locks WHERE tenant_id = $1 AND pool = $2),
 		(SELECT count(*) FROM remediations WHERE tenant_id = $1 AND pool = $2 AND started_at > now() - $3 * interval '1 second'),
-		`+FailuresSQL+``,
+		`+FailuresSQL("$4")+``,
 		tenantID, pool, int(b.Window/time.Second), int(b.BreakerWindow/time.Second)).
 		Scan(&st.Nodes, &st.InMaintenance, &st.StartedInWindow, &st.FailuresInWindow)
 	if err != nil {
@@ -242,11 +242,13 @@ func GetStatus(ctx context.Context, db store.DBTX, tenantID, pool string) (Statu
 }
 
 // FailuresSQL counts the pool's failed or unverified remediations ($1
-// tenant, $2 pool) within the breaker's window ($4 seconds) and since the
-// breaker was last reset: what trips it.
-const FailuresSQL = `(SELECT count(*) FROM remediations r WHERE r.tenant_id = $1 AND r.pool = $2 AND r.outcome IN ('failed', 'unverified')
-		   AND r.finished_at > greatest(now() - $4 * interval '1 second',
+// tenant, $2 pool) within the breaker's window (seconds in the parameter
+// window names, "$3") and since the breaker was last reset: what trips it.
+func FailuresSQL(window string) string {
+	return `(SELECT count(*) FROM remediations r WHERE r.tenant_id = $1 AND r.pool = $2 AND r.outcome IN ('failed', 'unverified')
+		   AND r.finished_at > greatest(now() - ` + window + ` * interval '1 second',
 		     coalesce((SELECT breaker_reset_at FROM pools WHERE tenant_id = $1 AND name = $2), '-infinity')))`
+}
 
 // Exists reports whether the tenant has pool (nodes in it or a budget).
 func Exists(ctx context.Context, db store.DBTX, tenantID, pool string) (bool, error) {

@@ -141,6 +141,8 @@ type SessionHello struct {
 	Role string
 	// TrustVersion is the trust bundle version the node holds.
 	TrustVersion int64
+	// DaemonVersion is the daemon's version (the rollout module's current).
+	DaemonVersion string
 }
 
 // SessionStart is a new session's epoch and what the node row said before
@@ -157,7 +159,7 @@ const startSessionSQL = `
 WITH prev AS (
   SELECT id, journal_id, boot_id, role FROM nodes WHERE id = $1 AND deleted_at IS NULL FOR UPDATE
 )
-UPDATE nodes n SET session_epoch = n.session_epoch + 1, journal_id = $2, boot_id = $3, role = $4, trust_version = $5
+UPDATE nodes n SET session_epoch = n.session_epoch + 1, journal_id = $2, boot_id = $3, role = $4, trust_version = $5, daemon_version = $6
 FROM prev WHERE n.id = prev.id
 RETURNING n.session_epoch, prev.journal_id, prev.boot_id, prev.role`
 
@@ -168,7 +170,7 @@ RETURNING n.session_epoch, prev.journal_id, prev.boot_id, prev.role`
 // transaction. A deleted or unknown node is NOT_FOUND.
 func (q *Queue) StartSession(ctx context.Context, tx pgx.Tx, h SessionHello) (SessionStart, error) {
 	var s SessionStart
-	err := tx.QueryRow(ctx, startSessionSQL, h.NodeID, h.JournalID, h.BootID, h.Role, h.TrustVersion).
+	err := tx.QueryRow(ctx, startSessionSQL, h.NodeID, h.JournalID, h.BootID, h.Role, h.TrustVersion, h.DaemonVersion).
 		Scan(&s.Epoch, &s.PrevJournalID, &s.PrevBootID, &s.PrevRole)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return SessionStart{}, nodeNotFound(h.NodeID)

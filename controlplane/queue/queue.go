@@ -150,12 +150,12 @@ func (q *Queue) Enqueue(ctx context.Context, tx pgx.Tx, p EnqueueParams) (cmd Co
 	return cmd, true, nil
 }
 
-// Check validates p against the registry as Enqueue does (the kind, the
-// payload against its schema, the batch id) without touching the database:
-// a caller that shares a transaction with others (commands.run's group
-// commit) refuses a bad command before it joins the group, where its
-// failure would cost the others a rollback; a module checks a step it will
-// queue later, so that a run that could not finish is refused whole.
+// Check runs Enqueue's checks of p that need no database (the kind, its
+// payload against its schema, the batch id) without queuing anything: a
+// caller that shares a transaction with others (commands.run's group commit)
+// refuses a bad command before it joins the group, where its failure would
+// cost the others a rollback, and a module checks a step it will queue
+// later, so that a run that could not finish is refused whole.
 func (q *Queue) Check(p EnqueueParams) error {
 	_, _, err := q.check(p)
 	return err

@@ -98,6 +98,83 @@ func (q *Queue) transition(ctx context.Context, db DBTX, t Transition) (Command,
 	return cmd, true, nil
 }
 
+// transitionQueuedSQL is transitionSQL answering in the same statement
+// what Transition reads after a miss: the updated row with changed true,
+// else the current row (of t.NodeID's, when set) with changed false, else
+// no row (not found). It needs no second round trip, so it can be
+// pipelined with other sessions' transitions (QueueTransition).
+var transitionQueuedSQL = `
+WITH u AS (
+  UPDATE commands c SET
+    state = $2,
+    reason = CASE WHEN $3 <> '' THEN $3 ELSE c.reason END,
+    message = CASE WHEN $11 <> '' THEN $11 ELSE c.message END,
+    waiting_reason = '', waiting_message = '',
+    kind_version = CASE WHEN $2 = 'dispatched' AND $13 <> '' THEN $13 ELSE c.kind_version END,
+    result_bytes = coalesce($12, c.result_bytes),
+    result = coalesce($4::jsonb, c.result),
+    result_sha256 = coalesce($5, c.result_sha256),
+    node_sig = coalesce($6, c.node_sig),
+    rebooted = c.rebooted OR $7,
+    progress = coalesce($9::jsonb, c.progress),
+    settled_at = CASE WHEN bc_state_terminal($2) THEN now() END,
+    dispatched_epoch = CASE WHEN $2 = 'dispatched' THEN $8 ELSE c.dispatched_epoch END,
+    attempts = CASE WHEN $2 = 'dispatched' THEN c.attempts + 1 ELSE c.attempts END,
+    next_attempt_at = NULL,
+    updated_at = now()
+  WHERE c.id = $1 AND ($10 = '' OR c.node_id = $10)
+    AND bc_state_rank(c.state) < bc_state_rank($2)
+    AND ($8 = 0 OR EXISTS (SELECT 1 FROM nodes n WHERE n.id = c.node_id AND n.session_epoch = $8))
+  RETURNING ` + commandColumns("c") + `
+), ev AS (` + settledEventSQL + ` WHERE bc_state_terminal(state))
+SELECT *, true FROM u
+UNION ALL
+SELECT ` + commandColumns("c") + `, false FROM commands c
+WHERE c.id = $1 AND ($10 = '' OR c.node_id = $10) AND NOT EXISTS (SELECT 1 FROM u)`
+
+// TransitionResult is what a queued transition came to, once its batch ran:
+// the command as it is now and whether the transition changed it, or Found
+// false for a command that is not there (or not t.NodeID's).
+type TransitionResult struct {
+	Command Command
+	Changed bool
+	Found   bool
+}
+
+// QueueTransition queues t on b with the semantics of Transition (one
+// guarded UPDATE, command.settled published exactly once) and fills out
+// when the batch runs. It is for callers that pipeline many transitions in
+// one transaction (the gateway's group commit); an invalid target state is
+// refused at once, before anything is queued.
+func (q *Queue) QueueTransition(b *pgx.Batch, t Transition, out *TransitionResult) error {
+	if !t.To.Valid() || t.To == Pending {
+		return newError(InvalidInput, "invalid-state", map[string]string{"state": string(t.To)}, "cannot transition to state %q", t.To)
+	}
+	var result, progress any
+	if t.Result != nil {
+		result = string(t.Result)
+	}
+	if t.Progress != nil {
+		progress = string(t.Progress)
+	}
+	b.Queue(transitionQueuedSQL,
+		t.CommandID, string(t.To), t.Reason, result, t.ResultSHA256, t.NodeSig, t.Rebooted, t.Epoch, progress, t.NodeID, t.Message, t.ResultBytes, t.KindVersion,
+	).QueryRow(func(row pgx.Row) error {
+		var changed bool
+		cmd, err := scanCommand(row, &changed)
+		if errors.Is(err, pgx.ErrNoRows) {
+			*out = TransitionResult{}
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("transitioning %s to %s: %w", t.CommandID, t.To, err)
+		}
+		*out = TransitionResult{Command: cmd, Changed: changed, Found: true}
+		return nil
+	})
+	return nil
+}
+
 // Requeue puts a dispatched or acked command back to pending until
 // now+backoff: the daemon answered BUSY (no credits). It is the one move
 // towards pending, guarded like a transition (by epoch when non-zero, and,

@@ -113,3 +113,30 @@ func Get(ctx context.Context, db store.DBTX, id string) (Row, error) {
 // creates for its own destructive work ("platform:provision",
 // "platform:health").
 const PlatformRequesterPrefix = "platform:"
+
+// ConditionEscalated is the node condition of a remediation that escalated
+// (a reset that did not clear its GPU's condition, or a node remediated
+// too often): True while one escalated within the last 7 days.
+const ConditionEscalated = "RemediationEscalated"
+
+// Condition is a node condition the remediations add to what the node
+// reports.
+type Condition struct {
+	Type, Status, Reason, Message string
+	Since                         time.Time
+}
+
+// NodeConditions returns the node's remediation conditions: one
+// RemediationEscalated per trigger escalated within the last 7 days.
+func NodeConditions(ctx context.Context, db store.DBTX, nodeID string) ([]Condition, error) {
+	rows, err := collect(db.Query(ctx, `SELECT `+rowColumns+` FROM remediations WHERE node_id = $1 AND state = 'escalated'
+		AND finished_at > now() - interval '7 days' ORDER BY finished_at DESC LIMIT 1`, nodeID))
+	if err != nil {
+		return nil, fmt.Errorf("reading the remediation conditions of %s: %w", nodeID, err)
+	}
+	var out []Condition
+	for _, r := range rows {
+		out = append(out, Condition{Type: ConditionEscalated, Status: "True", Reason: r.Trigger, Message: r.OutcomeMessage, Since: *r.FinishedAt})
+	}
+	return out, nil
+}

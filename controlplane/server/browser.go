@@ -10,6 +10,8 @@ import (
 	"connectrpc.com/vanguard"
 	"github.com/rs/cors"
 	"google.golang.org/grpc"
+
+	"github.com/better-compute/commands/controlplane/console"
 )
 
 // publicPackage is the protobuf package of the public API: every service in
@@ -48,13 +50,14 @@ func browserAPI(srv *grpc.Server, bc BrowserConfig) (http.Handler, []string, err
 	// Only the proto codec reaches the grpc.Server, whose codec (decode.go)
 	// turns an undecodable request into INVALID_INPUT; JSON from a browser
 	// is transcoded to it first.
-	h, err := vanguard.NewTranscoder(services, vanguard.WithDefaultServiceOptions(
+	tc, err := vanguard.NewTranscoder(services, vanguard.WithDefaultServiceOptions(
 		vanguard.WithTargetProtocols(vanguard.ProtocolGRPC),
 		vanguard.WithTargetCodecs(vanguard.CodecProto),
 	))
 	if err != nil {
 		return nil, nil, fmt.Errorf("browser API: %w", err)
 	}
+	h := headersAtOnce(tc)
 	if len(bc.CORSOrigins) == 0 {
 		return h, prefixes, nil
 	}
@@ -71,13 +74,15 @@ func browserAPI(srv *grpc.Server, bc BrowserConfig) (http.Handler, []string, err
 		AllowedMethods: connectcors.AllowedMethods(),
 		// authorization carries the bearer token.
 		AllowedHeaders: append(connectcors.AllowedHeaders(), "Authorization"),
-		ExposedHeaders: connectcors.ExposedHeaders(),
+		// bc-cursor: the cursor a watch starts after, before any event.
+		ExposedHeaders: append(connectcors.ExposedHeaders(), "Bc-Cursor"),
 		MaxAge:         7200,
 	})
 	return c.Handler(h), prefixes, nil
 }
 
-// mountBrowser mounts the API for browsers on the HTTP listener's mux.
+// mountBrowser mounts the API for browsers and the web console (at
+// /console/, with / redirecting there) on the HTTP listener's mux.
 func (s *Server) mountBrowser(mux *http.ServeMux, bc BrowserConfig, tls bool) error {
 	h, prefixes, err := browserAPI(s.grpc, bc)
 	if err != nil {
@@ -86,9 +91,37 @@ func (s *Server) mountBrowser(mux *http.ServeMux, bc BrowserConfig, tls bool) er
 	for _, p := range prefixes {
 		mux.Handle(p, h)
 	}
+	mux.Handle(console.Path, console.Handler())
+	mux.Handle("GET /{$}", http.RedirectHandler(console.Path, http.StatusFound))
 	if !tls {
 		s.logger.Warn("the API for browsers serves plain HTTP: set httpTls outside loopback and tests (bearer tokens cross it)")
 	}
 	s.logger.Info("serving the API for browsers (Connect, gRPC-Web)", "services", len(prefixes), "cors_origins", len(bc.CORSOrigins))
 	return nil
 }
+
+// headersAtOnce sends a response's headers as soon as the API writes them.
+// vanguard flushes a stream only at message boundaries, so a watch's
+// headers (bc-cursor: the cursor it starts after, which tells a client that
+// from now on it misses nothing) would wait for the first event, which may
+// be long in coming.
+func headersAtOnce(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h.ServeHTTP(flushOnHeader{w}, r)
+	})
+}
+
+type flushOnHeader struct{ http.ResponseWriter }
+
+func (f flushOnHeader) WriteHeader(code int) {
+	f.ResponseWriter.WriteHeader(code)
+	f.Flush()
+}
+
+func (f flushOnHeader) Flush() {
+	if fl, ok := f.ResponseWriter.(http.Flusher); ok {
+		fl.Flush()
+	}
+}
+
+func (f flushOnHeader) Unwrap() http.ResponseWriter { return f.ResponseWriter }

@@ -1,9 +1,14 @@
 package server_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/binary"
+	"encoding/json"
 	"errors"
+	"io"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -135,8 +140,9 @@ func TestBrowserAPIWatchStreamsAndSharesTheWatchLimit(t *testing.T) {
 	defer cancel()
 	// r.HTTPClient's 30 s timeout would end a stream; the watch gets its own.
 	watch := connect.NewClient[apiv1.WatchEventsRequest, apiv1.Event](&http.Client{}, r.HTTPBase+"/bc.api.v1.Events/Watch", connect.WithProtoJSON())
+	cursor := ""
 	open := func(ctx context.Context) *connect.ServerStreamForClient[apiv1.Event] {
-		req := connect.NewRequest(&apiv1.WatchEventsRequest{TenantId: servertest.TenantA, NodeId: servertest.NodeA1})
+		req := connect.NewRequest(&apiv1.WatchEventsRequest{TenantId: servertest.TenantA, NodeId: servertest.NodeA1, Cursor: cursor})
 		req.Header().Set("Authorization", "Bearer "+servertest.TokOps)
 		s, err := watch.CallServerStream(ctx, req)
 		require.NoError(t, err)
@@ -158,8 +164,31 @@ func TestBrowserAPIWatchStreamsAndSharesTheWatchLimit(t *testing.T) {
 		}
 	}
 
-	// The open Connect watch holds ops' one watch: a second, over gRPC, is
-	// refused with the limit's details.
+	s.Close()
+	cursor = "now"
+
+	// A watch from "now" answers at once, before any event, with the cursor
+	// it starts after (bc-cursor), as the gRPC API does: a raw Connect
+	// stream request, whose response (headers) must come while no event does.
+	body, err := json.Marshal(map[string]any{"tenantId": servertest.TenantA, "nodeId": servertest.NodeA1, "cursor": "now"})
+	require.NoError(t, err)
+	frame := binary.BigEndian.AppendUint32([]byte{0}, uint32(len(body)))
+	frame = append(frame, body...)
+	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, r.HTTPBase+"/bc.api.v1.Events/Watch", bytes.NewReader(frame))
+	require.NoError(t, err)
+	hreq.Header.Set("Content-Type", "application/connect+json")
+	hreq.Header.Set("Connect-Protocol-Version", "1")
+	hreq.Header.Set("Authorization", "Bearer "+servertest.TokOps)
+	hctx, hcancel := context.WithTimeout(ctx, 5*time.Second)
+	defer hcancel()
+	resp, err := (&http.Client{}).Do(hreq.WithContext(hctx))
+	require.NoError(t, err, "the watch's headers did not come before its first event")
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	require.NotEmpty(t, resp.Header.Get("bc-cursor"))
+	defer resp.Body.Close()
+
+	// The raw Connect watch, open, holds ops' one watch: a second, over
+	// gRPC, is refused with the limit's details.
 	gs, err := apiv1.NewEventsClient(dial(t, r.GRPC)).Watch(as(servertest.TokOps), &apiv1.WatchEventsRequest{TenantId: servertest.TenantA})
 	require.NoError(t, err)
 	_, err = gs.Recv()
@@ -201,4 +230,41 @@ func TestBrowserAPIDisabled(t *testing.T) {
 	_, err := connectAs[apiv1.GetNodeRequest, apiv1.Node](r, "/bc.api.v1.Nodes/Get", servertest.TokRead)(context.Background(),
 		&apiv1.GetNodeRequest{TenantId: servertest.TenantA, NodeId: servertest.NodeA1})
 	require.Equal(t, connect.CodeUnimplemented, connect.CodeOf(err), "%v", err)
+}
+
+// The console is served by bc-server from the assets embedded in it, at
+// /console/ (where / redirects), with a policy that lets it run only its own
+// script and talk only to its own origin.
+func TestConsoleIsServedFromTheBinary(t *testing.T) {
+	t.Parallel()
+	r := servertest.Start(t, nil)
+	noRedirect := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	resp, err := noRedirect.Get(r.HTTPBase + "/")
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusFound, resp.StatusCode)
+	require.Equal(t, "/console/", resp.Header.Get("Location"))
+
+	get := func(path string) (*http.Response, string) {
+		resp, err := r.HTTPClient.Get(r.HTTPBase + path)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		return resp, string(b)
+	}
+	resp, body := get("/console/")
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	require.Contains(t, body, "<title>better-compute console</title>")
+	require.Contains(t, resp.Header.Get("Content-Security-Policy"), "connect-src 'self'")
+	resp, body = get("/console/console.js")
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	require.Contains(t, resp.Header.Get("Content-Type"), "javascript")
+	require.True(t, strings.Contains(body, apierr.Domain), "the bundle carries the client, which knows the API's error domain")
+
+	off := servertest.Start(t, func(c *server.Config) { c.Browser.Disabled = true })
+	resp, err = off.HTTPClient.Get(off.HTTPBase + "/console/")
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusNotFound, resp.StatusCode)
 }

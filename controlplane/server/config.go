@@ -16,6 +16,8 @@ type (
 	TLSConfig = serverconfig.TLSConfig
 	// HTTPTLSConfig is the HTTP listener's certificate and key.
 	HTTPTLSConfig = serverconfig.HTTPTLSConfig
+	// SecretsConfig is where the secrets' at-rest key is.
+	SecretsConfig = serverconfig.SecretsConfig
 	// BrowserConfig is the API for browsers and the console on the HTTP listener.
 	BrowserConfig = serverconfig.BrowserConfig
 	// Duration is a time.Duration read from a Go duration string.

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"crypto/ed25519"
 	"fmt"
 	"time"
 
@@ -10,13 +11,21 @@ import (
 	"github.com/better-compute/commands/controlplane/kinds"
 	"github.com/better-compute/commands/controlplane/metal"
 	"github.com/better-compute/commands/controlplane/modules"
+	"github.com/better-compute/commands/controlplane/reconciler"
+	"github.com/better-compute/commands/controlplane/remediation"
+	"github.com/better-compute/commands/controlplane/rollout"
+	"github.com/better-compute/commands/internal/trust"
 )
 
 // startModules loads the modules: every process installs their settle hook
 // (whichever replica settles a command records its owner's wake) and
 // registers their kinds; the modules component runs them (runModules).
 func (s *Server) startModules(cfg Config, reg *kinds.Registry) error {
-	h, err := modules.NewHost(s.pool, s.queue, reg, modules.HostOptions{Logger: s.logger}, s.moduleList(cfg)...)
+	ms, err := s.moduleList(cfg)
+	if err != nil {
+		return fmt.Errorf("modules: %w", err)
+	}
+	h, err := modules.NewHost(s.pool, s.queue, reg, modules.HostOptions{Logger: s.logger}, ms...)
 	if err != nil {
 		return fmt.Errorf("modules: %w", err)
 	}
@@ -24,9 +33,41 @@ func (s *Server) startModules(cfg Config, reg *kinds.Registry) error {
 	return nil
 }
 
-// moduleList is the modules this server loads.
-func (s *Server) moduleList(Config) []modules.Module {
-	return []modules.Module{metal.Module{Pool: s.pool, Queue: s.queue}}
+// moduleList is the modules this server loads: the provision module's
+// remediation and the health reconciler, each when enabled, and the
+// rollout module (daemon.upgrade and the pools' desired daemon versions),
+// and the metal module (its kinds and the metal.power/metal.bulk workflows).
+func (s *Server) moduleList(cfg Config) ([]modules.Module, error) {
+	mc := cfg.Modules
+	eng := remediation.Options{Quorum: s.Quorum, StaleAfter: time.Duration(mc.StaleAfter), VerifyTimeout: time.Duration(mc.VerifyTimeout),
+		MaxPerWeek: mc.MaxRemediationsPerWeek}
+	// Only the process that runs the modules signs with the key (a
+	// gateway-only process holds no keys).
+	if path := cfg.PKI.PlatformApproverKey; path != "" && cfg.Runs(ComponentModules) {
+		key, err := trust.LoadEd25519PrivateKey(path)
+		if err != nil {
+			return nil, fmt.Errorf("pki.platformApproverKey: %w", err)
+		}
+		id := trust.Ed25519KeyID(key.Public().(ed25519.PublicKey))
+		for _, a := range s.Quorum().Approvers {
+			if a.KeyID() == id {
+				eng.PlatformKeyName = a.Name
+			}
+		}
+		if eng.PlatformKeyName == "" {
+			return nil, fmt.Errorf("pki.platformApproverKey %s (key %s) is not one of pki.approvers: add its public key there, or drop it to have people approve the platform's batches", path, id)
+		}
+		eng.PlatformKey = key
+		s.logger.Info("the platform approves its own batches as one approval", "approver", eng.PlatformKeyName, "key_id", id)
+	}
+	out := []modules.Module{rollout.New(s.pool, s.queue, s.logger), metal.Module{Pool: s.pool, Queue: s.queue}}
+	if mc.Remediation.Enabled {
+		out = append(out, remediation.NewProvision(remediation.ProvisionOptions{Engine: eng, Interval: time.Duration(mc.Interval)}))
+	}
+	if mc.Reconciler.Enabled {
+		out = append(out, reconciler.New(reconciler.Options{Engine: eng, Interval: time.Duration(mc.Interval)}))
+	}
+	return out, nil
 }
 
 // Modules is the module host.

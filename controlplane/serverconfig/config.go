@@ -75,6 +75,9 @@ type Config struct {
 	// modules (all four when empty; modules runs beside api). A gateway-only process reads no signing key:
 	// it relays the signed bytes the API stored.
 	Components []string `yaml:"components"`
+	// Modules configures the platform's own modules (remediation,
+	// reconciler).
+	Modules ModulesConfig `yaml:"modules"`
 	// Tracing exports the commands' spans (commands.run, enqueue, dispatch,
 	// settle) over OTLP/gRPC; off when tracing.otlpEndpoint is empty.
 	Tracing TracingConfig `yaml:"tracing"`
@@ -84,6 +87,34 @@ type Config struct {
 	// TracerProvider, when set, is used instead of Tracing's exporter
 	// (tests record spans in memory with it). Never read from the file.
 	TracerProvider trace.TracerProvider `yaml:"-"`
+}
+
+// ModulesConfig configures the control plane's own modules: the provision
+// module's GPU-reset remediation and the health reconciler. They run in the
+// process that runs the modules component.
+type ModulesConfig struct {
+	// Interval is their level-triggered pass ("5s"); a settled command
+	// wakes its remediation at once.
+	Interval Duration `yaml:"interval"`
+	// StaleAfter skips nodes whose session was not seen for longer ("90s").
+	StaleAfter Duration `yaml:"staleAfter"`
+	// VerifyTimeout bounds the wait for a reboot's outcome ("5m").
+	VerifyTimeout Duration `yaml:"verifyTimeout"`
+	// MaxRemediationsPerWeek remediations of one node within 7 days
+	// escalate to a hardware ticket instead of another try (5).
+	MaxRemediationsPerWeek int `yaml:"maxRemediationsPerWeek"`
+	// Remediation is the provision module's remediation (gpu.reset for
+	// RowRemapPending once no allocation is live). Off unless enabled: it
+	// resets GPUs on its own.
+	Remediation ModuleSwitch `yaml:"remediation"`
+	// Reconciler is the health reconciler (RebootRequired and the XID
+	// rules). Off unless enabled: it reboots nodes on its own.
+	Reconciler ModuleSwitch `yaml:"reconciler"`
+}
+
+// ModuleSwitch turns a module on.
+type ModuleSwitch struct {
+	Enabled bool `yaml:"enabled"`
 }
 
 // TracingConfig is where the server's spans go.
@@ -172,6 +203,14 @@ type PKIConfig struct {
 	// UnbatchedDestructivePerHour is the break-glass allowance: how many
 	// destructive commands outside a batch a node runs per hour.
 	UnbatchedDestructivePerHour int `yaml:"unbatchedDestructivePerHour"`
+	// PlatformApproverKey is the platform's own approver key (an Ed25519
+	// private key, PEM) whose public key is one of Approvers: the platform
+	// then signs the batches of its own destructive work (the provision
+	// module's resets, the health reconciler's reboots) as one approval,
+	// and people approve the rest of the quorum. Without it, platform
+	// batches wait for people, like everyone's. Either way the approval is
+	// a batch approval row and an event.
+	PlatformApproverKey string `yaml:"platformApproverKey"`
 }
 
 // ApproverConfig is one approver key.

@@ -74,6 +74,7 @@ func AuthConfig() auth.Config {
 	return auth.Config{Identities: []auth.IdentityConfig{
 		{Name: "ops", Tenants: []string{TenantA}, Tokens: []string{TokOps}, Grants: append(append([]auth.Grant(nil), all...),
 			auth.Grant{Permission: auth.PermBatchesCreate, Resource: "tenant/*"}, auth.Grant{Permission: auth.PermBatchesRead, Resource: "tenant/*"}, auth.Grant{Permission: auth.PermBatchesApprove, Resource: "tenant/*"},
+			auth.Grant{Permission: auth.PermSecretsWrite, Resource: "tenant/*"}, auth.Grant{Permission: auth.PermSecretsRead, Resource: "tenant/*"},
 			auth.Grant{Permission: "compute:pools:*", Resource: "compute-pool/*"})},
 		{Name: "reader", Tenants: []string{TenantA}, Tokens: []string{TokRead},
 			Grants: []auth.Grant{{Permission: auth.PermNodesRead, Resource: "compute-node/*"}, {Permission: auth.PermPoolsRead, Resource: "compute-pool/*"}}},

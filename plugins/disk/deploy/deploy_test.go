@@ -40,7 +40,7 @@ func rawImage(t *testing.T) []byte {
 	return img
 }
 
-func xzOf(t *testing.T, b []byte) []byte {
+func xzOf(t testing.TB, b []byte) []byte {
 	var buf bytes.Buffer
 	w, err := xz.NewWriter(&buf)
 	require.NoError(t, err)
@@ -50,7 +50,7 @@ func xzOf(t *testing.T, b []byte) []byte {
 	return buf.Bytes()
 }
 
-func zstdOf(t *testing.T, b []byte) []byte {
+func zstdOf(t testing.TB, b []byte) []byte {
 	w, err := zstd.NewWriter(nil)
 	require.NoError(t, err)
 	return w.EncodeAll(b, nil)
@@ -58,7 +58,7 @@ func zstdOf(t *testing.T, b []byte) []byte {
 
 func sum(b []byte) string { s := sha256.Sum256(b); return hex.EncodeToString(s[:]) }
 
-func serve(t *testing.T, body []byte) string {
+func serve(t testing.TB, body []byte) string {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = w.Write(body) }))
 	t.Cleanup(srv.Close)
 	return srv.URL + "/images/node.raw?X-Amz-Signature=secret"

@@ -44,12 +44,12 @@ var WipeManifest = kind.Manifest{
   "required": ["device", "mode"],
   "properties": {
     "device": {"type": "string", "pattern": "^/dev/[A-Za-z0-9._/-]+$", "description": "the whole disk, /dev/nvme0n1 or /dev/disk/by-id/…"},
-    "mode": {"enum": ["metadata", "overwrite", "nvme-format", "nvme-sanitize", "ata-secure-erase"], "description": "metadata removes signatures and partition tables only and is never reported as a wipe"},
+    "mode": {"enum": ["metadata", "overwrite", "nvme-format", "nvme-sanitize", "ata-secure-erase", "scsi-sanitize"], "description": "metadata removes signatures and partition tables only and is never reported as a wipe"},
     "samples": {"type": "integer", "minimum": 1, "maximum": 4096, "description": "random blocks the readback reads (default 32)"}
   }
 }`),
 	Version:     "1.0.0",
-	Description: "Wipe a whole disk (metadata, overwrite, NVMe format/sanitize, ATA secure erase) and return a signed record with the drive's identity, method, post-state and a sampled readback",
+	Description: "Wipe a whole disk (metadata, overwrite, NVMe format/sanitize, ATA secure erase, SCSI sanitize) and return a signed record with the drive's identity, method, post-state and a sampled readback",
 }
 
 // DeployManifest is disk.deploy's manifest (the issue's "deploy": kind names are dotted words).

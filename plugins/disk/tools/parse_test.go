@@ -107,3 +107,24 @@ func FuzzParseHdparmI(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, b []byte) { _, _ = ParseHdparmI(b) })
 }
+
+func TestParseSg(t *testing.T) {
+	d, err := ParseSgInq(recording(t, "sg_inq-st4000nm0025.txt"))
+	require.NoError(t, err)
+	require.Equal(t, SCSIDrive{Vendor: "SEAGATE", Product: "ST4000NM0025", Revision: "N004", Serial: "ZC1234560000C7260ABC"}, d)
+	_, err = ParseSgInq([]byte("nothing"))
+	require.ErrorIs(t, err, ErrMalformed)
+	k, err := SenseKey(recording(t, "sg_requests-clean.txt"))
+	require.NoError(t, err)
+	require.Equal(t, "No Sense", k)
+	require.True(t, SanitizeCompleted(recording(t, "sg_sanitize-crypto-done.txt")))
+	require.False(t, SanitizeCompleted(recording(t, "sg_sanitize-crypto-illegal.txt")))
+}
+
+func FuzzParseSgInq(f *testing.F) {
+	f.Add(recording(f, "sg_inq-st4000nm0025.txt"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		_, _ = ParseSgInq(b)
+		_, _ = SenseKey(b)
+	})
+}

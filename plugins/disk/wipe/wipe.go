@@ -7,6 +7,7 @@
 // tables, filesystem and RAID superblocks) and is reported as metadata,
 // never as a wipe: Result.Erased is false and Result.Scope "metadata". The
 // others erase user data: "overwrite" writes zeros over every byte,
+// "scsi-sanitize" runs SANITIZE on a SAS/SCSI drive (sg3_utils),
 // "nvme-format" and "nvme-sanitize" ask an NVMe drive to erase itself
 // (cryptographically where the drive supports it), "ata-secure-erase" runs
 // the ATA security state machine (refused while the drive is frozen, and
@@ -29,13 +30,14 @@ import (
 // Mode is a wipe method.
 type Mode string
 
-// The five modes.
+// The six modes.
 const (
 	ModeMetadata       Mode = "metadata"
 	ModeOverwrite      Mode = "overwrite"
 	ModeNVMeFormat     Mode = "nvme-format"
 	ModeNVMeSanitize   Mode = "nvme-sanitize"
 	ModeATASecureErase Mode = "ata-secure-erase"
+	ModeSCSISanitize   Mode = "scsi-sanitize"
 )
 
 // Failure reasons disk.wipe reports.
@@ -97,6 +99,7 @@ type Result struct {
 	Device   blockdev.Identity `json:"device"`
 	NVMe     *NVMeIdentity     `json:"nvme,omitempty"`
 	ATA      *tools.ATADrive   `json:"ata,omitempty"`
+	SCSI     *tools.SCSIDrive  `json:"scsi,omitempty"`
 	Method   Method            `json:"method"`
 	Tools    []Tool            `json:"tools,omitempty"`
 	Started  time.Time         `json:"startedAt"`
@@ -162,9 +165,9 @@ func run(ctx context.Context, d Deps, req Request, rp *Result) error {
 	res := *rp
 	defer func() { *rp = res }()
 	switch req.Mode {
-	case ModeMetadata, ModeOverwrite, ModeNVMeFormat, ModeNVMeSanitize, ModeATASecureErase:
+	case ModeMetadata, ModeOverwrite, ModeNVMeFormat, ModeNVMeSanitize, ModeATASecureErase, ModeSCSISanitize:
 	default:
-		return fail(ReasonUnsupported, "mode %q: must be metadata, overwrite, nvme-format, nvme-sanitize or ata-secure-erase", req.Mode)
+		return fail(ReasonUnsupported, "mode %q: must be metadata, overwrite, nvme-format, nvme-sanitize, ata-secure-erase or scsi-sanitize", req.Mode)
 	}
 	if req.Mode == ModeMetadata {
 		res.Scope = "metadata"
@@ -209,6 +212,8 @@ func run(ctx context.Context, d Deps, req Request, rp *Result) error {
 		err = w.nvmeSanitize(ctx)
 	case ModeATASecureErase:
 		err = w.ataErase(ctx)
+	case ModeSCSISanitize:
+		err = w.scsiSanitize(ctx)
 	}
 	if err != nil {
 		return err

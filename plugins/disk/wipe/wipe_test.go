@@ -376,3 +376,50 @@ func writeMBR(t *testing.T, dev string) {
 	require.NoError(t, f.Sync())
 	require.NoError(t, unix.IoctlSetInt(int(f.Fd()), unix.BLKRRPART, 0))
 }
+
+// SCSI/SAS drives through the sg_ tools (recorded sg3_utils output):
+// a crypto erase SANITIZE, then no pending sense; a drive that refuses the
+// crypto erase gets a block erase.
+func TestWipe_SCSISanitizeThroughRecordedSgOutput(t *testing.T) {
+	dev := loopdev.New(t, diskSize, loopdev.Options{})
+	fill(t, dev)
+	r := tools.NewRecorded().
+		OnFile("sg_sanitize --version", testTools+"sg_sanitize-version.txt").
+		OnFile("sg_inq "+dev, testTools+"sg_inq-st4000nm0025.txt").
+		OnFile("sg_requests "+dev, testTools+"sg_requests-clean.txt")
+	r.OnDo("sg_sanitize --quick --crypto "+dev, tools.Output{Stdout: mustRead(t, testTools+"sg_sanitize-crypto-done.txt")}, scramble(t, dev))
+	res, err := Run(context.Background(), Deps{Runner: r}, Request{Device: dev, Mode: ModeSCSISanitize})
+	require.NoError(t, err)
+	require.True(t, res.Erased)
+	require.Equal(t, "SEAGATE ST4000NM0025", res.Device.Model)
+	require.Equal(t, "ZC1234560000C7260ABC", res.Device.Serial)
+	require.Equal(t, "crypto", res.Method.Parameters["action"])
+	require.Equal(t, "No Sense", res.PostState["senseKey"])
+	require.Equal(t, []Tool{{Name: "sg_sanitize", Version: "version: 1.55 20220126"}}, res.Tools)
+	require.True(t, res.Readback.Passed)
+
+	fill(t, dev)
+	r = tools.NewRecorded().
+		OnFile("sg_sanitize --version", testTools+"sg_sanitize-version.txt").
+		OnFile("sg_inq "+dev, testTools+"sg_inq-st4000nm0025.txt").
+		OnFile("sg_requests "+dev, testTools+"sg_requests-clean.txt").
+		On("sg_sanitize --quick --crypto "+dev, tools.Output{ExitCode: 5, Stderr: mustRead(t, testTools+"sg_sanitize-crypto-illegal.txt")})
+	r.OnDo("sg_sanitize --quick --block "+dev, tools.Output{Stdout: mustRead(t, testTools+"sg_sanitize-crypto-done.txt")}, scramble(t, dev))
+	res, err = Run(context.Background(), Deps{Runner: r}, Request{Device: dev, Mode: ModeSCSISanitize})
+	require.NoError(t, err)
+	require.Equal(t, "block", res.Method.Parameters["action"])
+
+	r = tools.NewRecorded().
+		OnFile("sg_sanitize --version", testTools+"sg_sanitize-version.txt").
+		OnFile("sg_inq "+dev, testTools+"sg_inq-st4000nm0025.txt").
+		On("sg_sanitize --quick --crypto "+dev, tools.Output{ExitCode: 5, Stderr: []byte("Illegal request")}).
+		On("sg_sanitize --quick --block "+dev, tools.Output{ExitCode: 5, Stderr: []byte("Illegal request")})
+	_, err = Run(context.Background(), Deps{Runner: r}, Request{Device: dev, Mode: ModeSCSISanitize})
+	require.Contains(t, wipeErr(t, err, ReasonUnsupported).Error(), "use overwrite")
+}
+
+func mustRead(t *testing.T, p string) []byte {
+	b, err := os.ReadFile(p)
+	require.NoError(t, err)
+	return b
+}

@@ -26,9 +26,19 @@ export interface WatchOptions {
   /** The first reconnect's delay (250 ms), doubled each time up to maxDelayMs (10 s). */
   minDelayMs?: number;
   maxDelayMs?: number;
+  /**
+   * Called each time the stream is open, with the cursor it starts after
+   * (the server resolves "now" to one): from then on the watch sees every
+   * event, so a consumer reads state only after it (no event is missed).
+   */
+  onOpen?: (cursor: string) => void;
   /** Called before each reconnect with the error that broke the stream and the cursor it resumes after. */
   onReconnect?: (err: ApiError, cursor: string) => void;
 }
+
+// cursorHeader is the response header in which events.watch names the
+// cursor it starts after, before any event.
+const cursorHeader = "bc-cursor";
 
 // A break that a reconnect can mend: the server went away (a restart, a
 // replica draining with UNAVAILABLE), the network dropped, a proxy timed out.
@@ -78,7 +88,16 @@ export class EventWatch implements AsyncIterable<Event> {
     for (;;) {
       let broke: ApiError;
       try {
-        for await (const e of this.events.watch({ ...this.request, cursor: this.cursor }, { signal })) {
+        const onHeader = (headers: Headers) => {
+          // The cursor the server starts after ("now" resolved), so that a
+          // reconnect before the first event resumes there, not at a later "now".
+          const start = headers.get(cursorHeader);
+          if (start !== null && start !== "") {
+            this.cursor = start;
+          }
+          this.options.onOpen?.(this.cursor);
+        };
+        for await (const e of this.events.watch({ ...this.request, cursor: this.cursor }, { signal, onHeader })) {
           this.cursor = e.cursor;
           delay = min;
           yield e;

@@ -6,3 +6,4 @@ export type { ApiErrorCode, ErrorInfo } from "./errors.js";
 export { EventWatch, bearer, createClientOn } from "./client.js";
 export type { Batch, BetterComputeClient, ClientOptions, WatchOptions } from "./client.js";
 export * from "./gen/bc/api/v1/api_pb.js";
+export { jsonOf, toDate } from "./values.js";

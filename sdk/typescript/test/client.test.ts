@@ -85,6 +85,26 @@ describe("events.watch", () => {
     }
   });
 
+  test("a watch from \"now\" says when it is open, with the cursor it starts after: what happens next is seen", async () => {
+    const nodeId = env.offline;
+    let opened!: (cursor: string) => void;
+    const open = new Promise<string>((resolve) => (opened = resolve));
+    const watch = client.events.watch({ tenantId, nodeId, cursor: "now", types: ["node.command.queued"] }, { onOpen: (c) => opened(c) });
+    const it = watch[Symbol.asyncIterator]();
+    try {
+      let id = "";
+      const seen = nextMatching(it, (e: Event) => id !== "" && e.data?.commandId === id, 30_000, "the command queued after the watch opened");
+      const start = await open;
+      assert.notEqual(start, "now");
+      assert.notEqual(start, "", "the server resolved now to a cursor");
+      assert.equal(watch.cursor, start, "a reconnect before any event resumes there");
+      id = (await client.commands.run({ tenantId, nodeId, kind: "diag.nvml", idempotencyKey: unique("after-open") })).id;
+      await seen;
+    } finally {
+      await it.return?.();
+    }
+  });
+
   test("an error a reconnect cannot mend ends the watch with it", async () => {
     const reader = createClient({ baseUrl: env.baseUrl, token: "not-a-token" });
     const it = reader.events.watch({ tenantId })[Symbol.asyncIterator]();

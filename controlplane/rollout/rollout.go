@@ -1,0 +1,267 @@
+// Package rollout is the rollout module: the daemon version is desired
+// state, set per pool, and the module converges the pool's nodes to it with
+// daemon.upgrade. It upgrades in waves within the pool's disruption budget
+// (each upgrading node holds the pool's maintenance lock, controlplane/pools,
+// shared with the platform's other disruptive work), and the first node
+// that rolls back stops the wave and pauses the rollout until an operator
+// resumes it: its pending commands are cancelled, those in flight finish.
+package rollout
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/better-compute/commands/controlplane/errcode"
+	"github.com/better-compute/commands/controlplane/events"
+	"github.com/better-compute/commands/controlplane/modules"
+	"github.com/better-compute/commands/controlplane/pools"
+	"github.com/better-compute/commands/controlplane/queue"
+	"github.com/better-compute/commands/controlplane/store"
+	"github.com/better-compute/commands/internal/upgrade"
+	upgrademanifest "github.com/better-compute/commands/plugins/upgrade/manifest"
+	"github.com/better-compute/commands/sdk/kind"
+)
+
+// Name is the module's name and the holder of its maintenance locks.
+const Name = "rollout"
+
+// KeyPrefix starts the idempotency keys of the module's commands,
+// rollout:<tenant>:<pool>:<generation>:<node>.
+const KeyPrefix = "rollout:"
+
+// The nodes' states in a rollout (rollout_nodes.state); a node without a
+// row in the current generation is pending, or current once it runs the
+// target.
+const (
+	StatePending    = "pending"
+	StateUpgrading  = "upgrading"
+	StateUpgraded   = "upgraded"
+	StateRolledBack = "rolled-back"
+	StateFailed     = "failed"
+)
+
+// Topics of the module's events.
+const (
+	TopicSet     = "rollout.set"
+	TopicPaused  = "rollout.paused"
+	TopicResumed = "rollout.resumed"
+)
+
+// Desired is a pool's desired daemon version and the signed release that
+// daemon.upgrade carries to it.
+type Desired struct {
+	TenantID, Pool string
+	Version        string
+	PackageURL     string
+	PackageSize    int64
+	PackageSHA256  string
+	// Release is the signed release statement (pki sign-release).
+	Release      []byte
+	RejoinWindow time.Duration
+}
+
+// Rollout is a pool's rollout as stored.
+type Rollout struct {
+	Desired
+	Generation   int64
+	Paused       bool
+	PausedReason string
+	UpdatedAt    time.Time
+}
+
+// Module is the rollout module.
+type Module struct {
+	mc     *modules.Context
+	logger hclog.Logger
+	// Every is how often Run reconciles every rollout (30 s); wakes
+	// reconcile a pool at once.
+	Every time.Duration
+}
+
+var (
+	_ modules.Module       = (*Module)(nil)
+	_ modules.KindProvider = (*Module)(nil)
+	_ modules.Waker        = (*Module)(nil)
+	_ modules.Runner       = (*Module)(nil)
+)
+
+// New builds the module over the control plane's database and queue.
+func New(pool *pgxpool.Pool, q *queue.Queue, logger hclog.Logger) *Module {
+	if logger == nil {
+		logger = hclog.NewNullLogger()
+	}
+	return &Module{mc: modules.NewContext(Name, pool, q, nil, logger), logger: logger.Named(Name), Every: 30 * time.Second}
+}
+
+// Name is "rollout".
+func (m *Module) Name() string { return Name }
+
+// Kinds registers daemon.upgrade: the spec gives it to the rollout module.
+func (m *Module) Kinds() []kind.Manifest { return []kind.Manifest{upgrademanifest.Manifest} }
+
+// Prefixes are the keys it owns.
+func (m *Module) Prefixes() []string { return []string{KeyPrefix} }
+
+func invalid(field, format string, args ...any) error {
+	return &errcode.Error{Code: errcode.InvalidInput, Reason: "invalid-" + field, Message: fmt.Sprintf(format, args...), Details: map[string]string{"field": field}}
+}
+
+// Validate names the field that is wrong.
+func (d Desired) Validate() error {
+	if err := pools.CheckName(d.Pool); err != nil {
+		return err
+	}
+	if err := upgrade.ValidVersion(d.Version); err != nil {
+		return invalid("version", "%v", err)
+	}
+	if !strings.HasPrefix(d.PackageURL, "https://") && !strings.HasPrefix(d.PackageURL, "http://") && !strings.HasPrefix(d.PackageURL, "file://") {
+		return invalid("packageUrl", "packageUrl %q must be an http, https or file URL", d.PackageURL)
+	}
+	if d.PackageSize <= 0 {
+		return invalid("packageSize", "packageSize %d must be positive", d.PackageSize)
+	}
+	if len(d.PackageSHA256) != 64 || strings.Trim(d.PackageSHA256, "0123456789abcdef") != "" {
+		return invalid("packageSha256", "packageSha256 must be 64 lower-case hex digits")
+	}
+	if len(d.Release) == 0 {
+		return invalid("release", "release is the signed release statement (better-compute pki sign-release)")
+	}
+	if d.RejoinWindow != 0 && (d.RejoinWindow < 10*time.Second || d.RejoinWindow > 30*time.Minute) {
+		return invalid("rejoinWindowSeconds", "rejoinWindowSeconds must be 10 to 1800")
+	}
+	return nil
+}
+
+const rolloutColumns = `tenant_id, pool, generation, target_version, package_url, package_size, package_sha256, release,
+  rejoin_window_seconds, paused, paused_reason, updated_at`
+
+func scanRollout(row pgx.Row) (Rollout, error) {
+	var r Rollout
+	var win int
+	err := row.Scan(&r.TenantID, &r.Pool, &r.Generation, &r.Version, &r.PackageURL, &r.PackageSize, &r.PackageSHA256, &r.Release,
+		&win, &r.Paused, &r.PausedReason, &r.UpdatedAt)
+	r.RejoinWindow = time.Duration(win) * time.Second
+	return r, err
+}
+
+func notFound(tenantID, pool string) error {
+	return &errcode.Error{Code: errcode.NotFound, Reason: "rollout-not-found", Message: "pool " + pool + " has no desired daemon version (better-compute rollout set)",
+		Details: map[string]string{"tenantId": tenantID, "pool": pool}}
+}
+
+// Get returns a pool's rollout.
+func Get(ctx context.Context, db store.DBTX, tenantID, pool string) (Rollout, error) {
+	r, err := scanRollout(db.QueryRow(ctx, `SELECT `+rolloutColumns+` FROM rollouts WHERE tenant_id = $1 AND pool = $2`, tenantID, pool))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Rollout{}, notFound(tenantID, pool)
+	}
+	if err != nil {
+		return Rollout{}, fmt.Errorf("reading the rollout of %s: %w", pool, err)
+	}
+	return r, nil
+}
+
+// Set stores d as the pool's desired version in tx. A new version starts a
+// new generation (every node pending again, the rollout running); the same
+// version keeps the generation and its progress.
+func Set(ctx context.Context, tx pgx.Tx, d Desired, by string) (Rollout, error) {
+	if err := d.Validate(); err != nil {
+		return Rollout{}, err
+	}
+	if d.RejoinWindow == 0 {
+		d.RejoinWindow = 5 * time.Minute
+	}
+	r, err := scanRollout(tx.QueryRow(ctx, `
+		INSERT INTO rollouts (tenant_id, pool, target_version, package_url, package_size, package_sha256, release, rejoin_window_seconds)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+		ON CONFLICT (tenant_id, pool) DO UPDATE SET
+		  generation = rollouts.generation + CASE WHEN rollouts.target_version = $3 THEN 0 ELSE 1 END,
+		  paused = CASE WHEN rollouts.target_version = $3 THEN rollouts.paused ELSE false END,
+		  paused_reason = CASE WHEN rollouts.target_version = $3 THEN rollouts.paused_reason ELSE '' END,
+		  target_version = $3, package_url = $4, package_size = $5, package_sha256 = $6, release = $7,
+		  rejoin_window_seconds = $8, updated_at = now()
+		RETURNING `+rolloutColumns, d.TenantID, d.Pool, d.Version, d.PackageURL, d.PackageSize, d.PackageSHA256, d.Release, int(d.RejoinWindow/time.Second)))
+	if err != nil {
+		return Rollout{}, fmt.Errorf("storing the rollout of %s: %w", d.Pool, err)
+	}
+	return r, writeEvent(ctx, tx, r.TenantID, TopicSet, map[string]any{"pool": r.Pool, "version": r.Version, "generation": r.Generation, "by": by})
+}
+
+// Pause stops new upgrades in the pool (in-flight ones finish).
+func Pause(ctx context.Context, tx pgx.Tx, tenantID, pool, reason string) (Rollout, error) {
+	return setPaused(ctx, tx, tenantID, pool, true, reason)
+}
+
+// Resume lets the rollout go on; nodes that rolled back stay skipped (the
+// node itself refuses a skipped target), the others are upgraded.
+func Resume(ctx context.Context, tx pgx.Tx, tenantID, pool, by string) (Rollout, error) {
+	return setPaused(ctx, tx, tenantID, pool, false, "resumed by "+by)
+}
+
+func setPaused(ctx context.Context, tx pgx.Tx, tenantID, pool string, paused bool, reason string) (Rollout, error) {
+	if !paused {
+		// Resuming clears the pause's reason.
+		reason = ""
+	}
+	r, err := scanRollout(tx.QueryRow(ctx, `UPDATE rollouts SET paused = $3, paused_reason = $4, updated_at = now()
+		WHERE tenant_id = $1 AND pool = $2 RETURNING `+rolloutColumns, tenantID, pool, paused, reason))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Rollout{}, notFound(tenantID, pool)
+	}
+	if err != nil {
+		return Rollout{}, fmt.Errorf("pausing the rollout of %s: %w", pool, err)
+	}
+	topic := TopicResumed
+	if paused {
+		topic = TopicPaused
+	}
+	return r, writeEvent(ctx, tx, tenantID, topic, map[string]any{"pool": pool, "version": r.Version, "reason": reason})
+}
+
+func writeEvent(ctx context.Context, tx pgx.Tx, tenantID, topic string, payload map[string]any) error {
+	payload["module"] = Name
+	return events.Write(ctx, tx, tenantID, topic, payload)
+}
+
+// Key is a node's command key in a generation, with :<attempt> appended
+// from the second attempt (the same key would return the first command).
+func Key(tenantID, pool string, generation int64, nodeID string, attempt int) string {
+	k := KeyPrefix + tenantID + ":" + pool + ":" + strconv.FormatInt(generation, 10) + ":" + nodeID
+	if attempt > 1 {
+		k += ":" + strconv.Itoa(attempt)
+	}
+	return k
+}
+
+func parseKey(key string) (tenantID, pool string, generation int64, nodeID string, ok bool) {
+	parts := strings.Split(strings.TrimPrefix(key, KeyPrefix), ":")
+	if (len(parts) != 4 && len(parts) != 5) || !strings.HasPrefix(key, KeyPrefix) {
+		return "", "", 0, "", false
+	}
+	g, err := strconv.ParseInt(parts[2], 10, 64)
+	if err != nil {
+		return "", "", 0, "", false
+	}
+	return parts[0], parts[1], g, parts[3], true
+}
+
+// lockID is the maintenance lock's remediation id for a node's upgrade.
+func lockID(generation int64, nodeID string) string {
+	return "rollout-" + strconv.FormatInt(generation, 10) + "-" + nodeID
+}
+
+func (r Rollout) payload() (json.RawMessage, error) {
+	return json.Marshal(map[string]any{
+		"targetVersion": r.Version, "release": r.Release, "rejoinWindowSeconds": int(r.RejoinWindow / time.Second),
+		"package": map[string]any{"url": r.PackageURL, "size": r.PackageSize, "sha256": r.PackageSHA256},
+	})
+}

@@ -1,0 +1,223 @@
+//go:build ha
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/better-compute/commands/controlplane/queue"
+	"github.com/better-compute/commands/controlplane/server/servertest"
+	"github.com/better-compute/commands/controlplane/sweeper"
+	"github.com/better-compute/commands/internal/testutil"
+	apiv1 "github.com/better-compute/commands/proto/bc/api/v1"
+)
+
+// lease is the sweeper's row in leader_leases.
+type lease struct {
+	holder, term       string
+	elected, expiresAt time.Time
+}
+
+func (c *cluster) lease(t *testing.T) (lease, bool) {
+	var l lease
+	err := c.srv.Pool.QueryRow(context.Background(), `SELECT holder, term, elected_at, expires_at FROM leader_leases WHERE name = $1`,
+		sweeper.LeaseName).Scan(&l.holder, &l.term, &l.elected, &l.expiresAt)
+	return l, err == nil
+}
+
+// acked is one commands.run the API acknowledged.
+type acked struct {
+	id, node string
+	// sent is when the call went out, at when its answer came.
+	sent, at time.Time
+}
+
+// TestFailover is the PostgreSQL failover test that scripts/ha-test runs
+// (make ha-test) against the pg_auto_failover formation it starts:
+// bc-server on the multi-host connection string in BC_HA_DATABASE_URL,
+// three real bcd nodes, four clients calling commands.run without pause,
+// and the primary killed by BC_HA_KILL_PRIMARY under that load. "Every
+// acknowledged commands.run survives the failover, sessions reconnect, the
+// sweeper's lease moves, every command reaches exactly one terminal state."
+func TestFailover(t *testing.T) {
+	dsn, kill := os.Getenv("BC_HA_DATABASE_URL"), os.Getenv("BC_HA_KILL_PRIMARY")
+	if dsn == "" || kill == "" {
+		t.Fatal("BC_HA_DATABASE_URL and BC_HA_KILL_PRIMARY are unset: run make ha-test, which starts the formation")
+	}
+	c := newClusterOn(t, dsn)
+	ctx := context.Background()
+	ids := []string{servertest.NodeA1, "node_ha2", "node_ha3"}
+	for _, id := range ids[1:] {
+		_, err := c.srv.Queue.CreateNode(ctx, c.srv.Pool, queue.Node{ID: id, TenantID: servertest.TenantA})
+		require.NoError(t, err)
+	}
+	nodes := map[string]*node{}
+	for _, id := range ids {
+		n := c.joinAs(id)
+		n.start()
+		nodes[id] = n
+	}
+	h := newHold(t)
+	h.releaseNow(t) // every run finishes at once
+	payload, err := structpb.NewStruct(h.payload())
+	require.NoError(t, err)
+
+	var (
+		lock       sync.Mutex
+		acks       []acked
+		failures   int
+		killedAt   time.Time
+		afterKill  int
+		stop       = make(chan struct{})
+		wg         sync.WaitGroup
+		enoughKill = make(chan struct{})
+		closeOnce  sync.Once
+	)
+	const clients, wantAfter = 4, 30
+	for cl := range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				nodeID := ids[(cl+i)%len(ids)]
+				sent := time.Now()
+				rctx, cancel := context.WithTimeout(c.ctx(), 5*time.Second)
+				cmd, err := c.api.Run(rctx, &apiv1.RunCommandRequest{TenantId: servertest.TenantA, NodeId: nodeID, Kind: kindHold,
+					Payload: payload, IdempotencyKey: fmt.Sprintf("ha-%d-%d", cl, i)})
+				cancel()
+				now := time.Now()
+				lock.Lock()
+				if err != nil {
+					failures++ // not acknowledged: nothing is promised
+				} else {
+					acks = append(acks, acked{id: cmd.GetId(), node: nodeID, sent: sent, at: now})
+					if !killedAt.IsZero() && sent.After(killedAt) {
+						afterKill++
+						if afterKill >= wantAfter {
+							closeOnce.Do(func() { close(enoughKill) })
+						}
+					}
+				}
+				lock.Unlock()
+			}
+		}()
+	}
+	// Load before the kill.
+	testutil.WaitFor(t, 60*time.Second, "acknowledged commands before the kill", func() bool {
+		lock.Lock()
+		defer lock.Unlock()
+		return len(acks) >= 50
+	})
+	before, ok := c.lease(t)
+	require.True(t, ok, "the sweeper holds its lease before the kill")
+	sessionsBefore := map[string]int{}
+	for id, n := range nodes {
+		sessionsBefore[id] = n.sessions()
+	}
+
+	var portBefore int
+	require.NoError(t, c.srv.Pool.QueryRow(ctx, `SELECT inet_server_port()`).Scan(&portBefore))
+	out, err := exec.Command(kill).CombinedOutput()
+	require.NoError(t, err, "killing the primary: %s", out)
+	lock.Lock()
+	killedAt = time.Now()
+	ackedBefore := len(acks)
+	lock.Unlock()
+	t.Logf("ha: killed the primary on port %s after %d acknowledged commands", strings.TrimSpace(string(out)), ackedBefore)
+
+	select {
+	case <-enoughKill:
+	case <-time.After(3 * time.Minute):
+		close(stop)
+		wg.Wait()
+		t.Fatalf("fewer than %d commands acknowledged in the 3 minutes after the kill: the new primary never took writes", wantAfter)
+	}
+	close(stop)
+	wg.Wait()
+	var firstAfter time.Time
+	for _, a := range acks {
+		if a.sent.After(killedAt) && (firstAfter.IsZero() || a.at.Before(firstAfter)) {
+			firstAfter = a.at
+		}
+	}
+	var portAfter int
+	require.NoError(t, c.srv.Pool.QueryRow(ctx, `SELECT inet_server_port()`).Scan(&portAfter))
+	require.NotEqual(t, portBefore, portAfter, "the server writes to the other node: the standby was promoted")
+	t.Logf("ha: the primary moved from port %d to port %d", portBefore, portAfter)
+	t.Logf("ha: writes resumed %s after the kill (%d calls failed meanwhile, none acknowledged)", firstAfter.Sub(killedAt).Round(time.Millisecond), failures)
+
+	// Every acknowledged command is present on the new primary and
+	// reaches a terminal state, exactly one: one command.settled each.
+	all := make([]string, len(acks))
+	for i, a := range acks {
+		all[i] = a.id
+	}
+	var present, terminal int
+	testutil.WaitFor(t, 3*time.Minute, "every acknowledged command to settle", func() bool {
+		err := c.srv.Pool.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE bc_state_terminal(state)) FROM commands WHERE id = ANY($1)`, all).
+			Scan(&present, &terminal)
+		return err == nil && terminal == len(all)
+	})
+	states := map[string]int{}
+	rows, err := c.srv.Pool.Query(ctx, `SELECT state, count(*) FROM commands WHERE id = ANY($1) GROUP BY state`, all)
+	require.NoError(t, err)
+	for rows.Next() {
+		var s string
+		var n int
+		require.NoError(t, rows.Scan(&s, &n))
+		states[s] = n
+	}
+	require.NoError(t, rows.Err())
+	var once, notOnce int
+	require.NoError(t, c.srv.Pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE n = 1), count(*) FILTER (WHERE n <> 1) FROM (
+		SELECT c.id, (SELECT count(*) FROM outbox o WHERE o.topic = 'command.settled' AND o.payload->>'commandId' = c.id) AS n
+		FROM commands c WHERE c.id = ANY($1)) s`, all).Scan(&once, &notOnce))
+
+	// The sweeper leads again on the new primary, in a term elected after
+	// the old one lapsed with the old primary.
+	var after lease
+	testutil.WaitFor(t, time.Minute, "the sweeper's lease on the new primary", func() bool {
+		l, ok := c.lease(t)
+		after = l
+		return ok && l.term != before.term && l.expiresAt.After(time.Now())
+	})
+
+	// The sessions carried the nodes through: each node ran commands
+	// acknowledged after the kill.
+	ranAfter := map[string]int{}
+	for _, a := range acks {
+		if a.sent.After(killedAt) {
+			ranAfter[a.node]++
+		}
+	}
+	reconnects := 0
+	for id, n := range nodes {
+		reconnects += n.sessions() - sessionsBefore[id]
+		require.Positive(t, ranAfter[id], "node %s ran commands acknowledged after the failover", id)
+	}
+
+	lost := len(all) - present
+	t.Logf("ha: sweeper lease: holder %s term %s… before, holder %s term %s… after (elected %s after the kill)",
+		before.holder, before.term[:8], after.holder, after.term[:8], after.elected.Sub(killedAt).Round(time.Millisecond))
+	t.Logf("ha: sessions: %d nodes, %d new sessions opened after the kill; every node ran commands acknowledged after it", len(nodes), reconnects)
+	t.Logf("ha: states %v; exactly one command.settled: %d, not exactly one: %d", states, once, notOnce)
+	t.Logf("ha: acknowledged %d (%d after the kill), present %d, lost: %d", len(all), afterKill, present, lost)
+	require.Zero(t, lost, "every acknowledged commands.run survives the failover")
+	require.Equal(t, len(all), terminal)
+	require.Zero(t, notOnce, "every command reaches exactly one terminal state")
+}
