@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"errors"
 
 	"github.com/jackc/pgx/v5"
 
@@ -24,6 +25,29 @@ type stored struct {
 // sessions' reports then cost a few commits and round trips, not one each
 // (BenchmarkSessions' fan-out).
 func (s *session) storeGrouped(ctx context.Context, t queue.Transition) (stored, error) {
+	if s.g.queue.HasSettleHook() {
+		// The module host's settle hook (durable owner wakes) is Go that
+		// runs in the settling transaction: a pipelined batch cannot run
+		// it, so such a report takes the group's transaction path, where
+		// queue.Transition calls the hook.
+		var out stored
+		err := s.g.group.Do(ctx, func(ctx context.Context, tx pgx.Tx) error {
+			cur, changed, err := s.g.queue.Transition(ctx, tx, t)
+			if errors.Is(err, queue.ErrNotFound) {
+				out = stored{}
+				return nil
+			}
+			if err != nil {
+				return err
+			}
+			out = stored{cur: cur, changed: changed, found: true}
+			return nil
+		})
+		if err != nil {
+			return stored{}, err
+		}
+		return out, nil
+	}
 	var res queue.TransitionResult
 	var qerr error
 	err := s.g.group.DoBatch(ctx, func(b *pgx.Batch) {
