@@ -25,11 +25,12 @@ type stored struct {
 // sessions' reports then cost a few commits and round trips, not one each
 // (BenchmarkSessions' fan-out).
 func (s *session) storeGrouped(ctx context.Context, t queue.Transition) (stored, error) {
-	if s.g.queue.HasSettleHook() {
+	if t.To.Terminal() && s.g.queue.HasSettleHook() {
 		// The module host's settle hook (durable owner wakes) is Go that
 		// runs in the settling transaction: a pipelined batch cannot run
-		// it, so such a report takes the group's transaction path, where
-		// queue.Transition calls the hook.
+		// it, so a settling report takes the group's transaction path,
+		// where queue.Transition calls the hook. Dispatches, acks and
+		// progress stay pipelined.
 		var out stored
 		err := s.g.group.Do(ctx, func(ctx context.Context, tx pgx.Tx) error {
 			cur, changed, err := s.g.queue.Transition(ctx, tx, t)

@@ -146,7 +146,15 @@ type TransitionResult struct {
 // when the batch runs. It is for callers that pipeline many transitions in
 // one transaction (the gateway's group commit); an invalid target state is
 // refused at once, before anything is queued.
+//
+// A settle while a settle hook is installed is refused (INVALID_STATE
+// settle-hook): the hook must run in the settling transaction, which a
+// queued statement cannot do, so such a transition goes through
+// Transition on the transaction instead; nothing is queued.
 func (q *Queue) QueueTransition(b *pgx.Batch, t Transition, out *TransitionResult) error {
+	if t.To.Terminal() && q.HasSettleHook() {
+		return newError(InvalidState, "settle-hook", map[string]string{"state": string(t.To)}, "a transition to %s must run the settle hook in its transaction and cannot be queued on a batch: use Transition", t.To)
+	}
 	if !t.To.Valid() || t.To == Pending {
 		return newError(InvalidInput, "invalid-state", map[string]string{"state": string(t.To)}, "cannot transition to state %q", t.To)
 	}

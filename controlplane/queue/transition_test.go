@@ -1,6 +1,7 @@
 package queue_test
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/json"
 	"errors"
@@ -219,4 +220,22 @@ func TestQueueTransitionIsTransitionPipelined(t *testing.T) {
 	require.False(t, missing.Found)
 	require.Len(t, b.outbox(t, "command.settled"), 1, "settled exactly once")
 	require.Error(t, b.q.QueueTransition(&pgx.Batch{}, queue.Transition{CommandID: c.ID, To: queue.Pending}, &landed), "pending is not a transition")
+}
+
+// A settle cannot be pipelined past the settle hook (the modules' durable
+// owner wakes): QueueTransition refuses it, queuing nothing, while a
+// dispatch still queues.
+func TestQueueTransitionRefusesASettleTheHookMustSee(t *testing.T) {
+	b := setup(t)
+	c, _ := b.enqueue(t, b.params("qt-hook"))
+	b.q.OnSettle(func(context.Context, pgx.Tx, []queue.Command) error { return nil })
+	t.Cleanup(func() { b.q.OnSettle(nil) })
+	var out queue.TransitionResult
+	batch := &pgx.Batch{}
+	err := b.q.QueueTransition(batch, queue.Transition{CommandID: c.ID, NodeID: b.node.ID, To: queue.Succeeded}, &out)
+	require.ErrorIs(t, err, queue.ErrInvalidState)
+	require.Contains(t, err.Error(), "Transition")
+	require.Zero(t, batch.Len(), "nothing queued")
+	require.NoError(t, b.q.QueueTransition(batch, queue.Transition{CommandID: c.ID, NodeID: b.node.ID, To: queue.Dispatched}, &out))
+	require.Equal(t, 1, batch.Len())
 }
