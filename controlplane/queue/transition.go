@@ -14,7 +14,12 @@ import (
 // a late one after a terminal state changes nothing, whatever Go does. With
 // an epoch it also requires the node's current session to be that epoch. A
 // terminal landing publishes command.settled in the same statement.
-var transitionSQL = `
+var transitionSQL = transitionCTE + `
+SELECT * FROM u`
+
+// transitionCTE is the guarded UPDATE (u) and its settled event (ev) that
+// both transitionSQL and transitionQueuedSQL select from.
+var transitionCTE = `
 WITH u AS (
   UPDATE commands c SET
     state = $2,
@@ -38,7 +43,7 @@ WITH u AS (
     AND ($8 = 0 OR EXISTS (SELECT 1 FROM nodes n WHERE n.id = c.node_id AND n.session_epoch = $8))
   RETURNING ` + commandColumns("c") + `
 ), ev AS (` + settledEventSQL + ` WHERE bc_state_terminal(state))
-SELECT * FROM u`
+`
 
 // Transition applies a state report. It changes the command only when t.To
 // ranks above the current state (a late running after succeeded changes
@@ -103,30 +108,7 @@ func (q *Queue) transition(ctx context.Context, db DBTX, t Transition) (Command,
 // else the current row (of t.NodeID's, when set) with changed false, else
 // no row (not found). It needs no second round trip, so it can be
 // pipelined with other sessions' transitions (QueueTransition).
-var transitionQueuedSQL = `
-WITH u AS (
-  UPDATE commands c SET
-    state = $2,
-    reason = CASE WHEN $3 <> '' THEN $3 ELSE c.reason END,
-    message = CASE WHEN $11 <> '' THEN $11 ELSE c.message END,
-    waiting_reason = '', waiting_message = '',
-    kind_version = CASE WHEN $2 = 'dispatched' AND $13 <> '' THEN $13 ELSE c.kind_version END,
-    result_bytes = coalesce($12, c.result_bytes),
-    result = coalesce($4::jsonb, c.result),
-    result_sha256 = coalesce($5, c.result_sha256),
-    node_sig = coalesce($6, c.node_sig),
-    rebooted = c.rebooted OR $7,
-    progress = coalesce($9::jsonb, c.progress),
-    settled_at = CASE WHEN bc_state_terminal($2) THEN now() END,
-    dispatched_epoch = CASE WHEN $2 = 'dispatched' THEN $8 ELSE c.dispatched_epoch END,
-    attempts = CASE WHEN $2 = 'dispatched' THEN c.attempts + 1 ELSE c.attempts END,
-    next_attempt_at = NULL,
-    updated_at = now()
-  WHERE c.id = $1 AND ($10 = '' OR c.node_id = $10)
-    AND bc_state_rank(c.state) < bc_state_rank($2)
-    AND ($8 = 0 OR EXISTS (SELECT 1 FROM nodes n WHERE n.id = c.node_id AND n.session_epoch = $8))
-  RETURNING ` + commandColumns("c") + `
-), ev AS (` + settledEventSQL + ` WHERE bc_state_terminal(state))
+var transitionQueuedSQL = transitionCTE + `
 SELECT *, true FROM u
 UNION ALL
 SELECT ` + commandColumns("c") + `, false FROM commands c

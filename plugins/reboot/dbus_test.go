@@ -9,7 +9,7 @@ import (
 	"github.com/godbus/dbus/v5"
 	"github.com/stretchr/testify/require"
 
-	"github.com/better-compute/commands/plugins/reboot/fakebus"
+	"github.com/better-compute/commands/internal/fakebus"
 )
 
 // startBus starts a private dbus-daemon and returns its address; Cleanup

@@ -25,7 +25,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/spf13/pflag"
 
-	"github.com/better-compute/commands/plugins/reboot/fakebus"
+	"github.com/better-compute/commands/internal/fakebus"
 )
 
 // AddressFile is the file in --dir that holds the bus's address, written
