@@ -2,6 +2,9 @@ package e2e
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"net"
 	"os"
@@ -114,22 +117,31 @@ func docBlock(t *testing.T, marker string) string {
 // one IPMI (go-ipmi's reference BMC), and writes the site inventory and
 // credential that name them.
 func mockSite(t *testing.T) (inventory string, rf []*bmctest.Redfish, ipmi *bmctest.IPMI) {
+	return mockSiteWith(t, "admin", true)
+}
+
+// mockSiteWith names the BMCs' credential credRef; with files, the site
+// agent has a credential file for it, otherwise only a command's
+// secretRef can give it.
+func mockSiteWith(t *testing.T, credRef string, files bool) (inventory string, rf []*bmctest.Redfish, ipmi *bmctest.IPMI) {
 	dir := t.TempDir()
 	creds := filepath.Join(dir, "credentials")
 	require.NoError(t, os.Mkdir(creds, 0o700))
-	cb, _ := json.Marshal(map[string]string{"username": bmcUser, "password": bmcPassword})
-	require.NoError(t, os.WriteFile(filepath.Join(creds, "admin.json"), cb, 0o600))
+	if files {
+		cb, _ := json.Marshal(map[string]string{"username": bmcUser, "password": bmcPassword})
+		require.NoError(t, os.WriteFile(filepath.Join(creds, credRef+".json"), cb, 0o600))
+	}
 	var bmcs []map[string]any
 	for _, id := range []string{"m1", "m2"} {
 		r := bmctest.NewRedfish(t, bmctest.RedfishOptions{Username: bmcUser, Password: bmcPassword, Delay: 300 * time.Millisecond})
 		host, port, _ := net.SplitHostPort(r.Listener.Addr().String())
 		p, _ := strconv.Atoi(port)
-		bmcs = append(bmcs, map[string]any{"id": id, "address": host, "providers": []string{"redfish"}, "credentialRef": "admin",
+		bmcs = append(bmcs, map[string]any{"id": id, "address": host, "providers": []string{"redfish"}, "credentialRef": credRef,
 			"redfish": map[string]any{"port": p, "caFile": r.CAFile(t, dir)}})
 		rf = append(rf, r)
 	}
 	ipmi = bmctest.NewIPMI(t, bmctest.IPMIOptions{Username: bmcUser, Password: bmcPassword, On: true, Delay: 300 * time.Millisecond})
-	bmcs = append(bmcs, map[string]any{"id": "m3", "address": ipmi.Host, "providers": []string{"ipmi"}, "credentialRef": "admin", "ipmi": map[string]any{"port": ipmi.Port}})
+	bmcs = append(bmcs, map[string]any{"id": "m3", "address": ipmi.Host, "providers": []string{"ipmi"}, "credentialRef": credRef, "ipmi": map[string]any{"port": ipmi.Port}})
 	b, err := json.Marshal(map[string]any{"bmcs": bmcs, "credentials": map[string]any{"dir": creds}})
 	require.NoError(t, err)
 	inventory = filepath.Join(dir, "inventory.yaml")
@@ -168,9 +180,15 @@ func newMetalCluster(t *testing.T) (*cluster, map[string]string) {
 		keys[name] = filepath.Join(dir, name+".pem")
 	}
 	signing, _ := servertest.Signing(t)
+	key := make([]byte, 32)
+	_, err := rand.Read(key)
+	require.NoError(t, err)
+	keyFile := filepath.Join(dir, "secrets.key")
+	require.NoError(t, os.WriteFile(keyFile, []byte(hex.EncodeToString(key)), 0o600))
 	c := newCluster(t, func(cfg *server.Config) {
 		signing(cfg)
 		cfg.PKI.Approvers, cfg.PKI.ApprovalThreshold = approvers, 2
+		cfg.Secrets = &serverconfig.SecretsConfig{KeyFile: keyFile}
 		metalKinds(t, cfg)
 	})
 	return c, keys
@@ -269,16 +287,21 @@ func metalPowerUnderQuorum(t *testing.T, c *cluster, s *node, keys map[string]st
 // queued only after its boot override was verified (the module is woken
 // through River when the boot settles), and each BMC ends up set to PXE
 // once, having been seen off and back on.
+//
+// The BMC credential is a tenant secret the run names (--secret-ref): the
+// site agent has no credential file, and the password is in no command,
+// run, event, result or log line.
 func TestE2E_MetalBulkBootsFromPXEThenCycles(t *testing.T) {
 	c, keys := newMetalCluster(t)
-	inventory, rf, ipmi := mockSite(t)
+	inventory, rf, ipmi := mockSiteWith(t, "rack4-admin", false)
 	s := c.joinSite(inventory)
 	s.start()
-	for _, r := range rf {
-		r.SetPowerState("437XR1138R2", "On")
-	}
+	// As docs/metal.md stores it: secrets.put with the JSON, base64.
+	secret, _ := json.Marshal(map[string]string{"username": bmcUser, "password": bmcPassword})
+	_, stderr, code := c.cliAs(servertest.TokAdmin, "api", "secrets.put", "name=rack4-admin", "value="+base64.StdEncoding.EncodeToString(secret))
+	require.Equal(t, 0, code, stderr)
 	out, stderr, code := c.cli("metal", "bulk", "--site", siteNode, "--machines", "m1,m2,m3", "--boot", "pxe", "--power", "cycle",
-		"--reason", "Reinstall rack 4", "--json")
+		"--reason", "Reinstall rack 4", "--secret-ref", "rack4-admin", "--json")
 	require.Equal(t, 0, code, stderr)
 	var run struct{ ID, State, BatchID string }
 	require.NoError(t, json.Unmarshal([]byte(out), &run))
@@ -309,4 +332,12 @@ func TestE2E_MetalBulkBootsFromPXEThenCycles(t *testing.T) {
 	require.Equal(t, 0, code, stderr)
 	require.Contains(t, out, "STATE    succeeded")
 	require.Equal(t, 6, strings.Count(out, "verified"))
+
+	require.NotContains(t, s.logs.String(), bmcPassword)
+	var leaked int
+	require.NoError(t, c.srv.Pool.QueryRow(context.Background(), `SELECT
+		(SELECT count(*) FROM commands WHERE payload::text LIKE '%' || $1 || '%' OR result::text LIKE '%' || $1 || '%' OR position($1::bytea IN coalesce(command_bytes, ''::bytea)) > 0)
+		+ (SELECT count(*) FROM metal_runs WHERE steps::text LIKE '%' || $1 || '%')
+		+ (SELECT count(*) FROM outbox WHERE payload::text LIKE '%' || $1 || '%')`, bmcPassword).Scan(&leaked))
+	require.Zero(t, leaked)
 }

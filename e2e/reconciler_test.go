@@ -82,7 +82,17 @@ func (n *fakeNode) run() {
 	n.lock.Unlock()
 	go func() {
 		defer close(done)
-		_ = n.d.Run(ctx, n.conn)
+		// As bcd does, a session that ends comes back (with a backoff)
+		// until the node goes down.
+		for ctx.Err() == nil {
+			if err := n.d.Run(ctx, n.conn); err != nil && ctx.Err() == nil {
+				n.t.Logf("%s: session ended: %v; reconnecting", n.d.NodeID, err)
+			}
+			select {
+			case <-ctx.Done():
+			case <-time.After(200 * time.Millisecond):
+			}
+		}
 	}()
 }
 
@@ -213,6 +223,13 @@ func TestE2E_ReconcilerRebootsWithinTheBudgetAndTheBreakerStopsAFailingPool(t *t
 	require.GreaterOrEqual(t, peak, 1)
 
 	// rack2: every reboot fails; the second failure trips the breaker.
+	t.Cleanup(func() {
+		if t.Failed() {
+			for _, x := range remediations("rack2") {
+				t.Logf("rack2 %s %s %s %s: %s %s", x.NodeID, x.State, x.Outcome, x.WaitingReason, x.WaitingMessage, x.OutcomeMessage)
+			}
+		}
+	})
 	testutil.WaitFor(t, 2*time.Minute, "rack2's breaker to trip and its other nodes to wait on it", func() bool {
 		waiting := 0
 		for _, x := range remediations("rack2") {

@@ -262,6 +262,7 @@ func TestE2E_RemediationResetsARowRemapPendingGPUOnceItsHoldIsReleased(t *testin
 	require.NoError(t, rows.Err())
 	require.Equal(t, []string{
 		"remediation.planned",
+		"remediation.waiting",
 		"command.batch.created",
 		"node.command.queued gpu.reset",
 		"remediation.started",

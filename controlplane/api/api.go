@@ -171,6 +171,7 @@ func (s *Server) Register(g grpc.ServiceRegistrar) {
 	apiv1.RegisterNodesServer(g, &nodesServer{s: s})
 	apiv1.RegisterCommandBatchesServer(g, &batchesServer{s: s})
 	apiv1.RegisterPoolsServer(g, &poolsServer{s: s})
+	apiv1.RegisterRolloutsServer(g, &rolloutsServer{s: s})
 	apiv1.RegisterReconcilerServer(g, &reconcilerServer{s: s})
 	// EXTEND HERE: the Secrets service, when the server holds a store.
 	if s.secrets != nil {

@@ -133,7 +133,7 @@ ended failed, rejected, expired or cancelled.`,
 	pf.BoolVar(&a.flags.Plaintext, "plaintext", false, "connect without TLS (loopback only) [BC_PLAINTEXT]")
 	pf.StringVar(&a.configPath, "config", "", "config file [BC_CONFIG]")
 	root.AddCommand(a.apiCommand(), a.commandsCommand(), a.nodesCommand(), a.bundlesCommand(), a.pkiCommand(), a.batchCommand(), a.metalCommand())
-	root.AddCommand(a.poolsCommand(), a.locksCommand(), a.reconcilerCommand(), a.secretsCommand())
+	root.AddCommand(a.poolsCommand(), a.locksCommand(), a.reconcilerCommand(), a.secretsCommand(), a.rolloutCommand())
 	return root
 }
 

@@ -39,6 +39,7 @@ worked.`,
 
 type metalFlags struct {
 	site, machines, reason, key string
+	secretRefs                  []string
 	deadline                    uint32
 	asJSON                      bool
 }
@@ -49,6 +50,7 @@ func (f *metalFlags) add(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&f.reason, "reason", "", "why, for the approvers (required)")
 	cmd.Flags().StringVar(&f.key, "idempotency-key", "", "a retry with the same key returns the first run")
 	cmd.Flags().Uint32Var(&f.deadline, "deadline-seconds", 0, "how long the batch may wait for approvals and the commands for the site agent (3600 by default)")
+	cmd.Flags().StringSliceVar(&f.secretRefs, "secret-ref", nil, "a tenant secret every command may fetch (the BMC credential, named as the inventory's credentialRef); repeatable")
 	cmd.Flags().BoolVar(&f.asJSON, "json", false, "print JSON instead of a table")
 }
 
@@ -72,6 +74,10 @@ func (f *metalFlags) pairs() []string {
 	}
 	if f.deadline > 0 {
 		out = append(out, fmt.Sprintf("deadlineSeconds=%d", f.deadline))
+	}
+	if len(f.secretRefs) > 0 {
+		b, _ := json.Marshal(f.secretRefs)
+		out = append(out, "secretRefs="+string(b))
 	}
 	return out
 }

@@ -88,17 +88,18 @@ type Daemon struct {
 	Attest func(commandBytes []byte, u *agentv1.CommandUpdate)
 
 	// mu guards everything below.
-	mu        sync.Mutex
-	journal   map[string]*agentv1.CommandUpdate // terminal answers by command id
-	running   map[string]context.CancelFunc
-	received  []*agentv1.Command
-	runs      map[string]int
-	welcome   *agentv1.Welcome
-	cancels   []string
-	acks      map[string]int
-	specs     []*agentv1.Spec
-	onCommand func(*agentv1.Command)
-	envelopes []*agentv1.CommandEnvelope
+	mu              sync.Mutex
+	journal         map[string]*agentv1.CommandUpdate // terminal answers by command id
+	running         map[string]context.CancelFunc
+	received        []*agentv1.Command
+	runs            map[string]int
+	welcome         *agentv1.Welcome
+	cancels         []string
+	acks            map[string]int
+	specs           []*agentv1.Spec
+	secretResponses []*agentv1.SecretResponse
+	onCommand       func(*agentv1.Command)
+	envelopes       []*agentv1.CommandEnvelope
 }
 
 // New returns a fake node with fresh journal and boot ids.
@@ -136,6 +137,13 @@ func (d *Daemon) OnCommand(f func(*agentv1.Command)) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.onCommand = f
+}
+
+// SecretResponses returns every SecretResponse the gateway sent so far.
+func (d *Daemon) SecretResponses() []*agentv1.SecretResponse {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return append([]*agentv1.SecretResponse(nil), d.secretResponses...)
 }
 
 // Received returns every command delivered so far, duplicates included.
@@ -270,6 +278,10 @@ func (d *Daemon) Run(ctx context.Context, conn grpc.ClientConnInterface) error {
 		case *agentv1.GatewayMessage_Ack:
 			d.mu.Lock()
 			d.acks[m.Ack.GetCommandId()]++
+			d.mu.Unlock()
+		case *agentv1.GatewayMessage_SecretResponse:
+			d.mu.Lock()
+			d.secretResponses = append(d.secretResponses, m.SecretResponse)
 			d.mu.Unlock()
 		case *agentv1.GatewayMessage_Cancel:
 			d.mu.Lock()

@@ -71,6 +71,8 @@ type setupOptions struct {
 	trust gateway.BundleSource
 	// group tunes the gateways' shared commits.
 	group groupcommit.Options
+	// secrets answers the nodes' SecretRequests.
+	secrets gateway.SecretExchanger
 }
 
 func setup(t *testing.T, gateways int) *env { return setupWith(t, setupOptions{gateways: gateways}) }
@@ -112,7 +114,7 @@ func setupWith(t *testing.T, o setupOptions) *env {
 	require.NoError(t, err)
 	for i := 0; i < max(o.gateways, 1); i++ {
 		gw := gateway.New(gwPool, q, logger, gateway.Options{Poll: 200 * time.Millisecond, CancelResend: 100 * time.Millisecond,
-			BusyBackoffMin: 50 * time.Millisecond, BusyBackoffMax: 100 * time.Millisecond, TrustBundle: o.trust, NodeCA: ca.Pool(), Group: o.group})
+			BusyBackoffMin: 50 * time.Millisecond, BusyBackoffMax: 100 * time.Millisecond, TrustBundle: o.trust, NodeCA: ca.Pool(), Group: o.group, Secrets: o.secrets})
 		go gw.Run(ctx)
 		srv := grpc.NewServer(grpc.Creds(credentials.NewTLS(&tls.Config{
 			Certificates: []tls.Certificate{cert}, ClientAuth: tls.RequireAndVerifyClientCert, ClientCAs: ca.Pool(), MinVersion: tls.VersionTLS13,

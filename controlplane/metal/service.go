@@ -92,7 +92,8 @@ func (s *Service) Power(ctx context.Context, req *apiv1.MetalPowerRequest) (*api
 		return nil, s.fail(ctx, "metal.power", err)
 	}
 	return s.start(ctx, StartParams{TenantID: req.GetTenantId(), Requester: id.Name, IdempotencyKey: req.GetIdempotencyKey(),
-		Workflow: WorkflowPower, SiteNodeID: req.GetSiteNodeId(), Reason: req.GetReason(), Steps: steps, Deadline: deadline(req.DeadlineSeconds)})
+		Workflow: WorkflowPower, SiteNodeID: req.GetSiteNodeId(), Reason: req.GetReason(), Steps: steps, Deadline: deadline(req.DeadlineSeconds),
+		SecretRefs: req.GetSecretRefs()})
 }
 
 // Bulk runs metal.bulk.
@@ -116,7 +117,8 @@ func (s *Service) Bulk(ctx context.Context, req *apiv1.MetalBulkRequest) (*apiv1
 		steps = append(steps, step)
 	}
 	return s.start(ctx, StartParams{TenantID: req.GetTenantId(), Requester: id.Name, IdempotencyKey: req.GetIdempotencyKey(),
-		Workflow: WorkflowBulk, SiteNodeID: req.GetSiteNodeId(), Reason: req.GetReason(), Steps: steps, Deadline: deadline(req.DeadlineSeconds)})
+		Workflow: WorkflowBulk, SiteNodeID: req.GetSiteNodeId(), Reason: req.GetReason(), Steps: steps, Deadline: deadline(req.DeadlineSeconds),
+		SecretRefs: req.GetSecretRefs()})
 }
 
 func (s *Service) start(ctx context.Context, p StartParams) (*apiv1.MetalRun, error) {

@@ -90,13 +90,18 @@ type StartParams struct {
 	// Deadline bounds the batch's approval and each command's not_after
 	// (batches.DefaultDeadline when zero).
 	Deadline time.Duration
+	// SecretRefs name tenant secrets every command may fetch: the BMC
+	// credentials, as the site inventory's credentialRef names them.
+	SecretRefs []string
 }
 
 // Run is one workflow run.
 type Run struct {
 	ID, TenantID, Requester, Workflow, SiteNodeID, BatchID, Reason string
 	Steps                                                          []Step
-	CreatedAt                                                      time.Time
+	// SecretRefs go with every step's command (names, never values).
+	SecretRefs []string
+	CreatedAt  time.Time
 }
 
 func invalid(field, format string, args ...any) error {
@@ -190,7 +195,7 @@ func Start(ctx context.Context, tx pgx.Tx, q *queue.Queue, quorum batches.Quorum
 	if p.Deadline == 0 {
 		p.Deadline = batches.DefaultDeadline
 	}
-	r := Run{ID: ids.New(RunPrefix), TenantID: p.TenantID, Requester: p.Requester, Workflow: p.Workflow, SiteNodeID: p.SiteNodeID, Reason: p.Reason}
+	r := Run{ID: ids.New(RunPrefix), TenantID: p.TenantID, Requester: p.Requester, Workflow: p.Workflow, SiteNodeID: p.SiteNodeID, Reason: p.Reason, SecretRefs: p.SecretRefs}
 	scope := make([]batches.Leaf, 0, len(p.Steps))
 	for _, s := range p.Steps {
 		scope = append(scope, batches.Leaf{Subject: p.SiteNodeID, Kind: s.Kind, PayloadSHA256: hex.EncodeToString(trust.PayloadDigest(s.Payload))})
@@ -221,9 +226,9 @@ func Start(ctx context.Context, tx pgx.Tx, q *queue.Queue, quorum batches.Quorum
 	if err != nil {
 		return Run{}, false, fmt.Errorf("encoding the steps: %w", err)
 	}
-	err = tx.QueryRow(ctx, `INSERT INTO metal_runs (id, tenant_id, requester, idempotency_key, workflow, site_node_id, batch_id, reason, steps)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) RETURNING created_at`,
-		r.ID, r.TenantID, r.Requester, p.IdempotencyKey, r.Workflow, r.SiteNodeID, r.BatchID, r.Reason, steps).Scan(&r.CreatedAt)
+	err = tx.QueryRow(ctx, `INSERT INTO metal_runs (id, tenant_id, requester, idempotency_key, workflow, site_node_id, batch_id, reason, steps, secret_refs)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) RETURNING created_at`,
+		r.ID, r.TenantID, r.Requester, p.IdempotencyKey, r.Workflow, r.SiteNodeID, r.BatchID, r.Reason, steps, nonNil(r.SecretRefs)).Scan(&r.CreatedAt)
 	if err != nil {
 		return Run{}, false, fmt.Errorf("storing run: %w", err)
 	}
@@ -235,7 +240,7 @@ func enqueueStep(ctx context.Context, tx pgx.Tx, q *queue.Queue, r Run, b batche
 	cmd, _, err := q.Enqueue(ctx, tx, queue.EnqueueParams{
 		TenantID: r.TenantID, NodeID: r.SiteNodeID, Kind: s.Kind, Payload: s.Payload,
 		IdempotencyKey: queue.WorkflowKey(r.ID, s.StepID()), NotAfter: b.Deadline,
-		BatchID: b.ID, AwaitingApproval: b.State == batches.StateAwaiting,
+		BatchID: b.ID, AwaitingApproval: b.State == batches.StateAwaiting, SecretRefs: r.SecretRefs,
 	})
 	if err != nil {
 		return queue.Command{}, fmt.Errorf("machine %s: %w", s.Machine, err)
@@ -245,6 +250,13 @@ func enqueueStep(ctx context.Context, tx pgx.Tx, q *queue.Queue, r Run, b batche
 
 var errNoRun = errors.New("no such run")
 
+func nonNil(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
+}
+
 // NotFound is the API's answer for a run the tenant cannot see.
 func NotFound(id string) error {
 	return &errcode.Error{Code: errcode.NotFound, Reason: "run-not-found", Message: "metal run " + id + " not found", Details: map[string]string{"runId": id}}
@@ -253,8 +265,8 @@ func NotFound(id string) error {
 func getBy(ctx context.Context, db store.DBTX, where string, args ...any) (Run, error) {
 	var r Run
 	var steps []byte
-	err := db.QueryRow(ctx, `SELECT id, tenant_id, requester, workflow, site_node_id, batch_id, reason, steps, created_at FROM metal_runs WHERE `+where, args...).
-		Scan(&r.ID, &r.TenantID, &r.Requester, &r.Workflow, &r.SiteNodeID, &r.BatchID, &r.Reason, &steps, &r.CreatedAt)
+	err := db.QueryRow(ctx, `SELECT id, tenant_id, requester, workflow, site_node_id, batch_id, reason, steps, secret_refs, created_at FROM metal_runs WHERE `+where, args...).
+		Scan(&r.ID, &r.TenantID, &r.Requester, &r.Workflow, &r.SiteNodeID, &r.BatchID, &r.Reason, &steps, &r.SecretRefs, &r.CreatedAt)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Run{}, errNoRun
 	}

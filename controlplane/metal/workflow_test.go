@@ -86,9 +86,11 @@ func power(t *testing.T, action string, machines ...string) []metal.Step {
 // goes through the quorum, and reports per machine."
 func TestPowerCreatesItsBatchAndHoldsEveryMachine(t *testing.T) {
 	e := setup(t)
-	run, dup, err := e.start(t, metal.StartParams{Workflow: metal.WorkflowPower, Steps: power(t, "cycle", "m1", "m2", "m3"), IdempotencyKey: "k"})
+	run, dup, err := e.start(t, metal.StartParams{Workflow: metal.WorkflowPower, Steps: power(t, "cycle", "m1", "m2", "m3"), IdempotencyKey: "k",
+		SecretRefs: []string{"rack4-admin"}})
 	require.NoError(t, err)
 	require.False(t, dup)
+	require.Equal(t, []string{"rack4-admin"}, run.SecretRefs)
 	require.Len(t, run.Steps, 3)
 	b, err := batches.Get(e.ctx, e.pool, e.tenant, run.BatchID)
 	require.NoError(t, err)
@@ -101,6 +103,7 @@ func TestPowerCreatesItsBatchAndHoldsEveryMachine(t *testing.T) {
 		require.True(t, c.AwaitingApproval)
 		require.Equal(t, run.BatchID, c.BatchID)
 		require.Equal(t, "bmc.power", c.Kind)
+		require.Equal(t, []string{"rack4-admin"}, queue.SecretRefsOf(c), "the command names the BMC credential, never its value")
 		var p map[string]string
 		require.NoError(t, json.Unmarshal(c.Payload, &p))
 		require.Equal(t, map[string]string{"bmc": s.Machine, "action": "cycle"}, p)

@@ -123,17 +123,8 @@ func (r *Reconciler) planNode(ctx context.Context, tx pgx.Tx, nodeID string) err
 		return err
 	}
 	for _, f := range Evaluate(n) {
-		var recent bool
-		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM remediations WHERE node_id = $1 AND action = $2 AND gpu = $3
-			AND state NOT IN ('superseded', 'cancelled') AND (finished_at > now() - $4 * interval '1 second' OR (state = 'escalated' AND finished_at > now() - interval '7 days')))`,
-			nodeID, f.Action, f.GPU, int(r.opts.Cooldown/time.Second)).Scan(&recent); err != nil {
-			return fmt.Errorf("reading the remediations of %s: %w", nodeID, err)
-		}
-		if recent {
-			continue
-		}
 		id, created, err := r.eng.PlanTx(ctx, tx, remediation.Plan{NodeID: nodeID, TenantID: n.TenantID, Pool: n.Pool, Action: f.Action, GPU: f.GPU,
-			Trigger: f.Trigger, TriggerMessage: f.Message})
+			Trigger: f.Trigger, TriggerMessage: f.Message, Cooldown: r.opts.Cooldown})
 		if err != nil {
 			return err
 		}

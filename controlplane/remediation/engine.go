@@ -42,6 +42,7 @@ const (
 // Topics of the remediation events.
 const (
 	TopicPlanned          = "remediation.planned"
+	TopicWaiting          = "remediation.waiting"
 	TopicStarted          = "remediation.started"
 	TopicVerifying        = "remediation.verifying"
 	TopicFinished         = "remediation.finished"
@@ -124,12 +125,36 @@ type Plan struct {
 	NodeID, TenantID, Pool  string
 	Action, GPU             string
 	Trigger, TriggerMessage string
+	// Cooldown keeps the same node, action and GPU from being planned
+	// again this long after its last remediation finished.
+	Cooldown time.Duration
 }
 
+// lockNodeSQL serialises, per node, planning a remediation and finishing
+// one: without it a plan racing a finish sees the running row, then inserts
+// beside the just-finished one (the open-row index no longer conflicts),
+// skipping the cooldown.
+const lockNodeSQL = `SELECT pg_advisory_xact_lock(hashtextextended('bc-remediation:' || $1, 0))`
+
 // PlanTx records a waiting remediation in tx unless one is open for the
-// same node, action and GPU; it publishes remediation.planned for a new
-// one.
+// same node, action and GPU, one finished within p.Cooldown, or one
+// escalated within 7 days (escalated: not tried again); it publishes
+// remediation.planned for a new one.
 func (e *Engine) PlanTx(ctx context.Context, tx pgx.Tx, p Plan) (string, bool, error) {
+	if _, err := tx.Exec(ctx, lockNodeSQL, p.NodeID); err != nil {
+		return "", false, fmt.Errorf("planning %s on %s: %w", p.Action, p.NodeID, err)
+	}
+	var blocked bool
+	if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM remediations WHERE node_id = $1 AND action = $2 AND gpu = $3
+		AND (state IN ('waiting', 'running', 'verifying')
+		  OR (state NOT IN ('superseded', 'cancelled') AND finished_at > now() - $4 * interval '1 microsecond')
+		  OR (state = 'escalated' AND finished_at > now() - interval '7 days')))`,
+		p.NodeID, p.Action, p.GPU, p.Cooldown.Microseconds()).Scan(&blocked); err != nil {
+		return "", false, fmt.Errorf("planning %s on %s: %w", p.Action, p.NodeID, err)
+	}
+	if blocked {
+		return "", false, nil
+	}
 	id := ids.New(ids.Prefix(e.owner + "-"))
 	tag, err := tx.Exec(ctx, `INSERT INTO remediations (id, node_id, tenant_id, pool, owner, action, gpu, trigger, trigger_message)
 		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
@@ -220,7 +245,12 @@ func (e *Engine) setWaiting(ctx context.Context, tx pgx.Tx, r Row, reason, msg s
 		return fmt.Errorf("remediation %s: %w", r.ID, err)
 	}
 	e.mc.Logger().Debug("remediation waits", "remediation_id", r.ID, "node_id", r.NodeID, "reason", reason, "message", msg)
-	return nil
+	if reason == "" || reason == r.WaitingReason {
+		return nil
+	}
+	// A new reason to wait is a decision: say it once.
+	return e.mc.Event(ctx, tx, r.TenantID, TopicWaiting, map[string]any{"remediationId": r.ID, "nodeId": r.NodeID, "pool": r.Pool,
+		"action": r.Action, "gpu": r.GPU, "reason": reason, "message": msg})
 }
 
 // start runs the checks of a waiting remediation and, when they pass,
@@ -443,6 +473,9 @@ func (e *Engine) verifying(ctx context.Context, tx pgx.Tx, r Row) error {
 // trips the pool's breaker when too many of its remediations failed or
 // stayed unhealthy within the breaker's window.
 func (e *Engine) finish(ctx context.Context, tx pgx.Tx, r Row, state, outcome, msg string) error {
+	if _, err := tx.Exec(ctx, lockNodeSQL, r.NodeID); err != nil {
+		return fmt.Errorf("finishing remediation %s: %w", r.ID, err)
+	}
 	if _, err := tx.Exec(ctx, `UPDATE remediations SET state = $2, outcome = $3, outcome_message = $4, finished_at = now(), updated_at = now(),
 		waiting_reason = '', waiting_message = '' WHERE id = $1`, r.ID, state, outcome, msg); err != nil {
 		return fmt.Errorf("finishing remediation %s: %w", r.ID, err)

@@ -90,7 +90,8 @@ func (p *Provision) Run(ctx context.Context, _ *modules.Context) error {
 // planResetsSQL finds the GPUs whose reported inventory shows a pending
 // row remap, leaving out nodes a reboot is planned for (it supersedes the
 // reset), GPUs escalated within 7 days (escalated, not reset again) and
-// GPUs whose reset finished within the cooldown ($1 seconds).
+// GPUs whose reset finished within the cooldown ($1 seconds). PlanTx
+// checks the last two again under the node's lock.
 const planResetsSQL = `
 SELECT n.id, n.tenant_id, n.pool, g->>'uuid'
 FROM nodes n
@@ -111,7 +112,7 @@ func (p *Provision) Reconcile(ctx context.Context) error {
 	}
 	var plans []Plan
 	for rows.Next() {
-		pl := Plan{Action: ActionGPUReset, Trigger: TriggerRowRemapPending}
+		pl := Plan{Action: ActionGPUReset, Trigger: TriggerRowRemapPending, Cooldown: p.opts.Cooldown}
 		if err := rows.Scan(&pl.NodeID, &pl.TenantID, &pl.Pool, &pl.GPU); err != nil {
 			rows.Close()
 			return fmt.Errorf("finding GPUs with a pending row remap: %w", err)

@@ -159,7 +159,8 @@ func TestProvisionResetsOnceNoAllocationIsLiveAndVerifies(t *testing.T) {
 	locks, err = pools.ListLocks(b.ctx, b.pool, b.tenant, "")
 	require.NoError(t, err)
 	require.Empty(t, locks)
-	require.Equal(t, []string{remediation.TopicPlanned, remediation.TopicStarted, remediation.TopicVerifying, remediation.TopicFinished}, b.topics(t))
+	require.Equal(t, []string{remediation.TopicPlanned, remediation.TopicWaiting, remediation.TopicStarted, remediation.TopicVerifying, remediation.TopicFinished}, b.topics(t),
+		"one remediation.waiting for the reason gpu-in-use, however its words changed")
 	var wakes int
 	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT count(*) FROM river_job WHERE args->>'key' LIKE 'wf:provision-%'`).Scan(&wakes))
 	require.Equal(t, 2, wakes, "each settle recorded its owner's wake")

@@ -365,3 +365,32 @@ func TestIPMIRefusesAControlTheBMCDoesNotSupport(t *testing.T) {
 	require.Zero(t, sim.Chassis.Controls("power-cycle"))
 	require.True(t, sim.Chassis.On())
 }
+
+// "BMC credentials are the first user" of secretRefs: a command that names
+// the inventory's credentialRef in its secretRefs gets the credential from
+// the value bcd exchanged for it, with no credential file on the site
+// agent, and the value is in no result or message.
+func TestCredentialFromTheCommandsSecretRef(t *testing.T) {
+	srv := bmctest.NewRedfish(t, bmctest.RedfishOptions{Username: user, Password: password})
+	s := newSite(t)
+	s.addRedfish(t, "m1", srv, map[string]any{"credentialRef": "rack4-admin"})
+	p := s.plugin()
+	var h kind.Handler
+	for _, k := range p.Kinds() {
+		if k.Manifest.Kind == manifest.SensorsKind {
+			h = k.Handler
+		}
+	}
+	secret, _ := json.Marshal(map[string]string{"username": user, "password": password})
+	r := kind.Run(context.Background(), h, kind.Request{Logger: hclog.NewNullLogger(), Command: kind.Command{ID: "cmd_1", Kind: manifest.SensorsKind,
+		Payload: json.RawMessage(`{"bmc":"m1","events":1}`), Secrets: map[string][]byte{"rack4-admin": secret}}})
+	require.Equal(t, kind.StatusSucceeded, r.Status, r.Message)
+	require.NotContains(t, string(r.Data), password)
+
+	// Without the secretRef, and without a credential file of that name,
+	// the command says what to do.
+	r = kind.Run(context.Background(), h, kind.Request{Logger: hclog.NewNullLogger(), Command: kind.Command{ID: "cmd_2", Kind: manifest.SensorsKind,
+		Payload: json.RawMessage(`{"bmc":"m1"}`)}})
+	require.Equal(t, bmc.ReasonCredential, r.Reason)
+	require.Contains(t, r.Message, `no such credential`)
+}

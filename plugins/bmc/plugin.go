@@ -82,9 +82,9 @@ type Plugin struct {
 	Config Config
 	// Openers are the providers by name; New sets redfish and ipmi.
 	Openers map[string]Opener
-	// Credentials returns the credential source for an inventory. New's
-	// reads the inventory's credentials.dir (FileCredentials); the plugin
-	// host's secretRefs exchange will fill this seam instead.
+	// Credentials returns the credential source for a command. New's reads
+	// the command's secretRefs first (the values bcd exchanged for them),
+	// then the inventory's credentials.dir.
 	Credentials func(inv *site.Inventory, req kind.Request) site.CredentialSource
 	Logger      hclog.Logger
 }
@@ -97,8 +97,8 @@ func New(cfg Config, logger hclog.Logger) *Plugin {
 	return &Plugin{
 		Config:  cfg,
 		Openers: map[string]Opener{site.ProviderRedfish: OpenRedfish, site.ProviderIPMI: OpenIPMI},
-		Credentials: func(inv *site.Inventory, _ kind.Request) site.CredentialSource {
-			return site.FileCredentials{Dir: inv.Credentials.Dir}
+		Credentials: func(inv *site.Inventory, req kind.Request) site.CredentialSource {
+			return site.CommandSecrets{Secrets: req.Command.Secrets, Fallback: site.FileCredentials{Dir: inv.Credentials.Dir}}
 		},
 		Logger: logger,
 	}

@@ -65,8 +65,8 @@ type Plugin struct {
 	// Deny refuses addresses; DenyAddr by default. Tests that serve a fake
 	// BMC on loopback wrap it to let exactly that address through.
 	Deny func(netip.Addr) error
-	// Credentials returns the credential source for an inventory (the
-	// secretRefs exchange fills this seam later).
+	// Credentials returns the credential source for a command: its
+	// secretRefs first, then the inventory's credentials.dir.
 	Credentials func(inv *site.Inventory, req kind.Request) site.CredentialSource
 	Logger      hclog.Logger
 }
@@ -77,8 +77,8 @@ func New(inventory string, logger hclog.Logger) *Plugin {
 		logger = hclog.NewNullLogger()
 	}
 	return &Plugin{Inventory: inventory, Deny: DenyAddr, Logger: logger,
-		Credentials: func(inv *site.Inventory, _ kind.Request) site.CredentialSource {
-			return site.FileCredentials{Dir: inv.Credentials.Dir}
+		Credentials: func(inv *site.Inventory, req kind.Request) site.CredentialSource {
+			return site.CommandSecrets{Secrets: req.Command.Secrets, Fallback: site.FileCredentials{Dir: inv.Credentials.Dir}}
 		}}
 }
 

@@ -11,7 +11,8 @@ import (
 	"github.com/better-compute/commands/controlplane/server"
 )
 
-// yamlBlocks returns the ```yaml blocks of the markdown file after heading.
+// yamlBlocks returns the ```yaml blocks of the markdown file's section that
+// starts at heading, up to the next top-level (##) heading.
 func yamlBlocks(t *testing.T, file, heading string) []string {
 	t.Helper()
 	b, err := os.ReadFile(file)
@@ -20,6 +21,9 @@ func yamlBlocks(t *testing.T, file, heading string) []string {
 	i := strings.Index(s, heading)
 	require.GreaterOrEqual(t, i, 0)
 	s = s[i:]
+	if j := strings.Index(s, "\n## "); j >= 0 {
+		s = s[:j]
+	}
 	var out []string
 	for {
 		start := strings.Index(s, "```yaml\n")

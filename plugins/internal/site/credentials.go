@@ -32,10 +32,10 @@ func (c Credential) MarshalJSON() ([]byte, error) {
 
 // CredentialSource turns an inventory entry's credentialRef into the
 // credential. It is the one seam through which BMC secrets reach a plugin:
-// today FileCredentials reads them from the site agent's disk; the
-// secretRefs exchange (a command carries secretRefs, bcd trades them for
-// values sealed to a one-time key and hands them to the plugin host) fills
-// the same interface, so the providers and kinds do not change.
+// CommandSecrets reads the values bcd fetched for the command's secretRefs
+// (sealed to a one-time key, in memory for the run only), and
+// FileCredentials reads them from the site agent's disk; the providers and
+// kinds see only the interface.
 type CredentialSource interface {
 	// Credential returns the credential named ref.
 	Credential(ctx context.Context, ref string) (Credential, error)
@@ -95,4 +95,28 @@ func ParseCredential(ref string, b []byte) (Credential, error) {
 		return Credential{}, fmt.Errorf("credential %q: needs a username and a password", ref)
 	}
 	return Credential{Username: *raw.Username, Password: *raw.Password}, nil
+}
+
+// CommandSecrets is the credential source of one command: a secretRef of
+// the command named like the inventory's credentialRef holds the
+// credential ({"username": …, "password": …}, the value bcd exchanged for
+// it); a ref the command does not carry goes to Fallback (the site
+// agent's credential files), if any.
+type CommandSecrets struct {
+	Secrets  map[string][]byte
+	Fallback CredentialSource
+}
+
+// Credential returns ref's credential from the command's secrets, or from
+// Fallback.
+func (c CommandSecrets) Credential(ctx context.Context, ref string) (Credential, error) {
+	if v, ok := c.Secrets[ref]; ok {
+		return ParseCredential(ref, v)
+	}
+	if c.Fallback != nil {
+		if fc, ok := c.Fallback.(FileCredentials); !ok || fc.Dir != "" {
+			return c.Fallback.Credential(ctx, ref)
+		}
+	}
+	return Credential{}, fmt.Errorf("credential %q: %w: the command carries no secretRef %q and the inventory sets no credentials.dir (name it in the command's secretRefs, or give the site agent a credential file)", ref, ErrNoCredential, ref)
 }

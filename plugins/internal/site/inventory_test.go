@@ -124,3 +124,19 @@ func FuzzParseCredential(f *testing.F) {
 		require.NotEmpty(t, c.Username)
 	})
 }
+
+func TestCommandSecretsBeforeTheFiles(t *testing.T) {
+	dir := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "a.json"), []byte(`{"username":"file","password":"pw-f"}`), 0o600))
+	src := site.CommandSecrets{Secrets: map[string][]byte{"a": []byte(`{"username":"secret","password":"pw-s"}`)}, Fallback: site.FileCredentials{Dir: dir}}
+	c, err := src.Credential(context.Background(), "a")
+	require.NoError(t, err)
+	require.Equal(t, "secret", c.Username, "the command's secretRef wins")
+	src.Secrets = nil
+	c, err = src.Credential(context.Background(), "a")
+	require.NoError(t, err)
+	require.Equal(t, "file", c.Username)
+	_, err = site.CommandSecrets{Fallback: site.FileCredentials{}}.Credential(context.Background(), "a")
+	require.ErrorIs(t, err, site.ErrNoCredential)
+	require.ErrorContains(t, err, `name it in the command's secretRefs`)
+}

@@ -42,8 +42,11 @@ type MetalPowerRequest struct {
 	IdempotencyKey string `protobuf:"bytes,6,opt,name=idempotency_key,json=idempotencyKey,proto3" json:"idempotency_key,omitempty"`
 	// deadline_seconds bounds the approval and each command (3600 by default).
 	DeadlineSeconds *uint32 `protobuf:"varint,7,opt,name=deadline_seconds,json=deadlineSeconds,proto3,oneof" json:"deadline_seconds,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// secret_refs name tenant secrets (secrets.put) every command may fetch:
+	// the BMC credentials, named as the site inventory's credentialRef.
+	SecretRefs    []string `protobuf:"bytes,8,rep,name=secret_refs,json=secretRefs,proto3" json:"secret_refs,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *MetalPowerRequest) Reset() {
@@ -125,6 +128,13 @@ func (x *MetalPowerRequest) GetDeadlineSeconds() uint32 {
 	return 0
 }
 
+func (x *MetalPowerRequest) GetSecretRefs() []string {
+	if x != nil {
+		return x.SecretRefs
+	}
+	return nil
+}
+
 type MetalBulkStep struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	Machine string                 `protobuf:"bytes,1,opt,name=machine,proto3" json:"machine,omitempty"`
@@ -195,8 +205,11 @@ type MetalBulkRequest struct {
 	Reason          string                 `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
 	IdempotencyKey  string                 `protobuf:"bytes,5,opt,name=idempotency_key,json=idempotencyKey,proto3" json:"idempotency_key,omitempty"`
 	DeadlineSeconds *uint32                `protobuf:"varint,6,opt,name=deadline_seconds,json=deadlineSeconds,proto3,oneof" json:"deadline_seconds,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// secret_refs name tenant secrets every command may fetch (the BMC
+	// credentials, named as the site inventory's credentialRef).
+	SecretRefs    []string `protobuf:"bytes,7,rep,name=secret_refs,json=secretRefs,proto3" json:"secret_refs,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *MetalBulkRequest) Reset() {
@@ -269,6 +282,13 @@ func (x *MetalBulkRequest) GetDeadlineSeconds() uint32 {
 		return *x.DeadlineSeconds
 	}
 	return 0
+}
+
+func (x *MetalBulkRequest) GetSecretRefs() []string {
+	if x != nil {
+		return x.SecretRefs
+	}
+	return nil
 }
 
 type GetMetalRunRequest struct {
@@ -573,7 +593,7 @@ var File_bc_api_v1_metal_proto protoreflect.FileDescriptor
 
 const file_bc_api_v1_metal_proto_rawDesc = "" +
 	"\n" +
-	"\x15bc/api/v1/metal.proto\x12\tbc.api.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x8c\x02\n" +
+	"\x15bc/api/v1/metal.proto\x12\tbc.api.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xad\x02\n" +
 	"\x11MetalPowerRequest\x12\x1b\n" +
 	"\ttenant_id\x18\x01 \x01(\tR\btenantId\x12 \n" +
 	"\fsite_node_id\x18\x02 \x01(\tR\n" +
@@ -582,12 +602,14 @@ const file_bc_api_v1_metal_proto_rawDesc = "" +
 	"\x06action\x18\x04 \x01(\tR\x06action\x12\x16\n" +
 	"\x06reason\x18\x05 \x01(\tR\x06reason\x12'\n" +
 	"\x0fidempotency_key\x18\x06 \x01(\tR\x0eidempotencyKey\x12.\n" +
-	"\x10deadline_seconds\x18\a \x01(\rH\x00R\x0fdeadlineSeconds\x88\x01\x01B\x13\n" +
+	"\x10deadline_seconds\x18\a \x01(\rH\x00R\x0fdeadlineSeconds\x88\x01\x01\x12\x1f\n" +
+	"\vsecret_refs\x18\b \x03(\tR\n" +
+	"secretRefsB\x13\n" +
 	"\x11_deadline_seconds\"p\n" +
 	"\rMetalBulkStep\x12\x18\n" +
 	"\amachine\x18\x01 \x01(\tR\amachine\x12\x12\n" +
 	"\x04kind\x18\x02 \x01(\tR\x04kind\x121\n" +
-	"\apayload\x18\x03 \x01(\v2\x17.google.protobuf.StructR\apayload\"\x87\x02\n" +
+	"\apayload\x18\x03 \x01(\v2\x17.google.protobuf.StructR\apayload\"\xa8\x02\n" +
 	"\x10MetalBulkRequest\x12\x1b\n" +
 	"\ttenant_id\x18\x01 \x01(\tR\btenantId\x12 \n" +
 	"\fsite_node_id\x18\x02 \x01(\tR\n" +
@@ -595,7 +617,9 @@ const file_bc_api_v1_metal_proto_rawDesc = "" +
 	"\x05steps\x18\x03 \x03(\v2\x18.bc.api.v1.MetalBulkStepR\x05steps\x12\x16\n" +
 	"\x06reason\x18\x04 \x01(\tR\x06reason\x12'\n" +
 	"\x0fidempotency_key\x18\x05 \x01(\tR\x0eidempotencyKey\x12.\n" +
-	"\x10deadline_seconds\x18\x06 \x01(\rH\x00R\x0fdeadlineSeconds\x88\x01\x01B\x13\n" +
+	"\x10deadline_seconds\x18\x06 \x01(\rH\x00R\x0fdeadlineSeconds\x88\x01\x01\x12\x1f\n" +
+	"\vsecret_refs\x18\a \x03(\tR\n" +
+	"secretRefsB\x13\n" +
 	"\x11_deadline_seconds\"H\n" +
 	"\x12GetMetalRunRequest\x12\x1b\n" +
 	"\ttenant_id\x18\x01 \x01(\tR\btenantId\x12\x15\n" +
