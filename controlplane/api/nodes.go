@@ -33,22 +33,14 @@ type condition struct {
 	Since   time.Time `json:"since"`
 }
 
-// Get returns a node with its inventory and conditions.
+// Get returns a node with its inventory, conditions and session.
 func (n *nodesServer) Get(ctx context.Context, req *apiv1.GetNodeRequest) (*apiv1.Node, error) {
 	s := n.s
 	if _, err := auth.AuthorizeNode(ctx, s.lookupNode, req.GetTenantId(), req.GetNodeId(), auth.PermNodesRead); err != nil {
 		return nil, err
 	}
-	var (
-		out        = &apiv1.Node{Id: req.GetNodeId(), TenantId: req.GetTenantId()}
-		allowed    []string
-		inv, conds []byte
-		created    time.Time
-	)
-	var mismatches []byte
-	err := s.pool.QueryRow(ctx, `SELECT role, allowed_kinds, inventory, conditions, applied_generation, created_at, trust_version, kind_mismatches, pool
-		FROM nodes WHERE id = $1 AND tenant_id = $2 AND deleted_at IS NULL`, req.GetNodeId(), req.GetTenantId()).
-		Scan(&out.Role, &allowed, &inv, &conds, &out.AppliedGeneration, &created, &out.TrustVersion, &mismatches, &out.Pool)
+	row, err := scanNodeRow(s.pool.QueryRow(ctx, `SELECT `+nodeColumns+`
+		FROM nodes WHERE id = $1 AND tenant_id = $2 AND deleted_at IS NULL`, req.GetNodeId(), req.GetTenantId(), sessionStaleAfter.Seconds()))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, apierr.New(apierr.NotFound, "node "+req.GetNodeId()+" not found", map[string]string{"nodeId": req.GetNodeId()})
 	}
@@ -56,11 +48,59 @@ func (n *nodesServer) Get(ctx context.Context, req *apiv1.GetNodeRequest) (*apiv
 		return nil, s.fail(ctx, "nodes.get", err)
 	}
 	s.outage.OK()
+	out, err := s.nodeProto(ctx, row)
+	if err != nil {
+		return nil, s.fail(ctx, "nodes.get", err)
+	}
+	return out, nil
+}
+
+// sessionStaleAfter is how long after a gateway last refreshed a session
+// (every 15s, server.sessionTouchEvery) the API calls it disconnected
+// although no gateway recorded its end: its gateway died with it open.
+const sessionStaleAfter = time.Minute
+
+// nodeColumns are the columns scanNodeRow reads; the query's last
+// parameter is sessionStaleAfter in seconds.
+const nodeColumns = `id, tenant_id, role, allowed_kinds, inventory, conditions, applied_generation, created_at, trust_version, kind_mismatches, pool,
+	session_epoch, session_gateway, session_opened_at, session_closed_at, session_seen_at, daemon_version, boot_id,
+	coalesce(session_opened_at IS NOT NULL AND session_closed_at IS NULL
+	  AND session_seen_at > now() - make_interval(secs => $3::float8), false)`
+
+// nodeRow is a node as the nodes table holds it.
+type nodeRow struct {
+	node                   *apiv1.Node
+	inv, conds, mismatches []byte
+	opened, closed, seen   *time.Time
+}
+
+func scanNodeRow(r pgx.Row) (nodeRow, error) {
+	var (
+		x       = nodeRow{node: &apiv1.Node{}}
+		out     = x.node
+		allowed []string
+		created time.Time
+	)
+	err := r.Scan(&out.Id, &out.TenantId, &out.Role, &allowed, &x.inv, &x.conds, &out.AppliedGeneration, &created, &out.TrustVersion, &x.mismatches, &out.Pool,
+		&out.SessionEpoch, &out.Gateway, &x.opened, &x.closed, &x.seen, &out.AgentVersion, &out.BootId, &out.Connected)
+	if err != nil {
+		return nodeRow{}, err
+	}
 	out.AllowedKinds = allowed
 	out.CreatedAt = timestamppb.New(created)
-	out.Inventory = toStruct(inv)
+	return x, nil
+}
+
+// nodeProto completes a node row: inventory, its conditions with the
+// control plane's and the platform's own, and the session's times.
+func (s *Server) nodeProto(ctx context.Context, x nodeRow) (*apiv1.Node, error) {
+	out := x.node
+	out.Inventory = toStruct(x.inv)
+	out.ConnectedSince = ts(x.opened)
+	out.DisconnectedAt = ts(x.closed)
+	out.LastSeen = ts(x.seen)
 	var cs []condition
-	if len(conds) > 0 && json.Unmarshal(conds, &cs) == nil {
+	if len(x.conds) > 0 && json.Unmarshal(x.conds, &cs) == nil {
 		for _, c := range cs {
 			pc := &apiv1.Condition{Type: c.Type, Status: c.Status, Reason: c.Reason, Message: c.Message}
 			if !c.Since.IsZero() {
@@ -69,14 +109,14 @@ func (n *nodesServer) Get(ctx context.Context, req *apiv1.GetNodeRequest) (*apiv
 			out.Conditions = append(out.Conditions, pc)
 		}
 	}
-	if c := kindsCondition(mismatches); c != nil {
+	if c := kindsCondition(x.mismatches); c != nil {
 		out.Conditions = append(out.Conditions, c)
 	}
 	// The platform's remediation adds its own: a reset that did not clear
 	// its GPU's condition, a node remediated too often (RemediationEscalated).
-	rc, err := remediation.NodeConditions(ctx, s.pool, req.GetNodeId())
+	rc, err := remediation.NodeConditions(ctx, s.pool, out.Id)
 	if err != nil {
-		return nil, s.fail(ctx, "nodes.get", err)
+		return nil, err
 	}
 	for _, c := range rc {
 		out.Conditions = append(out.Conditions, &apiv1.Condition{Type: c.Type, Status: c.Status, Reason: c.Reason, Message: c.Message, Since: timestamppb.New(c.Since)})

@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/spf13/cobra"
 	"google.golang.org/protobuf/encoding/protojson"
@@ -17,12 +18,12 @@ import (
 func (a *app) nodesCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "nodes",
-		Short: "Show nodes, make join tokens, set node specs and delete nodes",
+		Short: "List and show nodes, make join tokens, set node specs and delete nodes",
 		Long: `nodes wraps the nodes.* methods. Arguments are key=value pairs as for
 "better-compute api"; a bare first argument is the node id; tenantId defaults
 to --tenant / BC_TENANT.`,
 	}
-	cmd.AddCommand(a.nodeGetCommand(), a.joinTokenCommand(), a.setSpecCommand(), a.getSpecCommand(), a.nodeDeleteCommand())
+	cmd.AddCommand(a.nodeListCommand(), a.nodeGetCommand(), a.joinTokenCommand(), a.setSpecCommand(), a.getSpecCommand(), a.nodeDeleteCommand())
 	cmd.AddCommand(a.nodeTrustCommands()...)
 	return cmd
 }
@@ -198,4 +199,99 @@ longer join. There is no undo, hence --yes; the node's commands still list.`,
 	}
 	cmd.Flags().BoolVar(&yes, "yes", false, "confirm the deletion")
 	return cmd
+}
+
+func (a *app) nodeListCommand() *cobra.Command {
+	var (
+		asJSON bool
+		all    bool
+	)
+	cmd := &cobra.Command{
+		Use:   "list [pool=…] [limit=N] [cursor=…]",
+		Short: "List the tenant's nodes with their sessions and conditions",
+		Long: `list calls nodes.list: the tenant's nodes (those you may read), by id, a
+page at a time (limit, 100 by default, at most 200; --all follows every page).
+SESSION is connected (with the gateway holding it) or disconnected; LAST SEEN
+is when a gateway last held the session or heard from the node; CONDITIONS
+lists each condition as TYPE=STATUS (nodes get NODE shows their reasons).`,
+		Example: `  better-compute nodes list
+  better-compute nodes list pool=gpu-east --all
+  better-compute nodes list --json`,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var items []*apiv1.Node
+			var last *apiv1.ListNodesResponse
+			pairs := args
+			for {
+				resp, err := a.call(cmd, "nodes.list", pairs)
+				if err != nil {
+					return err
+				}
+				last = resp.(*apiv1.ListNodesResponse)
+				items = append(items, last.GetItems()...)
+				if !all || last.GetNextCursor() == "" {
+					break
+				}
+				pairs = append(withoutKey(args, "cursor"), "cursor="+last.GetNextCursor())
+			}
+			if asJSON {
+				return a.printJSON(&apiv1.ListNodesResponse{Items: items, NextCursor: last.GetNextCursor()})
+			}
+			if err := a.nodeListTable(items, time.Now()); err != nil {
+				return err
+			}
+			if last.GetNextCursor() != "" {
+				fmt.Fprintf(a.env.Stderr, "more: cursor=%s (or --all)\n", last.GetNextCursor())
+			}
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON instead of a table")
+	cmd.Flags().BoolVar(&all, "all", false, "follow the cursor through every page")
+	return cmd
+}
+
+// nodeListTable prints one line a node: its session and conditions at a
+// glance.
+func (a *app) nodeListTable(nodes []*apiv1.Node, now time.Time) error {
+	w := tabwriter.NewWriter(a.env.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "NODE\tPOOL\tROLE\tSESSION\tVERSION\tLAST SEEN\tCONDITIONS")
+	for _, n := range nodes {
+		session := "never connected"
+		switch {
+		case n.GetConnected():
+			session = "connected"
+			if n.GetGateway() != "" {
+				session += " (" + n.GetGateway() + ")"
+			}
+		case n.GetConnectedSince().IsValid():
+			session = "disconnected"
+		}
+		lastSeen := "-"
+		if n.GetLastSeen().IsValid() {
+			lastSeen = ago(now.Sub(n.GetLastSeen().AsTime()))
+		}
+		var conds []string
+		for _, c := range n.GetConditions() {
+			conds = append(conds, c.GetType()+"="+c.GetStatus())
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", n.GetId(), n.GetPool(), n.GetRole(), session, dash(n.GetAgentVersion()), lastSeen,
+			dash(strings.Join(conds, ",")))
+	}
+	return w.Flush()
+}
+
+// ago is a duration as a person reads a time past: 40s ago, 3m ago, 5h ago,
+// 2d ago.
+func ago(d time.Duration) string {
+	switch {
+	case d < time.Second:
+		return "just now"
+	case d < time.Minute:
+		return fmt.Sprintf("%ds ago", int(d/time.Second))
+	case d < time.Hour:
+		return fmt.Sprintf("%dm ago", int(d/time.Minute))
+	case d < 48*time.Hour:
+		return fmt.Sprintf("%dh ago", int(d/time.Hour))
+	}
+	return fmt.Sprintf("%dd ago", int(d/(24*time.Hour)))
 }

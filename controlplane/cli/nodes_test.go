@@ -120,3 +120,49 @@ func TestNodesDelete(t *testing.T) {
 	require.Equal(t, 0, res.code, res.stderr)
 	require.Contains(t, res.stdout, "node-deleted")
 }
+
+// nodes list prints one line a node (NODE, POOL, ROLE, SESSION, VERSION,
+// LAST SEEN, CONDITIONS) and the same as nodes.list's JSON with --json.
+func TestNodesListTableAndJSON(t *testing.T) {
+	t.Parallel()
+	r := servertest.Start(t, nil)
+	env := envFor(r, servertest.TokRead)
+	env["BC_TENANT"] = servertest.TenantA
+	ctx := context.Background()
+	_, err := r.Pool.Exec(ctx, `UPDATE nodes SET conditions = $2, daemon_version = '1.4.0', session_epoch = 1, session_gateway = 'gw-east-1'
+		WHERE id = $1`, servertest.NodeA1, `[{"type":"GPUHealthy","status":"False","reason":"xid-79"}]`)
+	require.NoError(t, err)
+	// Apart, as the update above marks the session seen now.
+	_, err = r.Pool.Exec(ctx, `UPDATE nodes SET session_opened_at = now() - interval '5 minutes', session_seen_at = now() - interval '3 minutes',
+		session_closed_at = now() - interval '3 minutes' WHERE id = $1`, servertest.NodeA1)
+	require.NoError(t, err)
+
+	res := cliRun(ctx, env, "nodes", "list")
+	require.Equal(t, 0, res.code, res.stderr)
+	lines := strings.Split(strings.TrimSpace(res.stdout), "\n")
+	require.Len(t, lines, 2, res.stdout)
+	require.Equal(t, []string{"NODE", "POOL", "ROLE", "SESSION", "VERSION", "LAST", "SEEN", "CONDITIONS"}, strings.Fields(lines[0]))
+	require.Equal(t, []string{servertest.NodeA1, "default", "node", "disconnected", "1.4.0", "3m", "ago", "GPUHealthy=False"}, strings.Fields(lines[1]))
+	require.NotContains(t, res.stdout, servertest.NodeB1, "another tenant's node")
+
+	res = cliRun(ctx, env, "nodes", "list", "--json")
+	require.Equal(t, 0, res.code, res.stderr)
+	var out struct {
+		Items []struct {
+			ID, Gateway, AgentVersion string
+			Connected                 bool
+			LastSeen                  string
+		}
+	}
+	require.NoError(t, json.Unmarshal([]byte(res.stdout), &out))
+	require.Len(t, out.Items, 1)
+	require.Equal(t, servertest.NodeA1, out.Items[0].ID)
+	require.Equal(t, "gw-east-1", out.Items[0].Gateway)
+	require.Equal(t, "1.4.0", out.Items[0].AgentVersion)
+	require.False(t, out.Items[0].Connected)
+	require.NotEmpty(t, out.Items[0].LastSeen)
+
+	res = cliRun(ctx, env, "nodes", "list", "cursor=nope")
+	require.Equal(t, 1, res.code)
+	require.Contains(t, res.stderr, "nextCursor")
+}

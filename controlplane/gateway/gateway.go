@@ -13,6 +13,7 @@ package gateway
 import (
 	"context"
 	"crypto/x509"
+	"os"
 	"sync"
 	"time"
 
@@ -73,6 +74,9 @@ type Options struct {
 	// sent) once its group committed. The defaults suit one gateway of
 	// 10,000 nodes on a pool of 32 connections.
 	Group groupcommit.Options
+	// Name names this gateway in the node rows of the sessions it holds
+	// (nodes.get and nodes.list show it); the host name when empty.
+	Name string
 }
 
 func (o *Options) defaults() {
@@ -96,6 +100,9 @@ func (o *Options) defaults() {
 	}
 	if o.Now == nil {
 		o.Now = time.Now
+	}
+	if o.Name == "" {
+		o.Name, _ = os.Hostname()
 	}
 	if o.Observer == nil {
 		o.Observer = nopObserver{}

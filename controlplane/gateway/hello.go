@@ -25,7 +25,7 @@ func (g *Gateway) beginSession(ctx context.Context, hello *agentv1.Hello, role s
 	err := pgx.BeginFunc(ctx, g.pool, func(tx pgx.Tx) error {
 		start, err := g.queue.StartSession(ctx, tx, queue.SessionHello{
 			NodeID: hello.GetNodeId(), JournalID: hello.GetJournalId(), BootID: hello.GetBootId(), Role: role,
-			TrustVersion: hello.GetTrustVersion(), DaemonVersion: hello.GetDaemonVersion(),
+			TrustVersion: hello.GetTrustVersion(), DaemonVersion: hello.GetDaemonVersion(), Gateway: g.opts.Name,
 		})
 		if err != nil {
 			return err

@@ -163,6 +163,10 @@ func (g *Gateway) Connect(stream grpc.BidiStreamingServer[agentv1.NodeMessage, a
 	for _, k := range hello.GetKinds() {
 		s.kinds[k.GetKind()] = k.GetDigest()
 	}
+	// The node row says the session ended once it did, whatever ended it
+	// (unless a newer session superseded it): nodes.get and nodes.list show
+	// the node disconnected from then.
+	defer g.endSession(ctx, id.NodeID, epoch)
 	s.wake = g.hub.register(id.NodeID)
 	defer g.hub.unregister(id.NodeID, s.wake)
 	defer func() {
@@ -192,4 +196,19 @@ func (g *Gateway) Connect(stream grpc.BidiStreamingServer[agentv1.NodeMessage, a
 		return err
 	}
 	return s.run(ctx)
+}
+
+// endSessionTimeout bounds recording a session's end, which runs after the
+// stream's context ended.
+const endSessionTimeout = 5 * time.Second
+
+// endSession records in the node row that the session of epoch ended. A
+// failure is logged: the row's session_seen_at then goes stale, which the
+// API reads as disconnected too.
+func (g *Gateway) endSession(ctx context.Context, nodeID string, epoch int64) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), endSessionTimeout)
+	defer cancel()
+	if err := g.queue.EndSession(ctx, g.pool, nodeID, epoch); err != nil {
+		g.logger.Warn("recording the end of a session", "node_id", nodeID, "epoch", epoch, "error", err)
+	}
 }

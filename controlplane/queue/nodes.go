@@ -143,6 +143,8 @@ type SessionHello struct {
 	TrustVersion int64
 	// DaemonVersion is the daemon's version (the rollout module's current).
 	DaemonVersion string
+	// Gateway names the gateway (replica) that holds the session.
+	Gateway string
 }
 
 // SessionStart is a new session's epoch and what the node row said before
@@ -159,7 +161,8 @@ const startSessionSQL = `
 WITH prev AS (
   SELECT id, journal_id, boot_id, role FROM nodes WHERE id = $1 AND deleted_at IS NULL FOR UPDATE
 )
-UPDATE nodes n SET session_epoch = n.session_epoch + 1, journal_id = $2, boot_id = $3, role = $4, trust_version = $5, daemon_version = $6
+UPDATE nodes n SET session_epoch = n.session_epoch + 1, journal_id = $2, boot_id = $3, role = $4, trust_version = $5, daemon_version = $6,
+  session_gateway = $7, session_opened_at = now(), session_closed_at = NULL
 FROM prev WHERE n.id = prev.id
 RETURNING n.session_epoch, prev.journal_id, prev.boot_id, prev.role`
 
@@ -170,7 +173,7 @@ RETURNING n.session_epoch, prev.journal_id, prev.boot_id, prev.role`
 // transaction. A deleted or unknown node is NOT_FOUND.
 func (q *Queue) StartSession(ctx context.Context, tx pgx.Tx, h SessionHello) (SessionStart, error) {
 	var s SessionStart
-	err := tx.QueryRow(ctx, startSessionSQL, h.NodeID, h.JournalID, h.BootID, h.Role, h.TrustVersion, h.DaemonVersion).
+	err := tx.QueryRow(ctx, startSessionSQL, h.NodeID, h.JournalID, h.BootID, h.Role, h.TrustVersion, h.DaemonVersion, h.Gateway).
 		Scan(&s.Epoch, &s.PrevJournalID, &s.PrevBootID, &s.PrevRole)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return SessionStart{}, nodeNotFound(h.NodeID)
@@ -179,6 +182,18 @@ func (q *Queue) StartSession(ctx context.Context, tx pgx.Tx, h SessionHello) (Se
 		return SessionStart{}, fmt.Errorf("starting a session for %s: %w", h.NodeID, err)
 	}
 	return s, nil
+}
+
+// EndSession records that the node's session of epoch ended: it is
+// disconnected from now, last seen now. A newer session (a reconnect that
+// superseded this one, perhaps at another gateway) is left as it is, so a
+// late close never marks an open session closed.
+func (q *Queue) EndSession(ctx context.Context, db DBTX, nodeID string, epoch int64) error {
+	if _, err := db.Exec(ctx, `UPDATE nodes SET session_closed_at = now(), session_seen_at = now()
+		WHERE id = $1 AND session_epoch = $2 AND session_closed_at IS NULL`, nodeID, epoch); err != nil {
+		return fmt.Errorf("ending the session of %s (epoch %d): %w", nodeID, epoch, err)
+	}
+	return nil
 }
 
 // RecordNodeStatus stores what a node reported about itself: its inventory

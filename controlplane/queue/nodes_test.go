@@ -59,3 +59,29 @@ func TestRecordNodeStatus(t *testing.T) {
 	require.JSONEq(t, `{"gpus":[]}`, inv, "no inventory means unchanged")
 	require.JSONEq(t, `[]`, conds)
 }
+
+// EndSession closes only the session it names: a late close of a session
+// that a reconnect superseded (perhaps at another gateway) leaves the new
+// one open.
+func TestEndSessionLeavesANewerSessionOpen(t *testing.T) {
+	b := setup(t)
+	read := func() (gateway string, open bool) {
+		require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT session_gateway, session_opened_at IS NOT NULL AND session_closed_at IS NULL FROM nodes WHERE id = $1`,
+			b.node.ID).Scan(&gateway, &open))
+		return gateway, open
+	}
+	first, err := b.startSession(t, queue.SessionHello{NodeID: b.node.ID, JournalID: "j1", BootID: "b1", Role: "node", Gateway: "gw-1"})
+	require.NoError(t, err)
+	gw, open := read()
+	require.Equal(t, "gw-1", gw)
+	require.True(t, open)
+	second, err := b.startSession(t, queue.SessionHello{NodeID: b.node.ID, JournalID: "j1", BootID: "b1", Role: "node", Gateway: "gw-2"})
+	require.NoError(t, err)
+	require.NoError(t, b.q.EndSession(b.ctx, b.pool, b.node.ID, first.Epoch))
+	gw, open = read()
+	require.Equal(t, "gw-2", gw)
+	require.True(t, open, "the superseded session's close must not close the newer one")
+	require.NoError(t, b.q.EndSession(b.ctx, b.pool, b.node.ID, second.Epoch))
+	_, open = read()
+	require.False(t, open)
+}

@@ -129,18 +129,6 @@ function signIn(message = ""): void {
 
 // --- nodes -----------------------------------------------------------------
 
-// knownNodes are the node ids this browser was told about or saw in events.
-function knownNodes(): string[] {
-  return JSON.parse(localStorage.getItem(`bc-nodes-${session!.tenantId}`) ?? "[]") as string[];
-}
-function rememberNode(id: string): void {
-  const ids = new Set(knownNodes());
-  if (!ids.has(id)) {
-    ids.add(id);
-    localStorage.setItem(`bc-nodes-${session!.tenantId}`, JSON.stringify([...ids].sort()));
-  }
-}
-
 function conditions(n: Node): HTMLElement {
   if (n.conditions.length === 0) {
     return h("span", { class: "muted" }, "no conditions");
@@ -149,45 +137,67 @@ function conditions(n: Node): HTMLElement {
     h("li", { class: `cond cond-${c.status}` }, h("b", {}, c.type), ` ${c.status}`, c.reason ? ` (${c.reason})` : "", c.message ? `: ${c.message}` : "", " ", ago(c.since))));
 }
 
+/** The node's session: connected (green, with its gateway and since when) or disconnected (red, since when). */
+function sessionBadge(n: Node): HTMLElement {
+  if (n.connected) {
+    return h("span", {}, h("span", { class: "session session-connected", "data-session": "connected", title: `gateway ${n.gateway || "?"}, session ${n.sessionEpoch}` }, "connected"),
+      " since ", ago(n.connectedSince));
+  }
+  if (!n.connectedSince) {
+    return h("span", { class: "session session-never", "data-session": "never" }, "never connected");
+  }
+  return h("span", {}, h("span", { class: "session session-disconnected", "data-session": "disconnected", title: `last gateway ${n.gateway || "?"}` }, "disconnected"),
+    n.disconnectedAt ? h("span", {}, " since ", ago(n.disconnectedAt)) : h("span", { class: "muted" }, " (its gateway stopped reporting)"));
+}
+
+function nodeRow(n: Node): HTMLElement {
+  return h("tr", { "data-node": n.id, "data-connected": String(n.connected) },
+    h("td", {}, h("a", { href: `#/nodes/${n.id}` }, n.id)), h("td", {}, n.pool), h("td", {}, n.role), h("td", { class: "session-cell" }, sessionBadge(n)),
+    h("td", {}, n.agentVersion || h("span", { class: "muted" }, "—")), h("td", { class: "last-seen" }, ago(n.lastSeen)), h("td", {}, conditions(n)),
+    h("td", {}, n.trustVersion > 0n ? `v${n.trustVersion}` : "none"), h("td", {}, `generation ${n.appliedGeneration}`));
+}
+
 async function nodesPage(): Promise<void> {
-  const add = h("input", { id: "add-node", placeholder: "node_…" }) as HTMLInputElement;
   const rows = h("tbody", {});
-  const form = h("form", { id: "add-node-form" }, add, h("button", { type: "submit" }, "Add node"));
-  form.addEventListener("submit", (e) => {
-    e.preventDefault();
-    if (add.value.trim()) {
-      rememberNode(add.value.trim());
-      void nodesPage();
+  const err = h("p", { class: "error" });
+  const live = h("span", { class: "live" }, "connecting…");
+  show(nav(), h("h1", {}, "Nodes ", live),
+    h("p", { class: "muted" }, "The tenant's nodes you may read (nodes.list), with their sessions; a node's row is read again whenever one of its events arrives."), err,
+    h("table", { id: "nodes" }, h("thead", {}, h("tr", {}, ...["Node", "Pool", "Role", "Session", "Version", "Last seen", "Conditions", "Trust bundle", "Applied spec"].map((x) => h("th", {}, x)))), rows));
+  const byId = new Map<string, HTMLElement>();
+  const put = (n: Node) => {
+    const row = nodeRow(n);
+    const old = byId.get(n.id);
+    if (old) {
+      old.replaceWith(row);
+    } else {
+      // By id, as nodes.list orders them.
+      const after = [...byId.entries()].filter(([id]) => id > n.id).sort(([a], [b]) => (a < b ? -1 : 1))[0]?.[1];
+      rows.insertBefore(row, after ?? null);
     }
-  });
-  show(nav(), h("h1", {}, "Nodes"),
-    h("p", { class: "muted" }, "Nodes seen in the tenant's events, and those you add by id."), form,
-    h("table", { id: "nodes" }, h("thead", {}, h("tr", {}, ...["Node", "Role", "Conditions", "Trust bundle", "Applied spec", "Registered"].map((x) => h("th", {}, x)))), rows));
-  // The tenant's past events name its busy nodes; the watch adds new ones.
-  const seen = new Set<string>();
-  const addRow = async (id: string) => {
-    if (seen.has(id)) {
+    byId.set(n.id, row);
+  };
+  // The watch opens first, so that nothing between the list and the watch is missed.
+  const { opened } = follow({ tenantId: session!.tenantId }, (e) => {
+    if (!e.nodeId) {
       return;
     }
-    seen.add(id);
-    try {
-      const n = await client!.nodes.get({ tenantId: session!.tenantId, nodeId: id });
-      rows.append(h("tr", { "data-node": id },
-        h("td", {}, h("a", { href: `#/nodes/${id}` }, id)), h("td", {}, n.role), h("td", {}, conditions(n)),
-        h("td", {}, n.trustVersion > 0n ? `v${n.trustVersion}` : "none"), h("td", {}, `generation ${n.appliedGeneration}`), h("td", {}, ago(n.createdAt))));
-    } catch (err) {
-      rows.append(h("tr", { "data-node": id }, h("td", {}, id), h("td", { colspan: "5", class: "error" }, errorText(err))));
+    client!.nodes.get({ tenantId: session!.tenantId, nodeId: e.nodeId }).then(put, (x: unknown) => (err.textContent = errorText(x)));
+  }, live);
+  await opened;
+  try {
+    let cursor = "";
+    do {
+      const page = await client!.nodes.list({ tenantId: session!.tenantId, cursor, limit: 200 });
+      page.items.forEach(put);
+      cursor = page.nextCursor;
+    } while (cursor);
+    if (byId.size === 0) {
+      rows.append(h("tr", {}, h("td", { colspan: "9", class: "muted" }, "no nodes you may read in this tenant")));
     }
-  };
-  for (const id of knownNodes()) {
-    void addRow(id);
+  } catch (x) {
+    err.textContent = errorText(x);
   }
-  follow({ tenantId: session!.tenantId }, (e) => {
-    if (e.nodeId) {
-      rememberNode(e.nodeId);
-      void addRow(e.nodeId);
-    }
-  });
 }
 
 // follow runs a watch for the page on view and calls on for each event.
@@ -280,7 +290,6 @@ function commandRow(c: Command, nodeId: string, refresh: () => void): HTMLElemen
 }
 
 async function nodePage(nodeId: string): Promise<void> {
-  rememberNode(nodeId);
   const live = h("span", { class: "live", id: "live" }, "connecting…");
   const head = h("div", {});
   const rows = h("tbody", {});
@@ -299,7 +308,7 @@ async function nodePage(nodeId: string): Promise<void> {
     h("table", { id: "commands" }, h("thead", {}, h("tr", {}, ...["Seq", "Kind", "State", "Reason", "Message", "Progress", "Queued", ""].map((x) => h("th", {}, x)))), rows));
   try {
     const n = await client!.nodes.get({ tenantId: session!.tenantId, nodeId });
-    head.replaceChildren(h("p", {}, `role ${n.role}, trust bundle ${n.trustVersion > 0n ? `v${n.trustVersion}` : "none"}, registered `, ago(n.createdAt)), conditions(n));
+    head.replaceChildren(h("p", {}, sessionBadge(n), `, last seen `, ago(n.lastSeen), `; pool ${n.pool}, role ${n.role}, agent ${n.agentVersion || "unknown"}, trust bundle ${n.trustVersion > 0n ? `v${n.trustVersion}` : "none"}, registered `, ago(n.createdAt)), conditions(n));
   } catch (x) {
     head.replaceChildren(h("p", { class: "error" }, errorText(x)));
   }

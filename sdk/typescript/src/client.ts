@@ -178,6 +178,7 @@ export interface BetterComputeClient {
     /** for await (const e of client.events.watch({ tenantId, cursor })) — resumes from its cursor after a reconnect. */
     watch(request: MessageInitShape<typeof WatchEventsRequestSchema>, options?: WatchOptions): EventWatch;
   };
+  /** nodes.get, nodes.list ({ tenantId, pool, limit, cursor } → { items, nextCursor }: the nodes with their sessions), nodes.create, …: the Nodes service as generated. */
   nodes: Client<typeof Nodes>;
 }
 

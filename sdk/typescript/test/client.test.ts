@@ -113,6 +113,35 @@ describe("events.watch", () => {
 });
 
 describe("nodes", () => {
+  test("nodes.list lists the tenant's nodes by id with their sessions: the healthy node connected, node_offline not", async () => {
+    const { items, nextCursor } = await client.nodes.list({ tenantId });
+    assert.equal(nextCursor, "");
+    const ids = items.map((n) => n.id);
+    assert.deepEqual(ids, [...ids].sort(), "by id");
+    for (const id of [env.healthy, env.faulty, env.offline]) {
+      assert.ok(ids.includes(id), `${id} listed`);
+    }
+    const healthy = items.find((n) => n.id === env.healthy)!;
+    assert.equal(healthy.connected, true);
+    assert.ok(healthy.connectedSince, "since when");
+    assert.ok(healthy.lastSeen, "last seen");
+    assert.equal(healthy.disconnectedAt, undefined);
+    assert.notEqual(healthy.gateway, "");
+    assert.notEqual(healthy.agentVersion, "", "the daemon's version from its Hello");
+    assert.notEqual(healthy.bootId, "");
+    assert.equal(healthy.role, "node");
+    const offline = items.find((n) => n.id === env.offline)!;
+    assert.equal(offline.connected, false);
+    assert.equal(offline.connectedSince, undefined, "node_offline never had a session");
+    assert.equal(offline.lastSeen, undefined);
+
+    const first = await client.nodes.list({ tenantId, limit: 1 });
+    assert.equal(first.items.length, 1);
+    assert.notEqual(first.nextCursor, "");
+    const second = await client.nodes.list({ tenantId, limit: 1, cursor: first.nextCursor });
+    assert.equal(second.items[0]?.id, ids[1], "the next page starts after the last");
+  });
+
   test("nodes.get shows a joined node: its role and the trust bundle it holds", async () => {
     const n = await client.nodes.get({ tenantId, nodeId: env.faulty });
     assert.equal(n.id, env.faulty);

@@ -69,11 +69,23 @@ describe("the web console", { timeout: 180_000 }, () => {
     await page.fill("#token", env.token);
     await page.click("#signin button[type=submit]");
     await page.waitForSelector("h1:has-text('Nodes')");
-    await page.fill("#add-node", env.faulty);
-    await page.click("#add-node-form button[type=submit]");
+    // The nodes come from nodes.list, not from events: node_offline never
+    // had an event or a session, and is listed all the same.
     const row = page.locator(`tr[data-node="${env.faulty}"]`);
     await row.waitFor();
     assert.match(await row.innerText(), /node/);
+    const healthy = page.locator(`tr[data-node="${env.healthy}"]`);
+    const offline = page.locator(`tr[data-node="${env.offline}"]`);
+    await offline.waitFor();
+    // The sessions, in colour: the healthy node connected, node_offline not.
+    assert.equal(await healthy.locator(".session").getAttribute("data-session"), "connected");
+    assert.equal(await healthy.locator(".session").innerText(), "connected");
+    assert.match(await healthy.locator(".last-seen").innerText(), /just now|\d+ s ago/, "last seen, relative");
+    assert.equal(await offline.locator(".session").getAttribute("data-session"), "never");
+    assert.match(await offline.locator(".session").innerText(), /never connected/);
+    const colour = (l: typeof healthy) => l.locator(".session").evaluate((el) => getComputedStyle(el).backgroundColor);
+    assert.notEqual(await colour(healthy), await colour(offline), "connected and not connected differ in colour");
+    assert.ok(calls.includes("/bc.api.v1.Nodes/List"), "the page lists the nodes with nodes.list");
     await shot("02-nodes");
   });
 

@@ -2159,7 +2159,30 @@ type Node struct {
 	// trust_version is the trust bundle version the node reported holding.
 	TrustVersion int64 `protobuf:"varint,9,opt,name=trust_version,json=trustVersion,proto3" json:"trust_version,omitempty"`
 	// pool is the node's pool (its disruption budget); "default" unless set.
-	Pool          string `protobuf:"bytes,100,opt,name=pool,proto3" json:"pool,omitempty"`
+	Pool string `protobuf:"bytes,100,opt,name=pool,proto3" json:"pool,omitempty"`
+	// The node's session with a gateway (role, above, is its last Hello's).
+	// connected is true while a gateway holds the session and has seen it
+	// recently; false once it closed, or when its gateway stopped refreshing
+	// it (a gateway that died without closing it).
+	Connected bool `protobuf:"varint,160,opt,name=connected,proto3" json:"connected,omitempty"`
+	// gateway names the gateway that holds, or last held, the session.
+	Gateway string `protobuf:"bytes,161,opt,name=gateway,proto3" json:"gateway,omitempty"`
+	// connected_since is when the current (or last) session began; unset for
+	// a node that never had one.
+	ConnectedSince *timestamppb.Timestamp `protobuf:"bytes,162,opt,name=connected_since,json=connectedSince,proto3" json:"connected_since,omitempty"`
+	// disconnected_at is when the last session ended; unset while connected
+	// or when it ended without a gateway recording it.
+	DisconnectedAt *timestamppb.Timestamp `protobuf:"bytes,163,opt,name=disconnected_at,json=disconnectedAt,proto3" json:"disconnected_at,omitempty"`
+	// last_seen is when a gateway last held the session or heard from the
+	// node.
+	LastSeen *timestamppb.Timestamp `protobuf:"bytes,164,opt,name=last_seen,json=lastSeen,proto3" json:"last_seen,omitempty"`
+	// agent_version is the daemon version the node's last Hello named.
+	AgentVersion string `protobuf:"bytes,165,opt,name=agent_version,json=agentVersion,proto3" json:"agent_version,omitempty"`
+	// boot_id is the boot the node's last Hello named; a new one means the
+	// node rebooted.
+	BootId string `protobuf:"bytes,166,opt,name=boot_id,json=bootId,proto3" json:"boot_id,omitempty"`
+	// session_epoch counts the node's sessions; each Hello begins a new one.
+	SessionEpoch  int64 `protobuf:"varint,167,opt,name=session_epoch,json=sessionEpoch,proto3" json:"session_epoch,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2264,6 +2287,188 @@ func (x *Node) GetPool() string {
 	return ""
 }
 
+func (x *Node) GetConnected() bool {
+	if x != nil {
+		return x.Connected
+	}
+	return false
+}
+
+func (x *Node) GetGateway() string {
+	if x != nil {
+		return x.Gateway
+	}
+	return ""
+}
+
+func (x *Node) GetConnectedSince() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ConnectedSince
+	}
+	return nil
+}
+
+func (x *Node) GetDisconnectedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.DisconnectedAt
+	}
+	return nil
+}
+
+func (x *Node) GetLastSeen() *timestamppb.Timestamp {
+	if x != nil {
+		return x.LastSeen
+	}
+	return nil
+}
+
+func (x *Node) GetAgentVersion() string {
+	if x != nil {
+		return x.AgentVersion
+	}
+	return ""
+}
+
+func (x *Node) GetBootId() string {
+	if x != nil {
+		return x.BootId
+	}
+	return ""
+}
+
+func (x *Node) GetSessionEpoch() int64 {
+	if x != nil {
+		return x.SessionEpoch
+	}
+	return 0
+}
+
+// ListNodesRequest asks for a page of a tenant's nodes.
+type ListNodesRequest struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	TenantId string                 `protobuf:"bytes,1,opt,name=tenant_id,json=tenantId,proto3" json:"tenant_id,omitempty"`
+	// pool, when set, keeps only that pool's nodes.
+	Pool string `protobuf:"bytes,2,opt,name=pool,proto3" json:"pool,omitempty"`
+	// limit is the page size: 100 by default, at most 200.
+	Limit *int32 `protobuf:"varint,3,opt,name=limit,proto3,oneof" json:"limit,omitempty"`
+	// cursor is next_cursor from the previous page; empty for the first page.
+	Cursor        string `protobuf:"bytes,4,opt,name=cursor,proto3" json:"cursor,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListNodesRequest) Reset() {
+	*x = ListNodesRequest{}
+	mi := &file_bc_api_v1_api_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListNodesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListNodesRequest) ProtoMessage() {}
+
+func (x *ListNodesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_bc_api_v1_api_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListNodesRequest.ProtoReflect.Descriptor instead.
+func (*ListNodesRequest) Descriptor() ([]byte, []int) {
+	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *ListNodesRequest) GetTenantId() string {
+	if x != nil {
+		return x.TenantId
+	}
+	return ""
+}
+
+func (x *ListNodesRequest) GetPool() string {
+	if x != nil {
+		return x.Pool
+	}
+	return ""
+}
+
+func (x *ListNodesRequest) GetLimit() int32 {
+	if x != nil && x.Limit != nil {
+		return *x.Limit
+	}
+	return 0
+}
+
+func (x *ListNodesRequest) GetCursor() string {
+	if x != nil {
+		return x.Cursor
+	}
+	return ""
+}
+
+// ListNodesResponse is one page of nodes, by id.
+type ListNodesResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Items []*Node                `protobuf:"bytes,1,rep,name=items,proto3" json:"items,omitempty"`
+	// next_cursor fetches the next page; empty on the last page.
+	NextCursor    string `protobuf:"bytes,2,opt,name=next_cursor,json=nextCursor,proto3" json:"next_cursor,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListNodesResponse) Reset() {
+	*x = ListNodesResponse{}
+	mi := &file_bc_api_v1_api_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListNodesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListNodesResponse) ProtoMessage() {}
+
+func (x *ListNodesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_bc_api_v1_api_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListNodesResponse.ProtoReflect.Descriptor instead.
+func (*ListNodesResponse) Descriptor() ([]byte, []int) {
+	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *ListNodesResponse) GetItems() []*Node {
+	if x != nil {
+		return x.Items
+	}
+	return nil
+}
+
+func (x *ListNodesResponse) GetNextCursor() string {
+	if x != nil {
+		return x.NextCursor
+	}
+	return ""
+}
+
 // CreateTenantRequest registers a tenant.
 type CreateTenantRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -2276,7 +2481,7 @@ type CreateTenantRequest struct {
 
 func (x *CreateTenantRequest) Reset() {
 	*x = CreateTenantRequest{}
-	mi := &file_bc_api_v1_api_proto_msgTypes[26]
+	mi := &file_bc_api_v1_api_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2288,7 +2493,7 @@ func (x *CreateTenantRequest) String() string {
 func (*CreateTenantRequest) ProtoMessage() {}
 
 func (x *CreateTenantRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_api_v1_api_proto_msgTypes[26]
+	mi := &file_bc_api_v1_api_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2301,7 +2506,7 @@ func (x *CreateTenantRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTenantRequest.ProtoReflect.Descriptor instead.
 func (*CreateTenantRequest) Descriptor() ([]byte, []int) {
-	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{26}
+	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *CreateTenantRequest) GetTenantId() string {
@@ -2330,7 +2535,7 @@ type Tenant struct {
 
 func (x *Tenant) Reset() {
 	*x = Tenant{}
-	mi := &file_bc_api_v1_api_proto_msgTypes[27]
+	mi := &file_bc_api_v1_api_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2342,7 +2547,7 @@ func (x *Tenant) String() string {
 func (*Tenant) ProtoMessage() {}
 
 func (x *Tenant) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_api_v1_api_proto_msgTypes[27]
+	mi := &file_bc_api_v1_api_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2355,7 +2560,7 @@ func (x *Tenant) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Tenant.ProtoReflect.Descriptor instead.
 func (*Tenant) Descriptor() ([]byte, []int) {
-	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{27}
+	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *Tenant) GetId() string {
@@ -2397,7 +2602,7 @@ type CreateNodeRequest struct {
 
 func (x *CreateNodeRequest) Reset() {
 	*x = CreateNodeRequest{}
-	mi := &file_bc_api_v1_api_proto_msgTypes[28]
+	mi := &file_bc_api_v1_api_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2409,7 +2614,7 @@ func (x *CreateNodeRequest) String() string {
 func (*CreateNodeRequest) ProtoMessage() {}
 
 func (x *CreateNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_api_v1_api_proto_msgTypes[28]
+	mi := &file_bc_api_v1_api_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2422,7 +2627,7 @@ func (x *CreateNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateNodeRequest.ProtoReflect.Descriptor instead.
 func (*CreateNodeRequest) Descriptor() ([]byte, []int) {
-	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{28}
+	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *CreateNodeRequest) GetTenantId() string {
@@ -2481,7 +2686,7 @@ type CreateJoinTokenRequest struct {
 
 func (x *CreateJoinTokenRequest) Reset() {
 	*x = CreateJoinTokenRequest{}
-	mi := &file_bc_api_v1_api_proto_msgTypes[29]
+	mi := &file_bc_api_v1_api_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2493,7 +2698,7 @@ func (x *CreateJoinTokenRequest) String() string {
 func (*CreateJoinTokenRequest) ProtoMessage() {}
 
 func (x *CreateJoinTokenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_api_v1_api_proto_msgTypes[29]
+	mi := &file_bc_api_v1_api_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2506,7 +2711,7 @@ func (x *CreateJoinTokenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateJoinTokenRequest.ProtoReflect.Descriptor instead.
 func (*CreateJoinTokenRequest) Descriptor() ([]byte, []int) {
-	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{29}
+	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *CreateJoinTokenRequest) GetTenantId() string {
@@ -2563,7 +2768,7 @@ type JoinToken struct {
 
 func (x *JoinToken) Reset() {
 	*x = JoinToken{}
-	mi := &file_bc_api_v1_api_proto_msgTypes[30]
+	mi := &file_bc_api_v1_api_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2575,7 +2780,7 @@ func (x *JoinToken) String() string {
 func (*JoinToken) ProtoMessage() {}
 
 func (x *JoinToken) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_api_v1_api_proto_msgTypes[30]
+	mi := &file_bc_api_v1_api_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2588,7 +2793,7 @@ func (x *JoinToken) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinToken.ProtoReflect.Descriptor instead.
 func (*JoinToken) Descriptor() ([]byte, []int) {
-	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{30}
+	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *JoinToken) GetToken() string {
@@ -2625,7 +2830,7 @@ type SetNodeSpecRequest struct {
 
 func (x *SetNodeSpecRequest) Reset() {
 	*x = SetNodeSpecRequest{}
-	mi := &file_bc_api_v1_api_proto_msgTypes[31]
+	mi := &file_bc_api_v1_api_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2637,7 +2842,7 @@ func (x *SetNodeSpecRequest) String() string {
 func (*SetNodeSpecRequest) ProtoMessage() {}
 
 func (x *SetNodeSpecRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_api_v1_api_proto_msgTypes[31]
+	mi := &file_bc_api_v1_api_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2650,7 +2855,7 @@ func (x *SetNodeSpecRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetNodeSpecRequest.ProtoReflect.Descriptor instead.
 func (*SetNodeSpecRequest) Descriptor() ([]byte, []int) {
-	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{31}
+	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *SetNodeSpecRequest) GetTenantId() string {
@@ -2685,7 +2890,7 @@ type GetNodeSpecRequest struct {
 
 func (x *GetNodeSpecRequest) Reset() {
 	*x = GetNodeSpecRequest{}
-	mi := &file_bc_api_v1_api_proto_msgTypes[32]
+	mi := &file_bc_api_v1_api_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2697,7 +2902,7 @@ func (x *GetNodeSpecRequest) String() string {
 func (*GetNodeSpecRequest) ProtoMessage() {}
 
 func (x *GetNodeSpecRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_api_v1_api_proto_msgTypes[32]
+	mi := &file_bc_api_v1_api_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2710,7 +2915,7 @@ func (x *GetNodeSpecRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetNodeSpecRequest.ProtoReflect.Descriptor instead.
 func (*GetNodeSpecRequest) Descriptor() ([]byte, []int) {
-	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{32}
+	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *GetNodeSpecRequest) GetTenantId() string {
@@ -2740,7 +2945,7 @@ type NodeSpec struct {
 
 func (x *NodeSpec) Reset() {
 	*x = NodeSpec{}
-	mi := &file_bc_api_v1_api_proto_msgTypes[33]
+	mi := &file_bc_api_v1_api_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2752,7 +2957,7 @@ func (x *NodeSpec) String() string {
 func (*NodeSpec) ProtoMessage() {}
 
 func (x *NodeSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_api_v1_api_proto_msgTypes[33]
+	mi := &file_bc_api_v1_api_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2765,7 +2970,7 @@ func (x *NodeSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeSpec.ProtoReflect.Descriptor instead.
 func (*NodeSpec) Descriptor() ([]byte, []int) {
-	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{33}
+	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *NodeSpec) GetNodeId() string {
@@ -2800,7 +3005,7 @@ type DeleteNodeRequest struct {
 
 func (x *DeleteNodeRequest) Reset() {
 	*x = DeleteNodeRequest{}
-	mi := &file_bc_api_v1_api_proto_msgTypes[34]
+	mi := &file_bc_api_v1_api_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2812,7 +3017,7 @@ func (x *DeleteNodeRequest) String() string {
 func (*DeleteNodeRequest) ProtoMessage() {}
 
 func (x *DeleteNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_api_v1_api_proto_msgTypes[34]
+	mi := &file_bc_api_v1_api_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2825,7 +3030,7 @@ func (x *DeleteNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteNodeRequest.ProtoReflect.Descriptor instead.
 func (*DeleteNodeRequest) Descriptor() ([]byte, []int) {
-	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{34}
+	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *DeleteNodeRequest) GetTenantId() string {
@@ -2855,7 +3060,7 @@ type DeletedNode struct {
 
 func (x *DeletedNode) Reset() {
 	*x = DeletedNode{}
-	mi := &file_bc_api_v1_api_proto_msgTypes[35]
+	mi := &file_bc_api_v1_api_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2867,7 +3072,7 @@ func (x *DeletedNode) String() string {
 func (*DeletedNode) ProtoMessage() {}
 
 func (x *DeletedNode) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_api_v1_api_proto_msgTypes[35]
+	mi := &file_bc_api_v1_api_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2880,7 +3085,7 @@ func (x *DeletedNode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeletedNode.ProtoReflect.Descriptor instead.
 func (*DeletedNode) Descriptor() ([]byte, []int) {
-	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{35}
+	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *DeletedNode) GetNodeId() string {
@@ -3092,7 +3297,7 @@ const file_bc_api_v1_api_proto_rawDesc = "" +
 	"\x06status\x18\x02 \x01(\tR\x06status\x12\x16\n" +
 	"\x06reason\x18\x03 \x01(\tR\x06reason\x12\x18\n" +
 	"\amessage\x18\x04 \x01(\tR\amessage\x120\n" +
-	"\x05since\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\x05since\"\xfc\x02\n" +
+	"\x05since\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\x05since\"\xe2\x05\n" +
 	"\x04Node\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1b\n" +
 	"\ttenant_id\x18\x02 \x01(\tR\btenantId\x12\x12\n" +
@@ -3106,7 +3311,25 @@ const file_bc_api_v1_api_proto_rawDesc = "" +
 	"\n" +
 	"created_at\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12#\n" +
 	"\rtrust_version\x18\t \x01(\x03R\ftrustVersion\x12\x12\n" +
-	"\x04pool\x18d \x01(\tR\x04pool\"F\n" +
+	"\x04pool\x18d \x01(\tR\x04pool\x12\x1d\n" +
+	"\tconnected\x18\xa0\x01 \x01(\bR\tconnected\x12\x19\n" +
+	"\agateway\x18\xa1\x01 \x01(\tR\agateway\x12D\n" +
+	"\x0fconnected_since\x18\xa2\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x0econnectedSince\x12D\n" +
+	"\x0fdisconnected_at\x18\xa3\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x0edisconnectedAt\x128\n" +
+	"\tlast_seen\x18\xa4\x01 \x01(\v2\x1a.google.protobuf.TimestampR\blastSeen\x12$\n" +
+	"\ragent_version\x18\xa5\x01 \x01(\tR\fagentVersion\x12\x18\n" +
+	"\aboot_id\x18\xa6\x01 \x01(\tR\x06bootId\x12$\n" +
+	"\rsession_epoch\x18\xa7\x01 \x01(\x03R\fsessionEpoch\"\x80\x01\n" +
+	"\x10ListNodesRequest\x12\x1b\n" +
+	"\ttenant_id\x18\x01 \x01(\tR\btenantId\x12\x12\n" +
+	"\x04pool\x18\x02 \x01(\tR\x04pool\x12\x19\n" +
+	"\x05limit\x18\x03 \x01(\x05H\x00R\x05limit\x88\x01\x01\x12\x16\n" +
+	"\x06cursor\x18\x04 \x01(\tR\x06cursorB\b\n" +
+	"\x06_limit\"[\n" +
+	"\x11ListNodesResponse\x12%\n" +
+	"\x05items\x18\x01 \x03(\v2\x0f.bc.api.v1.NodeR\x05items\x12\x1f\n" +
+	"\vnext_cursor\x18\x02 \x01(\tR\n" +
+	"nextCursor\"F\n" +
 	"\x13CreateTenantRequest\x12\x1b\n" +
 	"\ttenant_id\x18\x01 \x01(\tR\btenantId\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\"g\n" +
@@ -3164,9 +3387,10 @@ const file_bc_api_v1_api_proto_rawDesc = "" +
 	"\x04List\x12$.bc.api.v1.ListCommandBatchesRequest\x1a%.bc.api.v1.ListCommandBatchesResponse\x12I\n" +
 	"\aApprove\x12%.bc.api.v1.ApproveCommandBatchRequest\x1a\x17.bc.api.v1.CommandBatch2D\n" +
 	"\x06Events\x12:\n" +
-	"\x05Watch\x12\x1d.bc.api.v1.WatchEventsRequest\x1a\x10.bc.api.v1.Event0\x012\xcf\x05\n" +
+	"\x05Watch\x12\x1d.bc.api.v1.WatchEventsRequest\x1a\x10.bc.api.v1.Event0\x012\x92\x06\n" +
 	"\x05Nodes\x121\n" +
 	"\x03Get\x12\x19.bc.api.v1.GetNodeRequest\x1a\x0f.bc.api.v1.Node\x12A\n" +
+	"\x04List\x12\x1b.bc.api.v1.ListNodesRequest\x1a\x1c.bc.api.v1.ListNodesResponse\x12A\n" +
 	"\fCreateTenant\x12\x1e.bc.api.v1.CreateTenantRequest\x1a\x11.bc.api.v1.Tenant\x127\n" +
 	"\x06Create\x12\x1c.bc.api.v1.CreateNodeRequest\x1a\x0f.bc.api.v1.Node\x12J\n" +
 	"\x0fCreateJoinToken\x12!.bc.api.v1.CreateJoinTokenRequest\x1a\x14.bc.api.v1.JoinToken\x12=\n" +
@@ -3189,7 +3413,7 @@ func file_bc_api_v1_api_proto_rawDescGZIP() []byte {
 	return file_bc_api_v1_api_proto_rawDescData
 }
 
-var file_bc_api_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 36)
+var file_bc_api_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 38)
 var file_bc_api_v1_api_proto_goTypes = []any{
 	(*BatchLeaf)(nil),                     // 0: bc.api.v1.BatchLeaf
 	(*CreateCommandBatchRequest)(nil),     // 1: bc.api.v1.CreateCommandBatchRequest
@@ -3217,101 +3441,109 @@ var file_bc_api_v1_api_proto_goTypes = []any{
 	(*GetNodeRequest)(nil),                // 23: bc.api.v1.GetNodeRequest
 	(*Condition)(nil),                     // 24: bc.api.v1.Condition
 	(*Node)(nil),                          // 25: bc.api.v1.Node
-	(*CreateTenantRequest)(nil),           // 26: bc.api.v1.CreateTenantRequest
-	(*Tenant)(nil),                        // 27: bc.api.v1.Tenant
-	(*CreateNodeRequest)(nil),             // 28: bc.api.v1.CreateNodeRequest
-	(*CreateJoinTokenRequest)(nil),        // 29: bc.api.v1.CreateJoinTokenRequest
-	(*JoinToken)(nil),                     // 30: bc.api.v1.JoinToken
-	(*SetNodeSpecRequest)(nil),            // 31: bc.api.v1.SetNodeSpecRequest
-	(*GetNodeSpecRequest)(nil),            // 32: bc.api.v1.GetNodeSpecRequest
-	(*NodeSpec)(nil),                      // 33: bc.api.v1.NodeSpec
-	(*DeleteNodeRequest)(nil),             // 34: bc.api.v1.DeleteNodeRequest
-	(*DeletedNode)(nil),                   // 35: bc.api.v1.DeletedNode
-	(*timestamppb.Timestamp)(nil),         // 36: google.protobuf.Timestamp
-	(*structpb.Struct)(nil),               // 37: google.protobuf.Struct
-	(*structpb.Value)(nil),                // 38: google.protobuf.Value
+	(*ListNodesRequest)(nil),              // 26: bc.api.v1.ListNodesRequest
+	(*ListNodesResponse)(nil),             // 27: bc.api.v1.ListNodesResponse
+	(*CreateTenantRequest)(nil),           // 28: bc.api.v1.CreateTenantRequest
+	(*Tenant)(nil),                        // 29: bc.api.v1.Tenant
+	(*CreateNodeRequest)(nil),             // 30: bc.api.v1.CreateNodeRequest
+	(*CreateJoinTokenRequest)(nil),        // 31: bc.api.v1.CreateJoinTokenRequest
+	(*JoinToken)(nil),                     // 32: bc.api.v1.JoinToken
+	(*SetNodeSpecRequest)(nil),            // 33: bc.api.v1.SetNodeSpecRequest
+	(*GetNodeSpecRequest)(nil),            // 34: bc.api.v1.GetNodeSpecRequest
+	(*NodeSpec)(nil),                      // 35: bc.api.v1.NodeSpec
+	(*DeleteNodeRequest)(nil),             // 36: bc.api.v1.DeleteNodeRequest
+	(*DeletedNode)(nil),                   // 37: bc.api.v1.DeletedNode
+	(*timestamppb.Timestamp)(nil),         // 38: google.protobuf.Timestamp
+	(*structpb.Struct)(nil),               // 39: google.protobuf.Struct
+	(*structpb.Value)(nil),                // 40: google.protobuf.Value
 }
 var file_bc_api_v1_api_proto_depIdxs = []int32{
 	0,  // 0: bc.api.v1.CreateCommandBatchRequest.scope:type_name -> bc.api.v1.BatchLeaf
 	7,  // 1: bc.api.v1.ListCommandBatchesResponse.items:type_name -> bc.api.v1.CommandBatch
-	36, // 2: bc.api.v1.BatchApproval.approved_at:type_name -> google.protobuf.Timestamp
+	38, // 2: bc.api.v1.BatchApproval.approved_at:type_name -> google.protobuf.Timestamp
 	0,  // 3: bc.api.v1.CommandBatch.scope:type_name -> bc.api.v1.BatchLeaf
-	36, // 4: bc.api.v1.CommandBatch.deadline:type_name -> google.protobuf.Timestamp
-	36, // 5: bc.api.v1.CommandBatch.created_at:type_name -> google.protobuf.Timestamp
-	36, // 6: bc.api.v1.CommandBatch.approved_at:type_name -> google.protobuf.Timestamp
+	38, // 4: bc.api.v1.CommandBatch.deadline:type_name -> google.protobuf.Timestamp
+	38, // 5: bc.api.v1.CommandBatch.created_at:type_name -> google.protobuf.Timestamp
+	38, // 6: bc.api.v1.CommandBatch.approved_at:type_name -> google.protobuf.Timestamp
 	6,  // 7: bc.api.v1.CommandBatch.approvals:type_name -> bc.api.v1.BatchApproval
-	36, // 8: bc.api.v1.NodeCertificate.not_before:type_name -> google.protobuf.Timestamp
-	36, // 9: bc.api.v1.NodeCertificate.not_after:type_name -> google.protobuf.Timestamp
-	36, // 10: bc.api.v1.NodeCertificate.issued_at:type_name -> google.protobuf.Timestamp
-	36, // 11: bc.api.v1.NodeCertificate.superseded_at:type_name -> google.protobuf.Timestamp
-	36, // 12: bc.api.v1.NodeCertificate.revoked_at:type_name -> google.protobuf.Timestamp
+	38, // 8: bc.api.v1.NodeCertificate.not_before:type_name -> google.protobuf.Timestamp
+	38, // 9: bc.api.v1.NodeCertificate.not_after:type_name -> google.protobuf.Timestamp
+	38, // 10: bc.api.v1.NodeCertificate.issued_at:type_name -> google.protobuf.Timestamp
+	38, // 11: bc.api.v1.NodeCertificate.superseded_at:type_name -> google.protobuf.Timestamp
+	38, // 12: bc.api.v1.NodeCertificate.revoked_at:type_name -> google.protobuf.Timestamp
 	10, // 13: bc.api.v1.NodeCertificates.certificates:type_name -> bc.api.v1.NodeCertificate
-	36, // 14: bc.api.v1.AllocationBinding.updated_at:type_name -> google.protobuf.Timestamp
+	38, // 14: bc.api.v1.AllocationBinding.updated_at:type_name -> google.protobuf.Timestamp
 	13, // 15: bc.api.v1.AllocationBindings.bindings:type_name -> bc.api.v1.AllocationBinding
-	37, // 16: bc.api.v1.Command.payload:type_name -> google.protobuf.Struct
-	36, // 17: bc.api.v1.Command.not_after:type_name -> google.protobuf.Timestamp
-	36, // 18: bc.api.v1.Command.not_before:type_name -> google.protobuf.Timestamp
-	36, // 19: bc.api.v1.Command.created_at:type_name -> google.protobuf.Timestamp
-	36, // 20: bc.api.v1.Command.updated_at:type_name -> google.protobuf.Timestamp
-	36, // 21: bc.api.v1.Command.settled_at:type_name -> google.protobuf.Timestamp
-	36, // 22: bc.api.v1.Command.cancel_requested_at:type_name -> google.protobuf.Timestamp
-	38, // 23: bc.api.v1.Command.result:type_name -> google.protobuf.Value
-	38, // 24: bc.api.v1.Command.progress:type_name -> google.protobuf.Value
-	37, // 25: bc.api.v1.RunCommandRequest.payload:type_name -> google.protobuf.Struct
+	39, // 16: bc.api.v1.Command.payload:type_name -> google.protobuf.Struct
+	38, // 17: bc.api.v1.Command.not_after:type_name -> google.protobuf.Timestamp
+	38, // 18: bc.api.v1.Command.not_before:type_name -> google.protobuf.Timestamp
+	38, // 19: bc.api.v1.Command.created_at:type_name -> google.protobuf.Timestamp
+	38, // 20: bc.api.v1.Command.updated_at:type_name -> google.protobuf.Timestamp
+	38, // 21: bc.api.v1.Command.settled_at:type_name -> google.protobuf.Timestamp
+	38, // 22: bc.api.v1.Command.cancel_requested_at:type_name -> google.protobuf.Timestamp
+	40, // 23: bc.api.v1.Command.result:type_name -> google.protobuf.Value
+	40, // 24: bc.api.v1.Command.progress:type_name -> google.protobuf.Value
+	39, // 25: bc.api.v1.RunCommandRequest.payload:type_name -> google.protobuf.Struct
 	15, // 26: bc.api.v1.ListCommandsResponse.items:type_name -> bc.api.v1.Command
-	36, // 27: bc.api.v1.Event.occurred_at:type_name -> google.protobuf.Timestamp
-	37, // 28: bc.api.v1.Event.data:type_name -> google.protobuf.Struct
-	36, // 29: bc.api.v1.Condition.since:type_name -> google.protobuf.Timestamp
-	37, // 30: bc.api.v1.Node.inventory:type_name -> google.protobuf.Struct
+	38, // 27: bc.api.v1.Event.occurred_at:type_name -> google.protobuf.Timestamp
+	39, // 28: bc.api.v1.Event.data:type_name -> google.protobuf.Struct
+	38, // 29: bc.api.v1.Condition.since:type_name -> google.protobuf.Timestamp
+	39, // 30: bc.api.v1.Node.inventory:type_name -> google.protobuf.Struct
 	24, // 31: bc.api.v1.Node.conditions:type_name -> bc.api.v1.Condition
-	36, // 32: bc.api.v1.Node.created_at:type_name -> google.protobuf.Timestamp
-	36, // 33: bc.api.v1.Tenant.created_at:type_name -> google.protobuf.Timestamp
-	36, // 34: bc.api.v1.JoinToken.expires_at:type_name -> google.protobuf.Timestamp
-	37, // 35: bc.api.v1.SetNodeSpecRequest.spec:type_name -> google.protobuf.Struct
-	37, // 36: bc.api.v1.NodeSpec.spec:type_name -> google.protobuf.Struct
-	16, // 37: bc.api.v1.Commands.Run:input_type -> bc.api.v1.RunCommandRequest
-	17, // 38: bc.api.v1.Commands.Get:input_type -> bc.api.v1.GetCommandRequest
-	18, // 39: bc.api.v1.Commands.List:input_type -> bc.api.v1.ListCommandsRequest
-	20, // 40: bc.api.v1.Commands.Cancel:input_type -> bc.api.v1.CancelCommandRequest
-	1,  // 41: bc.api.v1.CommandBatches.Create:input_type -> bc.api.v1.CreateCommandBatchRequest
-	2,  // 42: bc.api.v1.CommandBatches.Get:input_type -> bc.api.v1.GetCommandBatchRequest
-	3,  // 43: bc.api.v1.CommandBatches.List:input_type -> bc.api.v1.ListCommandBatchesRequest
-	5,  // 44: bc.api.v1.CommandBatches.Approve:input_type -> bc.api.v1.ApproveCommandBatchRequest
-	21, // 45: bc.api.v1.Events.Watch:input_type -> bc.api.v1.WatchEventsRequest
-	23, // 46: bc.api.v1.Nodes.Get:input_type -> bc.api.v1.GetNodeRequest
-	26, // 47: bc.api.v1.Nodes.CreateTenant:input_type -> bc.api.v1.CreateTenantRequest
-	28, // 48: bc.api.v1.Nodes.Create:input_type -> bc.api.v1.CreateNodeRequest
-	29, // 49: bc.api.v1.Nodes.CreateJoinToken:input_type -> bc.api.v1.CreateJoinTokenRequest
-	31, // 50: bc.api.v1.Nodes.SetSpec:input_type -> bc.api.v1.SetNodeSpecRequest
-	32, // 51: bc.api.v1.Nodes.GetSpec:input_type -> bc.api.v1.GetNodeSpecRequest
-	34, // 52: bc.api.v1.Nodes.Delete:input_type -> bc.api.v1.DeleteNodeRequest
-	8,  // 53: bc.api.v1.Nodes.ListCertificates:input_type -> bc.api.v1.ListNodeCertificatesRequest
-	9,  // 54: bc.api.v1.Nodes.RevokeCertificates:input_type -> bc.api.v1.RevokeNodeCertificatesRequest
-	12, // 55: bc.api.v1.Nodes.ListBindings:input_type -> bc.api.v1.ListAllocationBindingsRequest
-	15, // 56: bc.api.v1.Commands.Run:output_type -> bc.api.v1.Command
-	15, // 57: bc.api.v1.Commands.Get:output_type -> bc.api.v1.Command
-	19, // 58: bc.api.v1.Commands.List:output_type -> bc.api.v1.ListCommandsResponse
-	15, // 59: bc.api.v1.Commands.Cancel:output_type -> bc.api.v1.Command
-	7,  // 60: bc.api.v1.CommandBatches.Create:output_type -> bc.api.v1.CommandBatch
-	7,  // 61: bc.api.v1.CommandBatches.Get:output_type -> bc.api.v1.CommandBatch
-	4,  // 62: bc.api.v1.CommandBatches.List:output_type -> bc.api.v1.ListCommandBatchesResponse
-	7,  // 63: bc.api.v1.CommandBatches.Approve:output_type -> bc.api.v1.CommandBatch
-	22, // 64: bc.api.v1.Events.Watch:output_type -> bc.api.v1.Event
-	25, // 65: bc.api.v1.Nodes.Get:output_type -> bc.api.v1.Node
-	27, // 66: bc.api.v1.Nodes.CreateTenant:output_type -> bc.api.v1.Tenant
-	25, // 67: bc.api.v1.Nodes.Create:output_type -> bc.api.v1.Node
-	30, // 68: bc.api.v1.Nodes.CreateJoinToken:output_type -> bc.api.v1.JoinToken
-	33, // 69: bc.api.v1.Nodes.SetSpec:output_type -> bc.api.v1.NodeSpec
-	33, // 70: bc.api.v1.Nodes.GetSpec:output_type -> bc.api.v1.NodeSpec
-	35, // 71: bc.api.v1.Nodes.Delete:output_type -> bc.api.v1.DeletedNode
-	11, // 72: bc.api.v1.Nodes.ListCertificates:output_type -> bc.api.v1.NodeCertificates
-	11, // 73: bc.api.v1.Nodes.RevokeCertificates:output_type -> bc.api.v1.NodeCertificates
-	14, // 74: bc.api.v1.Nodes.ListBindings:output_type -> bc.api.v1.AllocationBindings
-	56, // [56:75] is the sub-list for method output_type
-	37, // [37:56] is the sub-list for method input_type
-	37, // [37:37] is the sub-list for extension type_name
-	37, // [37:37] is the sub-list for extension extendee
-	0,  // [0:37] is the sub-list for field type_name
+	38, // 32: bc.api.v1.Node.created_at:type_name -> google.protobuf.Timestamp
+	38, // 33: bc.api.v1.Node.connected_since:type_name -> google.protobuf.Timestamp
+	38, // 34: bc.api.v1.Node.disconnected_at:type_name -> google.protobuf.Timestamp
+	38, // 35: bc.api.v1.Node.last_seen:type_name -> google.protobuf.Timestamp
+	25, // 36: bc.api.v1.ListNodesResponse.items:type_name -> bc.api.v1.Node
+	38, // 37: bc.api.v1.Tenant.created_at:type_name -> google.protobuf.Timestamp
+	38, // 38: bc.api.v1.JoinToken.expires_at:type_name -> google.protobuf.Timestamp
+	39, // 39: bc.api.v1.SetNodeSpecRequest.spec:type_name -> google.protobuf.Struct
+	39, // 40: bc.api.v1.NodeSpec.spec:type_name -> google.protobuf.Struct
+	16, // 41: bc.api.v1.Commands.Run:input_type -> bc.api.v1.RunCommandRequest
+	17, // 42: bc.api.v1.Commands.Get:input_type -> bc.api.v1.GetCommandRequest
+	18, // 43: bc.api.v1.Commands.List:input_type -> bc.api.v1.ListCommandsRequest
+	20, // 44: bc.api.v1.Commands.Cancel:input_type -> bc.api.v1.CancelCommandRequest
+	1,  // 45: bc.api.v1.CommandBatches.Create:input_type -> bc.api.v1.CreateCommandBatchRequest
+	2,  // 46: bc.api.v1.CommandBatches.Get:input_type -> bc.api.v1.GetCommandBatchRequest
+	3,  // 47: bc.api.v1.CommandBatches.List:input_type -> bc.api.v1.ListCommandBatchesRequest
+	5,  // 48: bc.api.v1.CommandBatches.Approve:input_type -> bc.api.v1.ApproveCommandBatchRequest
+	21, // 49: bc.api.v1.Events.Watch:input_type -> bc.api.v1.WatchEventsRequest
+	23, // 50: bc.api.v1.Nodes.Get:input_type -> bc.api.v1.GetNodeRequest
+	26, // 51: bc.api.v1.Nodes.List:input_type -> bc.api.v1.ListNodesRequest
+	28, // 52: bc.api.v1.Nodes.CreateTenant:input_type -> bc.api.v1.CreateTenantRequest
+	30, // 53: bc.api.v1.Nodes.Create:input_type -> bc.api.v1.CreateNodeRequest
+	31, // 54: bc.api.v1.Nodes.CreateJoinToken:input_type -> bc.api.v1.CreateJoinTokenRequest
+	33, // 55: bc.api.v1.Nodes.SetSpec:input_type -> bc.api.v1.SetNodeSpecRequest
+	34, // 56: bc.api.v1.Nodes.GetSpec:input_type -> bc.api.v1.GetNodeSpecRequest
+	36, // 57: bc.api.v1.Nodes.Delete:input_type -> bc.api.v1.DeleteNodeRequest
+	8,  // 58: bc.api.v1.Nodes.ListCertificates:input_type -> bc.api.v1.ListNodeCertificatesRequest
+	9,  // 59: bc.api.v1.Nodes.RevokeCertificates:input_type -> bc.api.v1.RevokeNodeCertificatesRequest
+	12, // 60: bc.api.v1.Nodes.ListBindings:input_type -> bc.api.v1.ListAllocationBindingsRequest
+	15, // 61: bc.api.v1.Commands.Run:output_type -> bc.api.v1.Command
+	15, // 62: bc.api.v1.Commands.Get:output_type -> bc.api.v1.Command
+	19, // 63: bc.api.v1.Commands.List:output_type -> bc.api.v1.ListCommandsResponse
+	15, // 64: bc.api.v1.Commands.Cancel:output_type -> bc.api.v1.Command
+	7,  // 65: bc.api.v1.CommandBatches.Create:output_type -> bc.api.v1.CommandBatch
+	7,  // 66: bc.api.v1.CommandBatches.Get:output_type -> bc.api.v1.CommandBatch
+	4,  // 67: bc.api.v1.CommandBatches.List:output_type -> bc.api.v1.ListCommandBatchesResponse
+	7,  // 68: bc.api.v1.CommandBatches.Approve:output_type -> bc.api.v1.CommandBatch
+	22, // 69: bc.api.v1.Events.Watch:output_type -> bc.api.v1.Event
+	25, // 70: bc.api.v1.Nodes.Get:output_type -> bc.api.v1.Node
+	27, // 71: bc.api.v1.Nodes.List:output_type -> bc.api.v1.ListNodesResponse
+	29, // 72: bc.api.v1.Nodes.CreateTenant:output_type -> bc.api.v1.Tenant
+	25, // 73: bc.api.v1.Nodes.Create:output_type -> bc.api.v1.Node
+	32, // 74: bc.api.v1.Nodes.CreateJoinToken:output_type -> bc.api.v1.JoinToken
+	35, // 75: bc.api.v1.Nodes.SetSpec:output_type -> bc.api.v1.NodeSpec
+	35, // 76: bc.api.v1.Nodes.GetSpec:output_type -> bc.api.v1.NodeSpec
+	37, // 77: bc.api.v1.Nodes.Delete:output_type -> bc.api.v1.DeletedNode
+	11, // 78: bc.api.v1.Nodes.ListCertificates:output_type -> bc.api.v1.NodeCertificates
+	11, // 79: bc.api.v1.Nodes.RevokeCertificates:output_type -> bc.api.v1.NodeCertificates
+	14, // 80: bc.api.v1.Nodes.ListBindings:output_type -> bc.api.v1.AllocationBindings
+	61, // [61:81] is the sub-list for method output_type
+	41, // [41:61] is the sub-list for method input_type
+	41, // [41:41] is the sub-list for extension type_name
+	41, // [41:41] is the sub-list for extension extendee
+	0,  // [0:41] is the sub-list for field type_name
 }
 
 func init() { file_bc_api_v1_api_proto_init() }
@@ -3323,13 +3555,14 @@ func file_bc_api_v1_api_proto_init() {
 	file_bc_api_v1_api_proto_msgTypes[15].OneofWrappers = []any{}
 	file_bc_api_v1_api_proto_msgTypes[16].OneofWrappers = []any{}
 	file_bc_api_v1_api_proto_msgTypes[18].OneofWrappers = []any{}
+	file_bc_api_v1_api_proto_msgTypes[26].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_bc_api_v1_api_proto_rawDesc), len(file_bc_api_v1_api_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   36,
+			NumMessages:   38,
 			NumExtensions: 0,
 			NumServices:   4,
 		},

@@ -617,6 +617,7 @@ var Events_ServiceDesc = grpc.ServiceDesc{
 
 const (
 	Nodes_Get_FullMethodName                = "/bc.api.v1.Nodes/Get"
+	Nodes_List_FullMethodName               = "/bc.api.v1.Nodes/List"
 	Nodes_CreateTenant_FullMethodName       = "/bc.api.v1.Nodes/CreateTenant"
 	Nodes_Create_FullMethodName             = "/bc.api.v1.Nodes/Create"
 	Nodes_CreateJoinToken_FullMethodName    = "/bc.api.v1.Nodes/CreateJoinToken"
@@ -637,6 +638,10 @@ type NodesClient interface {
 	// Get returns a node with its inventory and conditions
 	// (compute:nodes:read on compute-node/{nodeId}).
 	Get(ctx context.Context, in *GetNodeRequest, opts ...grpc.CallOption) (*Node, error)
+	// List returns a page of the tenant's nodes, by id, each with its
+	// conditions and session; only the nodes on which the caller holds
+	// compute:nodes:read (on compute-node/{nodeId}) are listed.
+	List(ctx context.Context, in *ListNodesRequest, opts ...grpc.CallOption) (*ListNodesResponse, error)
 	// CreateTenant registers a tenant (compute:tenants:create on tenant/{tenantId}).
 	CreateTenant(ctx context.Context, in *CreateTenantRequest, opts ...grpc.CallOption) (*Tenant, error)
 	// Create registers a node in a tenant
@@ -685,6 +690,16 @@ func (c *nodesClient) Get(ctx context.Context, in *GetNodeRequest, opts ...grpc.
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(Node)
 	err := c.cc.Invoke(ctx, Nodes_Get_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *nodesClient) List(ctx context.Context, in *ListNodesRequest, opts ...grpc.CallOption) (*ListNodesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListNodesResponse)
+	err := c.cc.Invoke(ctx, Nodes_List_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -790,6 +805,10 @@ type NodesServer interface {
 	// Get returns a node with its inventory and conditions
 	// (compute:nodes:read on compute-node/{nodeId}).
 	Get(context.Context, *GetNodeRequest) (*Node, error)
+	// List returns a page of the tenant's nodes, by id, each with its
+	// conditions and session; only the nodes on which the caller holds
+	// compute:nodes:read (on compute-node/{nodeId}) are listed.
+	List(context.Context, *ListNodesRequest) (*ListNodesResponse, error)
 	// CreateTenant registers a tenant (compute:tenants:create on tenant/{tenantId}).
 	CreateTenant(context.Context, *CreateTenantRequest) (*Tenant, error)
 	// Create registers a node in a tenant
@@ -836,6 +855,9 @@ type UnimplementedNodesServer struct{}
 
 func (UnimplementedNodesServer) Get(context.Context, *GetNodeRequest) (*Node, error) {
 	return nil, status.Error(codes.Unimplemented, "method Get not implemented")
+}
+func (UnimplementedNodesServer) List(context.Context, *ListNodesRequest) (*ListNodesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method List not implemented")
 }
 func (UnimplementedNodesServer) CreateTenant(context.Context, *CreateTenantRequest) (*Tenant, error) {
 	return nil, status.Error(codes.Unimplemented, "method CreateTenant not implemented")
@@ -899,6 +921,24 @@ func _Nodes_Get_Handler(srv interface{}, ctx context.Context, dec func(interface
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(NodesServer).Get(ctx, req.(*GetNodeRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Nodes_List_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListNodesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(NodesServer).List(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Nodes_List_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(NodesServer).List(ctx, req.(*ListNodesRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -1075,6 +1115,10 @@ var Nodes_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Get",
 			Handler:    _Nodes_Get_Handler,
+		},
+		{
+			MethodName: "List",
+			Handler:    _Nodes_List_Handler,
 		},
 		{
 			MethodName: "CreateTenant",

@@ -22,7 +22,7 @@ import type { JsonObject, Message } from "@bufbuild/protobuf";
  * Describes the file bc/api/v1/api.proto.
  */
 export const file_bc_api_v1_api: GenFile = /*@__PURE__*/
-  fileDesc("ChNiYy9hcGkvdjEvYXBpLnByb3RvEgliYy5hcGkudjEiQgoJQmF0Y2hMZWFmEg8KB3N1YmplY3QYASABKAkSDAoEa2luZBgCIAEoCRIWCg5wYXlsb2FkX3NoYTI1NhgDIAEoCSKwAQoZQ3JlYXRlQ29tbWFuZEJhdGNoUmVxdWVzdBIRCgl0ZW5hbnRfaWQYASABKAkSDgoGcmVhc29uGAIgASgJEiMKBXNjb3BlGAMgAygLMhQuYmMuYXBpLnYxLkJhdGNoTGVhZhIXCg9pZGVtcG90ZW5jeV9rZXkYBCABKAkSHQoQZGVhZGxpbmVfc2Vjb25kcxgFIAEoBUgAiAEBQhMKEV9kZWFkbGluZV9zZWNvbmRzIj0KFkdldENvbW1hbmRCYXRjaFJlcXVlc3QSEQoJdGVuYW50X2lkGAEgASgJEhAKCGJhdGNoX2lkGAIgASgJIkwKGUxpc3RDb21tYW5kQmF0Y2hlc1JlcXVlc3QSEQoJdGVuYW50X2lkGAEgASgJEg0KBXN0YXRlGAIgASgJEg0KBWxpbWl0GAMgASgFIkQKGkxpc3RDb21tYW5kQmF0Y2hlc1Jlc3BvbnNlEiYKBWl0ZW1zGAEgAygLMhcuYmMuYXBpLnYxLkNvbW1hbmRCYXRjaCJkChpBcHByb3ZlQ29tbWFuZEJhdGNoUmVxdWVzdBIRCgl0ZW5hbnRfaWQYASABKAkSEAoIYmF0Y2hfaWQYAiABKAkSDgoGa2V5X2lkGAMgASgJEhEKCXNpZ25hdHVyZRgEIAEoDCJiCg1CYXRjaEFwcHJvdmFsEg4KBmtleV9pZBgBIAEoCRIQCghhcHByb3ZlchgCIAEoCRIvCgthcHByb3ZlZF9hdBgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAipgMKDENvbW1hbmRCYXRjaBIKCgJpZBgBIAEoCRIRCgl0ZW5hbnRfaWQYAiABKAkSDgoGcmVhc29uGAMgASgJEiMKBXNjb3BlGAQgAygLMhQuYmMuYXBpLnYxLkJhdGNoTGVhZhIRCglyZXF1ZXN0ZXIYBSABKAkSDQoFc3RhdGUYBiABKAkSLAoIZGVhZGxpbmUYByABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi4KCmNyZWF0ZWRfYXQYCCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi8KC2FwcHJvdmVkX2F0GAkgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIRCgl0cmVlX3NpemUYCiABKA0SEQoJcm9vdF9oYXNoGAsgASgJEhEKCXN0YXRlbWVudBgMIAEoDBIrCglhcHByb3ZhbHMYDSADKAsyGC5iYy5hcGkudjEuQmF0Y2hBcHByb3ZhbBIYChBhcHByb3ZhbHNfbmVlZGVkGA4gASgNEhEKCXRocmVzaG9sZBgPIAEoDSJBChtMaXN0Tm9kZUNlcnRpZmljYXRlc1JlcXVlc3QSEQoJdGVuYW50X2lkGAEgASgJEg8KB25vZGVfaWQYAiABKAkiUwodUmV2b2tlTm9kZUNlcnRpZmljYXRlc1JlcXVlc3QSEQoJdGVuYW50X2lkGAEgASgJEg8KB25vZGVfaWQYAiABKAkSDgoGc2VyaWFsGAMgASgJItMCCg9Ob2RlQ2VydGlmaWNhdGUSDgoGc2VyaWFsGAEgASgJEgwKBHJvbGUYAiABKAkSFQoNYWxsb3dlZF9raW5kcxgDIAMoCRIuCgpub3RfYmVmb3JlGAQgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBItCglub3RfYWZ0ZXIYBSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi0KCWlzc3VlZF9hdBgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASDQoFc3RhdGUYByABKAkSMQoNc3VwZXJzZWRlZF9hdBgIIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKcmV2b2tlZF9hdBgJIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASCwoDcGVtGAogASgMIlkKEE5vZGVDZXJ0aWZpY2F0ZXMSMAoMY2VydGlmaWNhdGVzGAEgAygLMhouYmMuYXBpLnYxLk5vZGVDZXJ0aWZpY2F0ZRITCgtub2RlX2NhX3BlbRgCIAEoDCJDCh1MaXN0QWxsb2NhdGlvbkJpbmRpbmdzUmVxdWVzdBIRCgl0ZW5hbnRfaWQYASABKAkSDwoHbm9kZV9pZBgCIAEoCSK9AQoRQWxsb2NhdGlvbkJpbmRpbmcSEgoKYWxsb2NhdGlvbhgBIAEoCRISCgpnZW5lcmF0aW9uGAIgASgDEgwKBGdwdXMYAyADKAkSDQoFc3RhdGUYBCABKAkSDgoGcmVhc29uGAUgASgJEhEKCXN0YXRlbWVudBgGIAEoDBIQCghub2RlX3NpZxgHIAEoDBIuCgp1cGRhdGVkX2F0GAggASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCJEChJBbGxvY2F0aW9uQmluZGluZ3MSLgoIYmluZGluZ3MYASADKAsyHC5iYy5hcGkudjEuQWxsb2NhdGlvbkJpbmRpbmciqAcKB0NvbW1hbmQSCgoCaWQYASABKAkSEQoJdGVuYW50X2lkGAIgASgJEg8KB25vZGVfaWQYAyABKAkSCwoDc2VxGAQgASgNEgwKBGtpbmQYBSABKAkSKAoHcGF5bG9hZBgGIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QSDQoFc3RhdGUYByABKAkSDgoGcmVhc29uGAggASgJEi0KCW5vdF9hZnRlchgJIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASFwoKcmV0cnlfc2FmZRgKIAEoCEgAiAEBEhAKCGJhdGNoX2lkGAsgASgJEhkKEWF3YWl0aW5nX2FwcHJvdmFsGAwgASgIEi4KCm5vdF9iZWZvcmUYDSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhIKCmJ1bmRsZV9rZXkYDiABKAkSLgoKY3JlYXRlZF9hdBgPIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKdXBkYXRlZF9hdBgQIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKc2V0dGxlZF9hdBgRIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASNwoTY2FuY2VsX3JlcXVlc3RlZF9hdBgSIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASJgoGcmVzdWx0GBMgASgLMhYuZ29vZ2xlLnByb3RvYnVmLlZhbHVlEhYKDm1pbl9nZW5lcmF0aW9uGBQgASgDEigKCHByb2dyZXNzGBUgASgLMhYuZ29vZ2xlLnByb3RvYnVmLlZhbHVlEg8KB21lc3NhZ2UYFiABKAkSFQoNcmVzdWx0X3NoYTI1NhgXIAEoCRIQCghub2RlX3NpZxgYIAEoDBIOCgZzaWduZWQYGSABKAgSFgoOY29tbWFuZF9zaGEyNTYYGiABKAkSFAoMcmVzdWx0X2J5dGVzGBsgASgMEhQKC3NlY3JldF9yZWZzGJYBIAMoCRIWCg53YWl0aW5nX3JlYXNvbhgcIAEoCRIXCg93YWl0aW5nX21lc3NhZ2UYHSABKAkSFAoMa2luZF92ZXJzaW9uGB4gASgJEhAKCHJlYm9vdGVkGB8gASgIEhAKCHRyYWNlX2lkGCAgASgJEhUKDWNvbW1hbmRfYnl0ZXMYISABKAxCDQoLX3JldHJ5X3NhZmUi5gEKEVJ1bkNvbW1hbmRSZXF1ZXN0EhEKCXRlbmFudF9pZBgBIAEoCRIPCgdub2RlX2lkGAIgASgJEgwKBGtpbmQYAyABKAkSKAoHcGF5bG9hZBgEIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QSFwoPaWRlbXBvdGVuY3lfa2V5GAUgASgJEh4KEW5vdF9hZnRlcl9zZWNvbmRzGAYgASgFSACIAQESEAoIYmF0Y2hfaWQYByABKAkSFAoLc2VjcmV0X3JlZnMYlgEgAygJQhQKEl9ub3RfYWZ0ZXJfc2Vjb25kcyJLChFHZXRDb21tYW5kUmVxdWVzdBIRCgl0ZW5hbnRfaWQYASABKAkSDwoHbm9kZV9pZBgCIAEoCRISCgpjb21tYW5kX2lkGAMgASgJInYKE0xpc3RDb21tYW5kc1JlcXVlc3QSEQoJdGVuYW50X2lkGAEgASgJEg8KB25vZGVfaWQYAiABKAkSDQoFc3RhdGUYAyABKAkSEgoFbGltaXQYBCABKAVIAIgBARIOCgZjdXJzb3IYBSABKAlCCAoGX2xpbWl0Ik4KFExpc3RDb21tYW5kc1Jlc3BvbnNlEiEKBWl0ZW1zGAEgAygLMhIuYmMuYXBpLnYxLkNvbW1hbmQSEwoLbmV4dF9jdXJzb3IYAiABKAkiTgoUQ2FuY2VsQ29tbWFuZFJlcXVlc3QSEQoJdGVuYW50X2lkGAEgASgJEg8KB25vZGVfaWQYAiABKAkSEgoKY29tbWFuZF9pZBgDIAEoCSJXChJXYXRjaEV2ZW50c1JlcXVlc3QSEQoJdGVuYW50X2lkGAEgASgJEg4KBmN1cnNvchgCIAEoCRIPCgdub2RlX2lkGAMgASgJEg0KBXR5cGVzGAQgAygJIqEBCgVFdmVudBIOCgZjdXJzb3IYASABKAkSDAoEdHlwZRgCIAEoCRIRCgl0ZW5hbnRfaWQYAyABKAkSDwoHbm9kZV9pZBgEIAEoCRIvCgtvY2N1cnJlZF9hdBgFIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASJQoEZGF0YRgGIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QiNAoOR2V0Tm9kZVJlcXVlc3QSEQoJdGVuYW50X2lkGAEgASgJEg8KB25vZGVfaWQYAiABKAkidQoJQ29uZGl0aW9uEgwKBHR5cGUYASABKAkSDgoGc3RhdHVzGAIgASgJEg4KBnJlYXNvbhgDIAEoCRIPCgdtZXNzYWdlGAQgASgJEikKBXNpbmNlGAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCKRAgoETm9kZRIKCgJpZBgBIAEoCRIRCgl0ZW5hbnRfaWQYAiABKAkSDAoEcm9sZRgDIAEoCRIVCg1hbGxvd2VkX2tpbmRzGAQgAygJEioKCWludmVudG9yeRgFIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QSKAoKY29uZGl0aW9ucxgGIAMoCzIULmJjLmFwaS52MS5Db25kaXRpb24SGgoSYXBwbGllZF9nZW5lcmF0aW9uGAcgASgDEi4KCmNyZWF0ZWRfYXQYCCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhUKDXRydXN0X3ZlcnNpb24YCSABKAMSDAoEcG9vbBhkIAEoCSI2ChNDcmVhdGVUZW5hbnRSZXF1ZXN0EhEKCXRlbmFudF9pZBgBIAEoCRIMCgRuYW1lGAIgASgJIlIKBlRlbmFudBIKCgJpZBgBIAEoCRIMCgRuYW1lGAIgASgJEi4KCmNyZWF0ZWRfYXQYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wImoKEUNyZWF0ZU5vZGVSZXF1ZXN0EhEKCXRlbmFudF9pZBgBIAEoCRIPCgdub2RlX2lkGAIgASgJEgwKBHJvbGUYAyABKAkSFQoNYWxsb3dlZF9raW5kcxgEIAMoCRIMCgRwb29sGGQgASgJIoQBChZDcmVhdGVKb2luVG9rZW5SZXF1ZXN0EhEKCXRlbmFudF9pZBgBIAEoCRIPCgdub2RlX2lkGAIgASgJEgwKBHJvbGUYAyABKAkSFQoNYWxsb3dlZF9raW5kcxgEIAMoCRITCgt0dGxfc2Vjb25kcxgFIAEoAxIMCgRwb29sGGQgASgJIlsKCUpvaW5Ub2tlbhINCgV0b2tlbhgBIAEoCRIPCgdub2RlX2lkGAIgASgJEi4KCmV4cGlyZXNfYXQYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIl8KElNldE5vZGVTcGVjUmVxdWVzdBIRCgl0ZW5hbnRfaWQYASABKAkSDwoHbm9kZV9pZBgCIAEoCRIlCgRzcGVjGAMgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdCI4ChJHZXROb2RlU3BlY1JlcXVlc3QSEQoJdGVuYW50X2lkGAEgASgJEg8KB25vZGVfaWQYAiABKAkiVgoITm9kZVNwZWMSDwoHbm9kZV9pZBgBIAEoCRISCgpnZW5lcmF0aW9uGAIgASgDEiUKBHNwZWMYAyABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0IjcKEURlbGV0ZU5vZGVSZXF1ZXN0EhEKCXRlbmFudF9pZBgBIAEoCRIPCgdub2RlX2lkGAIgASgJIjoKC0RlbGV0ZWROb2RlEg8KB25vZGVfaWQYASABKAkSGgoSY2FuY2VsbGVkX2NvbW1hbmRzGAIgASgNMoQCCghDb21tYW5kcxI3CgNSdW4SHC5iYy5hcGkudjEuUnVuQ29tbWFuZFJlcXVlc3QaEi5iYy5hcGkudjEuQ29tbWFuZBI3CgNHZXQSHC5iYy5hcGkudjEuR2V0Q29tbWFuZFJlcXVlc3QaEi5iYy5hcGkudjEuQ29tbWFuZBJHCgRMaXN0Eh4uYmMuYXBpLnYxLkxpc3RDb21tYW5kc1JlcXVlc3QaHy5iYy5hcGkudjEuTGlzdENvbW1hbmRzUmVzcG9uc2USPQoGQ2FuY2VsEh8uYmMuYXBpLnYxLkNhbmNlbENvbW1hbmRSZXF1ZXN0GhIuYmMuYXBpLnYxLkNvbW1hbmQyvAIKDkNvbW1hbmRCYXRjaGVzEkcKBkNyZWF0ZRIkLmJjLmFwaS52MS5DcmVhdGVDb21tYW5kQmF0Y2hSZXF1ZXN0GhcuYmMuYXBpLnYxLkNvbW1hbmRCYXRjaBJBCgNHZXQSIS5iYy5hcGkudjEuR2V0Q29tbWFuZEJhdGNoUmVxdWVzdBoXLmJjLmFwaS52MS5Db21tYW5kQmF0Y2gSUwoETGlzdBIkLmJjLmFwaS52MS5MaXN0Q29tbWFuZEJhdGNoZXNSZXF1ZXN0GiUuYmMuYXBpLnYxLkxpc3RDb21tYW5kQmF0Y2hlc1Jlc3BvbnNlEkkKB0FwcHJvdmUSJS5iYy5hcGkudjEuQXBwcm92ZUNvbW1hbmRCYXRjaFJlcXVlc3QaFy5iYy5hcGkudjEuQ29tbWFuZEJhdGNoMkQKBkV2ZW50cxI6CgVXYXRjaBIdLmJjLmFwaS52MS5XYXRjaEV2ZW50c1JlcXVlc3QaEC5iYy5hcGkudjEuRXZlbnQwATLPBQoFTm9kZXMSMQoDR2V0EhkuYmMuYXBpLnYxLkdldE5vZGVSZXF1ZXN0Gg8uYmMuYXBpLnYxLk5vZGUSQQoMQ3JlYXRlVGVuYW50Eh4uYmMuYXBpLnYxLkNyZWF0ZVRlbmFudFJlcXVlc3QaES5iYy5hcGkudjEuVGVuYW50EjcKBkNyZWF0ZRIcLmJjLmFwaS52MS5DcmVhdGVOb2RlUmVxdWVzdBoPLmJjLmFwaS52MS5Ob2RlEkoKD0NyZWF0ZUpvaW5Ub2tlbhIhLmJjLmFwaS52MS5DcmVhdGVKb2luVG9rZW5SZXF1ZXN0GhQuYmMuYXBpLnYxLkpvaW5Ub2tlbhI9CgdTZXRTcGVjEh0uYmMuYXBpLnYxLlNldE5vZGVTcGVjUmVxdWVzdBoTLmJjLmFwaS52MS5Ob2RlU3BlYxI9CgdHZXRTcGVjEh0uYmMuYXBpLnYxLkdldE5vZGVTcGVjUmVxdWVzdBoTLmJjLmFwaS52MS5Ob2RlU3BlYxI+CgZEZWxldGUSHC5iYy5hcGkudjEuRGVsZXRlTm9kZVJlcXVlc3QaFi5iYy5hcGkudjEuRGVsZXRlZE5vZGUSVwoQTGlzdENlcnRpZmljYXRlcxImLmJjLmFwaS52MS5MaXN0Tm9kZUNlcnRpZmljYXRlc1JlcXVlc3QaGy5iYy5hcGkudjEuTm9kZUNlcnRpZmljYXRlcxJbChJSZXZva2VDZXJ0aWZpY2F0ZXMSKC5iYy5hcGkudjEuUmV2b2tlTm9kZUNlcnRpZmljYXRlc1JlcXVlc3QaGy5iYy5hcGkudjEuTm9kZUNlcnRpZmljYXRlcxJXCgxMaXN0QmluZGluZ3MSKC5iYy5hcGkudjEuTGlzdEFsbG9jYXRpb25CaW5kaW5nc1JlcXVlc3QaHS5iYy5hcGkudjEuQWxsb2NhdGlvbkJpbmRpbmdzQjpaOGdpdGh1Yi5jb20vYmV0dGVyLWNvbXB1dGUvY29tbWFuZHMvcHJvdG8vYmMvYXBpL3YxO2FwaXYxYgZwcm90bzM", [file_google_protobuf_struct, file_google_protobuf_timestamp]);
+  fileDesc("ChNiYy9hcGkvdjEvYXBpLnByb3RvEgliYy5hcGkudjEiQgoJQmF0Y2hMZWFmEg8KB3N1YmplY3QYASABKAkSDAoEa2luZBgCIAEoCRIWCg5wYXlsb2FkX3NoYTI1NhgDIAEoCSKwAQoZQ3JlYXRlQ29tbWFuZEJhdGNoUmVxdWVzdBIRCgl0ZW5hbnRfaWQYASABKAkSDgoGcmVhc29uGAIgASgJEiMKBXNjb3BlGAMgAygLMhQuYmMuYXBpLnYxLkJhdGNoTGVhZhIXCg9pZGVtcG90ZW5jeV9rZXkYBCABKAkSHQoQZGVhZGxpbmVfc2Vjb25kcxgFIAEoBUgAiAEBQhMKEV9kZWFkbGluZV9zZWNvbmRzIj0KFkdldENvbW1hbmRCYXRjaFJlcXVlc3QSEQoJdGVuYW50X2lkGAEgASgJEhAKCGJhdGNoX2lkGAIgASgJIkwKGUxpc3RDb21tYW5kQmF0Y2hlc1JlcXVlc3QSEQoJdGVuYW50X2lkGAEgASgJEg0KBXN0YXRlGAIgASgJEg0KBWxpbWl0GAMgASgFIkQKGkxpc3RDb21tYW5kQmF0Y2hlc1Jlc3BvbnNlEiYKBWl0ZW1zGAEgAygLMhcuYmMuYXBpLnYxLkNvbW1hbmRCYXRjaCJkChpBcHByb3ZlQ29tbWFuZEJhdGNoUmVxdWVzdBIRCgl0ZW5hbnRfaWQYASABKAkSEAoIYmF0Y2hfaWQYAiABKAkSDgoGa2V5X2lkGAMgASgJEhEKCXNpZ25hdHVyZRgEIAEoDCJiCg1CYXRjaEFwcHJvdmFsEg4KBmtleV9pZBgBIAEoCRIQCghhcHByb3ZlchgCIAEoCRIvCgthcHByb3ZlZF9hdBgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAipgMKDENvbW1hbmRCYXRjaBIKCgJpZBgBIAEoCRIRCgl0ZW5hbnRfaWQYAiABKAkSDgoGcmVhc29uGAMgASgJEiMKBXNjb3BlGAQgAygLMhQuYmMuYXBpLnYxLkJhdGNoTGVhZhIRCglyZXF1ZXN0ZXIYBSABKAkSDQoFc3RhdGUYBiABKAkSLAoIZGVhZGxpbmUYByABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi4KCmNyZWF0ZWRfYXQYCCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi8KC2FwcHJvdmVkX2F0GAkgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIRCgl0cmVlX3NpemUYCiABKA0SEQoJcm9vdF9oYXNoGAsgASgJEhEKCXN0YXRlbWVudBgMIAEoDBIrCglhcHByb3ZhbHMYDSADKAsyGC5iYy5hcGkudjEuQmF0Y2hBcHByb3ZhbBIYChBhcHByb3ZhbHNfbmVlZGVkGA4gASgNEhEKCXRocmVzaG9sZBgPIAEoDSJBChtMaXN0Tm9kZUNlcnRpZmljYXRlc1JlcXVlc3QSEQoJdGVuYW50X2lkGAEgASgJEg8KB25vZGVfaWQYAiABKAkiUwodUmV2b2tlTm9kZUNlcnRpZmljYXRlc1JlcXVlc3QSEQoJdGVuYW50X2lkGAEgASgJEg8KB25vZGVfaWQYAiABKAkSDgoGc2VyaWFsGAMgASgJItMCCg9Ob2RlQ2VydGlmaWNhdGUSDgoGc2VyaWFsGAEgASgJEgwKBHJvbGUYAiABKAkSFQoNYWxsb3dlZF9raW5kcxgDIAMoCRIuCgpub3RfYmVmb3JlGAQgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBItCglub3RfYWZ0ZXIYBSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi0KCWlzc3VlZF9hdBgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASDQoFc3RhdGUYByABKAkSMQoNc3VwZXJzZWRlZF9hdBgIIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKcmV2b2tlZF9hdBgJIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASCwoDcGVtGAogASgMIlkKEE5vZGVDZXJ0aWZpY2F0ZXMSMAoMY2VydGlmaWNhdGVzGAEgAygLMhouYmMuYXBpLnYxLk5vZGVDZXJ0aWZpY2F0ZRITCgtub2RlX2NhX3BlbRgCIAEoDCJDCh1MaXN0QWxsb2NhdGlvbkJpbmRpbmdzUmVxdWVzdBIRCgl0ZW5hbnRfaWQYASABKAkSDwoHbm9kZV9pZBgCIAEoCSK9AQoRQWxsb2NhdGlvbkJpbmRpbmcSEgoKYWxsb2NhdGlvbhgBIAEoCRISCgpnZW5lcmF0aW9uGAIgASgDEgwKBGdwdXMYAyADKAkSDQoFc3RhdGUYBCABKAkSDgoGcmVhc29uGAUgASgJEhEKCXN0YXRlbWVudBgGIAEoDBIQCghub2RlX3NpZxgHIAEoDBIuCgp1cGRhdGVkX2F0GAggASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCJEChJBbGxvY2F0aW9uQmluZGluZ3MSLgoIYmluZGluZ3MYASADKAsyHC5iYy5hcGkudjEuQWxsb2NhdGlvbkJpbmRpbmciqAcKB0NvbW1hbmQSCgoCaWQYASABKAkSEQoJdGVuYW50X2lkGAIgASgJEg8KB25vZGVfaWQYAyABKAkSCwoDc2VxGAQgASgNEgwKBGtpbmQYBSABKAkSKAoHcGF5bG9hZBgGIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QSDQoFc3RhdGUYByABKAkSDgoGcmVhc29uGAggASgJEi0KCW5vdF9hZnRlchgJIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASFwoKcmV0cnlfc2FmZRgKIAEoCEgAiAEBEhAKCGJhdGNoX2lkGAsgASgJEhkKEWF3YWl0aW5nX2FwcHJvdmFsGAwgASgIEi4KCm5vdF9iZWZvcmUYDSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhIKCmJ1bmRsZV9rZXkYDiABKAkSLgoKY3JlYXRlZF9hdBgPIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKdXBkYXRlZF9hdBgQIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKc2V0dGxlZF9hdBgRIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASNwoTY2FuY2VsX3JlcXVlc3RlZF9hdBgSIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASJgoGcmVzdWx0GBMgASgLMhYuZ29vZ2xlLnByb3RvYnVmLlZhbHVlEhYKDm1pbl9nZW5lcmF0aW9uGBQgASgDEigKCHByb2dyZXNzGBUgASgLMhYuZ29vZ2xlLnByb3RvYnVmLlZhbHVlEg8KB21lc3NhZ2UYFiABKAkSFQoNcmVzdWx0X3NoYTI1NhgXIAEoCRIQCghub2RlX3NpZxgYIAEoDBIOCgZzaWduZWQYGSABKAgSFgoOY29tbWFuZF9zaGEyNTYYGiABKAkSFAoMcmVzdWx0X2J5dGVzGBsgASgMEhQKC3NlY3JldF9yZWZzGJYBIAMoCRIWCg53YWl0aW5nX3JlYXNvbhgcIAEoCRIXCg93YWl0aW5nX21lc3NhZ2UYHSABKAkSFAoMa2luZF92ZXJzaW9uGB4gASgJEhAKCHJlYm9vdGVkGB8gASgIEhAKCHRyYWNlX2lkGCAgASgJEhUKDWNvbW1hbmRfYnl0ZXMYISABKAxCDQoLX3JldHJ5X3NhZmUi5gEKEVJ1bkNvbW1hbmRSZXF1ZXN0EhEKCXRlbmFudF9pZBgBIAEoCRIPCgdub2RlX2lkGAIgASgJEgwKBGtpbmQYAyABKAkSKAoHcGF5bG9hZBgEIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QSFwoPaWRlbXBvdGVuY3lfa2V5GAUgASgJEh4KEW5vdF9hZnRlcl9zZWNvbmRzGAYgASgFSACIAQESEAoIYmF0Y2hfaWQYByABKAkSFAoLc2VjcmV0X3JlZnMYlgEgAygJQhQKEl9ub3RfYWZ0ZXJfc2Vjb25kcyJLChFHZXRDb21tYW5kUmVxdWVzdBIRCgl0ZW5hbnRfaWQYASABKAkSDwoHbm9kZV9pZBgCIAEoCRISCgpjb21tYW5kX2lkGAMgASgJInYKE0xpc3RDb21tYW5kc1JlcXVlc3QSEQoJdGVuYW50X2lkGAEgASgJEg8KB25vZGVfaWQYAiABKAkSDQoFc3RhdGUYAyABKAkSEgoFbGltaXQYBCABKAVIAIgBARIOCgZjdXJzb3IYBSABKAlCCAoGX2xpbWl0Ik4KFExpc3RDb21tYW5kc1Jlc3BvbnNlEiEKBWl0ZW1zGAEgAygLMhIuYmMuYXBpLnYxLkNvbW1hbmQSEwoLbmV4dF9jdXJzb3IYAiABKAkiTgoUQ2FuY2VsQ29tbWFuZFJlcXVlc3QSEQoJdGVuYW50X2lkGAEgASgJEg8KB25vZGVfaWQYAiABKAkSEgoKY29tbWFuZF9pZBgDIAEoCSJXChJXYXRjaEV2ZW50c1JlcXVlc3QSEQoJdGVuYW50X2lkGAEgASgJEg4KBmN1cnNvchgCIAEoCRIPCgdub2RlX2lkGAMgASgJEg0KBXR5cGVzGAQgAygJIqEBCgVFdmVudBIOCgZjdXJzb3IYASABKAkSDAoEdHlwZRgCIAEoCRIRCgl0ZW5hbnRfaWQYAyABKAkSDwoHbm9kZV9pZBgEIAEoCRIvCgtvY2N1cnJlZF9hdBgFIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASJQoEZGF0YRgGIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QiNAoOR2V0Tm9kZVJlcXVlc3QSEQoJdGVuYW50X2lkGAEgASgJEg8KB25vZGVfaWQYAiABKAkidQoJQ29uZGl0aW9uEgwKBHR5cGUYASABKAkSDgoGc3RhdHVzGAIgASgJEg4KBnJlYXNvbhgDIAEoCRIPCgdtZXNzYWdlGAQgASgJEikKBXNpbmNlGAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCKVBAoETm9kZRIKCgJpZBgBIAEoCRIRCgl0ZW5hbnRfaWQYAiABKAkSDAoEcm9sZRgDIAEoCRIVCg1hbGxvd2VkX2tpbmRzGAQgAygJEioKCWludmVudG9yeRgFIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QSKAoKY29uZGl0aW9ucxgGIAMoCzIULmJjLmFwaS52MS5Db25kaXRpb24SGgoSYXBwbGllZF9nZW5lcmF0aW9uGAcgASgDEi4KCmNyZWF0ZWRfYXQYCCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhUKDXRydXN0X3ZlcnNpb24YCSABKAMSDAoEcG9vbBhkIAEoCRISCgljb25uZWN0ZWQYoAEgASgIEhAKB2dhdGV3YXkYoQEgASgJEjQKD2Nvbm5lY3RlZF9zaW5jZRiiASABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEjQKD2Rpc2Nvbm5lY3RlZF9hdBijASABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi4KCWxhc3Rfc2VlbhikASABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhYKDWFnZW50X3ZlcnNpb24YpQEgASgJEhAKB2Jvb3RfaWQYpgEgASgJEhYKDXNlc3Npb25fZXBvY2gYpwEgASgDImEKEExpc3ROb2Rlc1JlcXVlc3QSEQoJdGVuYW50X2lkGAEgASgJEgwKBHBvb2wYAiABKAkSEgoFbGltaXQYAyABKAVIAIgBARIOCgZjdXJzb3IYBCABKAlCCAoGX2xpbWl0IkgKEUxpc3ROb2Rlc1Jlc3BvbnNlEh4KBWl0ZW1zGAEgAygLMg8uYmMuYXBpLnYxLk5vZGUSEwoLbmV4dF9jdXJzb3IYAiABKAkiNgoTQ3JlYXRlVGVuYW50UmVxdWVzdBIRCgl0ZW5hbnRfaWQYASABKAkSDAoEbmFtZRgCIAEoCSJSCgZUZW5hbnQSCgoCaWQYASABKAkSDAoEbmFtZRgCIAEoCRIuCgpjcmVhdGVkX2F0GAMgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCJqChFDcmVhdGVOb2RlUmVxdWVzdBIRCgl0ZW5hbnRfaWQYASABKAkSDwoHbm9kZV9pZBgCIAEoCRIMCgRyb2xlGAMgASgJEhUKDWFsbG93ZWRfa2luZHMYBCADKAkSDAoEcG9vbBhkIAEoCSKEAQoWQ3JlYXRlSm9pblRva2VuUmVxdWVzdBIRCgl0ZW5hbnRfaWQYASABKAkSDwoHbm9kZV9pZBgCIAEoCRIMCgRyb2xlGAMgASgJEhUKDWFsbG93ZWRfa2luZHMYBCADKAkSEwoLdHRsX3NlY29uZHMYBSABKAMSDAoEcG9vbBhkIAEoCSJbCglKb2luVG9rZW4SDQoFdG9rZW4YASABKAkSDwoHbm9kZV9pZBgCIAEoCRIuCgpleHBpcmVzX2F0GAMgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCJfChJTZXROb2RlU3BlY1JlcXVlc3QSEQoJdGVuYW50X2lkGAEgASgJEg8KB25vZGVfaWQYAiABKAkSJQoEc3BlYxgDIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QiOAoSR2V0Tm9kZVNwZWNSZXF1ZXN0EhEKCXRlbmFudF9pZBgBIAEoCRIPCgdub2RlX2lkGAIgASgJIlYKCE5vZGVTcGVjEg8KB25vZGVfaWQYASABKAkSEgoKZ2VuZXJhdGlvbhgCIAEoAxIlCgRzcGVjGAMgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdCI3ChFEZWxldGVOb2RlUmVxdWVzdBIRCgl0ZW5hbnRfaWQYASABKAkSDwoHbm9kZV9pZBgCIAEoCSI6CgtEZWxldGVkTm9kZRIPCgdub2RlX2lkGAEgASgJEhoKEmNhbmNlbGxlZF9jb21tYW5kcxgCIAEoDTKEAgoIQ29tbWFuZHMSNwoDUnVuEhwuYmMuYXBpLnYxLlJ1bkNvbW1hbmRSZXF1ZXN0GhIuYmMuYXBpLnYxLkNvbW1hbmQSNwoDR2V0EhwuYmMuYXBpLnYxLkdldENvbW1hbmRSZXF1ZXN0GhIuYmMuYXBpLnYxLkNvbW1hbmQSRwoETGlzdBIeLmJjLmFwaS52MS5MaXN0Q29tbWFuZHNSZXF1ZXN0Gh8uYmMuYXBpLnYxLkxpc3RDb21tYW5kc1Jlc3BvbnNlEj0KBkNhbmNlbBIfLmJjLmFwaS52MS5DYW5jZWxDb21tYW5kUmVxdWVzdBoSLmJjLmFwaS52MS5Db21tYW5kMrwCCg5Db21tYW5kQmF0Y2hlcxJHCgZDcmVhdGUSJC5iYy5hcGkudjEuQ3JlYXRlQ29tbWFuZEJhdGNoUmVxdWVzdBoXLmJjLmFwaS52MS5Db21tYW5kQmF0Y2gSQQoDR2V0EiEuYmMuYXBpLnYxLkdldENvbW1hbmRCYXRjaFJlcXVlc3QaFy5iYy5hcGkudjEuQ29tbWFuZEJhdGNoElMKBExpc3QSJC5iYy5hcGkudjEuTGlzdENvbW1hbmRCYXRjaGVzUmVxdWVzdBolLmJjLmFwaS52MS5MaXN0Q29tbWFuZEJhdGNoZXNSZXNwb25zZRJJCgdBcHByb3ZlEiUuYmMuYXBpLnYxLkFwcHJvdmVDb21tYW5kQmF0Y2hSZXF1ZXN0GhcuYmMuYXBpLnYxLkNvbW1hbmRCYXRjaDJECgZFdmVudHMSOgoFV2F0Y2gSHS5iYy5hcGkudjEuV2F0Y2hFdmVudHNSZXF1ZXN0GhAuYmMuYXBpLnYxLkV2ZW50MAEykgYKBU5vZGVzEjEKA0dldBIZLmJjLmFwaS52MS5HZXROb2RlUmVxdWVzdBoPLmJjLmFwaS52MS5Ob2RlEkEKBExpc3QSGy5iYy5hcGkudjEuTGlzdE5vZGVzUmVxdWVzdBocLmJjLmFwaS52MS5MaXN0Tm9kZXNSZXNwb25zZRJBCgxDcmVhdGVUZW5hbnQSHi5iYy5hcGkudjEuQ3JlYXRlVGVuYW50UmVxdWVzdBoRLmJjLmFwaS52MS5UZW5hbnQSNwoGQ3JlYXRlEhwuYmMuYXBpLnYxLkNyZWF0ZU5vZGVSZXF1ZXN0Gg8uYmMuYXBpLnYxLk5vZGUSSgoPQ3JlYXRlSm9pblRva2VuEiEuYmMuYXBpLnYxLkNyZWF0ZUpvaW5Ub2tlblJlcXVlc3QaFC5iYy5hcGkudjEuSm9pblRva2VuEj0KB1NldFNwZWMSHS5iYy5hcGkudjEuU2V0Tm9kZVNwZWNSZXF1ZXN0GhMuYmMuYXBpLnYxLk5vZGVTcGVjEj0KB0dldFNwZWMSHS5iYy5hcGkudjEuR2V0Tm9kZVNwZWNSZXF1ZXN0GhMuYmMuYXBpLnYxLk5vZGVTcGVjEj4KBkRlbGV0ZRIcLmJjLmFwaS52MS5EZWxldGVOb2RlUmVxdWVzdBoWLmJjLmFwaS52MS5EZWxldGVkTm9kZRJXChBMaXN0Q2VydGlmaWNhdGVzEiYuYmMuYXBpLnYxLkxpc3ROb2RlQ2VydGlmaWNhdGVzUmVxdWVzdBobLmJjLmFwaS52MS5Ob2RlQ2VydGlmaWNhdGVzElsKElJldm9rZUNlcnRpZmljYXRlcxIoLmJjLmFwaS52MS5SZXZva2VOb2RlQ2VydGlmaWNhdGVzUmVxdWVzdBobLmJjLmFwaS52MS5Ob2RlQ2VydGlmaWNhdGVzElcKDExpc3RCaW5kaW5ncxIoLmJjLmFwaS52MS5MaXN0QWxsb2NhdGlvbkJpbmRpbmdzUmVxdWVzdBodLmJjLmFwaS52MS5BbGxvY2F0aW9uQmluZGluZ3NCOlo4Z2l0aHViLmNvbS9iZXR0ZXItY29tcHV0ZS9jb21tYW5kcy9wcm90by9iYy9hcGkvdjE7YXBpdjFiBnByb3RvMw", [file_google_protobuf_struct, file_google_protobuf_timestamp]);
 
 /**
  * BatchLeaf is one (subject, kind) the batch allows, optionally bound to
@@ -1272,6 +1272,69 @@ export type Node = Message<"bc.api.v1.Node"> & {
    * @generated from field: string pool = 100;
    */
   pool: string;
+
+  /**
+   * The node's session with a gateway (role, above, is its last Hello's).
+   * connected is true while a gateway holds the session and has seen it
+   * recently; false once it closed, or when its gateway stopped refreshing
+   * it (a gateway that died without closing it).
+   *
+   * @generated from field: bool connected = 160;
+   */
+  connected: boolean;
+
+  /**
+   * gateway names the gateway that holds, or last held, the session.
+   *
+   * @generated from field: string gateway = 161;
+   */
+  gateway: string;
+
+  /**
+   * connected_since is when the current (or last) session began; unset for
+   * a node that never had one.
+   *
+   * @generated from field: google.protobuf.Timestamp connected_since = 162;
+   */
+  connectedSince?: Timestamp | undefined;
+
+  /**
+   * disconnected_at is when the last session ended; unset while connected
+   * or when it ended without a gateway recording it.
+   *
+   * @generated from field: google.protobuf.Timestamp disconnected_at = 163;
+   */
+  disconnectedAt?: Timestamp | undefined;
+
+  /**
+   * last_seen is when a gateway last held the session or heard from the
+   * node.
+   *
+   * @generated from field: google.protobuf.Timestamp last_seen = 164;
+   */
+  lastSeen?: Timestamp | undefined;
+
+  /**
+   * agent_version is the daemon version the node's last Hello named.
+   *
+   * @generated from field: string agent_version = 165;
+   */
+  agentVersion: string;
+
+  /**
+   * boot_id is the boot the node's last Hello named; a new one means the
+   * node rebooted.
+   *
+   * @generated from field: string boot_id = 166;
+   */
+  bootId: string;
+
+  /**
+   * session_epoch counts the node's sessions; each Hello begins a new one.
+   *
+   * @generated from field: int64 session_epoch = 167;
+   */
+  sessionEpoch: bigint;
 };
 
 /**
@@ -1280,6 +1343,72 @@ export type Node = Message<"bc.api.v1.Node"> & {
  */
 export const NodeSchema: GenMessage<Node> = /*@__PURE__*/
   messageDesc(file_bc_api_v1_api, 25);
+
+/**
+ * ListNodesRequest asks for a page of a tenant's nodes.
+ *
+ * @generated from message bc.api.v1.ListNodesRequest
+ */
+export type ListNodesRequest = Message<"bc.api.v1.ListNodesRequest"> & {
+  /**
+   * @generated from field: string tenant_id = 1;
+   */
+  tenantId: string;
+
+  /**
+   * pool, when set, keeps only that pool's nodes.
+   *
+   * @generated from field: string pool = 2;
+   */
+  pool: string;
+
+  /**
+   * limit is the page size: 100 by default, at most 200.
+   *
+   * @generated from field: optional int32 limit = 3;
+   */
+  limit?: number | undefined;
+
+  /**
+   * cursor is next_cursor from the previous page; empty for the first page.
+   *
+   * @generated from field: string cursor = 4;
+   */
+  cursor: string;
+};
+
+/**
+ * Describes the message bc.api.v1.ListNodesRequest.
+ * Use `create(ListNodesRequestSchema)` to create a new message.
+ */
+export const ListNodesRequestSchema: GenMessage<ListNodesRequest> = /*@__PURE__*/
+  messageDesc(file_bc_api_v1_api, 26);
+
+/**
+ * ListNodesResponse is one page of nodes, by id.
+ *
+ * @generated from message bc.api.v1.ListNodesResponse
+ */
+export type ListNodesResponse = Message<"bc.api.v1.ListNodesResponse"> & {
+  /**
+   * @generated from field: repeated bc.api.v1.Node items = 1;
+   */
+  items: Node[];
+
+  /**
+   * next_cursor fetches the next page; empty on the last page.
+   *
+   * @generated from field: string next_cursor = 2;
+   */
+  nextCursor: string;
+};
+
+/**
+ * Describes the message bc.api.v1.ListNodesResponse.
+ * Use `create(ListNodesResponseSchema)` to create a new message.
+ */
+export const ListNodesResponseSchema: GenMessage<ListNodesResponse> = /*@__PURE__*/
+  messageDesc(file_bc_api_v1_api, 27);
 
 /**
  * CreateTenantRequest registers a tenant.
@@ -1305,7 +1434,7 @@ export type CreateTenantRequest = Message<"bc.api.v1.CreateTenantRequest"> & {
  * Use `create(CreateTenantRequestSchema)` to create a new message.
  */
 export const CreateTenantRequestSchema: GenMessage<CreateTenantRequest> = /*@__PURE__*/
-  messageDesc(file_bc_api_v1_api, 26);
+  messageDesc(file_bc_api_v1_api, 28);
 
 /**
  * Tenant is a tenant.
@@ -1334,7 +1463,7 @@ export type Tenant = Message<"bc.api.v1.Tenant"> & {
  * Use `create(TenantSchema)` to create a new message.
  */
 export const TenantSchema: GenMessage<Tenant> = /*@__PURE__*/
-  messageDesc(file_bc_api_v1_api, 27);
+  messageDesc(file_bc_api_v1_api, 29);
 
 /**
  * CreateNodeRequest registers a node.
@@ -1381,7 +1510,7 @@ export type CreateNodeRequest = Message<"bc.api.v1.CreateNodeRequest"> & {
  * Use `create(CreateNodeRequestSchema)` to create a new message.
  */
 export const CreateNodeRequestSchema: GenMessage<CreateNodeRequest> = /*@__PURE__*/
-  messageDesc(file_bc_api_v1_api, 28);
+  messageDesc(file_bc_api_v1_api, 30);
 
 /**
  * CreateJoinTokenRequest asks for a node's join token.
@@ -1435,7 +1564,7 @@ export type CreateJoinTokenRequest = Message<"bc.api.v1.CreateJoinTokenRequest">
  * Use `create(CreateJoinTokenRequestSchema)` to create a new message.
  */
 export const CreateJoinTokenRequestSchema: GenMessage<CreateJoinTokenRequest> = /*@__PURE__*/
-  messageDesc(file_bc_api_v1_api, 29);
+  messageDesc(file_bc_api_v1_api, 31);
 
 /**
  * JoinToken is a one-time join token; only its hash is stored.
@@ -1464,7 +1593,7 @@ export type JoinToken = Message<"bc.api.v1.JoinToken"> & {
  * Use `create(JoinTokenSchema)` to create a new message.
  */
 export const JoinTokenSchema: GenMessage<JoinToken> = /*@__PURE__*/
-  messageDesc(file_bc_api_v1_api, 30);
+  messageDesc(file_bc_api_v1_api, 32);
 
 /**
  * SetNodeSpecRequest stores a node spec generation.
@@ -1495,7 +1624,7 @@ export type SetNodeSpecRequest = Message<"bc.api.v1.SetNodeSpecRequest"> & {
  * Use `create(SetNodeSpecRequestSchema)` to create a new message.
  */
 export const SetNodeSpecRequestSchema: GenMessage<SetNodeSpecRequest> = /*@__PURE__*/
-  messageDesc(file_bc_api_v1_api, 31);
+  messageDesc(file_bc_api_v1_api, 33);
 
 /**
  * GetNodeSpecRequest names a node.
@@ -1519,7 +1648,7 @@ export type GetNodeSpecRequest = Message<"bc.api.v1.GetNodeSpecRequest"> & {
  * Use `create(GetNodeSpecRequestSchema)` to create a new message.
  */
 export const GetNodeSpecRequestSchema: GenMessage<GetNodeSpecRequest> = /*@__PURE__*/
-  messageDesc(file_bc_api_v1_api, 32);
+  messageDesc(file_bc_api_v1_api, 34);
 
 /**
  * NodeSpec is one generation of a node's spec.
@@ -1550,7 +1679,7 @@ export type NodeSpec = Message<"bc.api.v1.NodeSpec"> & {
  * Use `create(NodeSpecSchema)` to create a new message.
  */
 export const NodeSpecSchema: GenMessage<NodeSpec> = /*@__PURE__*/
-  messageDesc(file_bc_api_v1_api, 33);
+  messageDesc(file_bc_api_v1_api, 35);
 
 /**
  * DeleteNodeRequest names the node to delete.
@@ -1574,7 +1703,7 @@ export type DeleteNodeRequest = Message<"bc.api.v1.DeleteNodeRequest"> & {
  * Use `create(DeleteNodeRequestSchema)` to create a new message.
  */
 export const DeleteNodeRequestSchema: GenMessage<DeleteNodeRequest> = /*@__PURE__*/
-  messageDesc(file_bc_api_v1_api, 34);
+  messageDesc(file_bc_api_v1_api, 36);
 
 /**
  * DeletedNode says what deleting a node did.
@@ -1601,7 +1730,7 @@ export type DeletedNode = Message<"bc.api.v1.DeletedNode"> & {
  * Use `create(DeletedNodeSchema)` to create a new message.
  */
 export const DeletedNodeSchema: GenMessage<DeletedNode> = /*@__PURE__*/
-  messageDesc(file_bc_api_v1_api, 35);
+  messageDesc(file_bc_api_v1_api, 37);
 
 /**
  * Commands queues one-shot actions on nodes and shows them.
@@ -1746,6 +1875,18 @@ export const Nodes: GenService<{
     methodKind: "unary";
     input: typeof GetNodeRequestSchema;
     output: typeof NodeSchema;
+  },
+  /**
+   * List returns a page of the tenant's nodes, by id, each with its
+   * conditions and session; only the nodes on which the caller holds
+   * compute:nodes:read (on compute-node/{nodeId}) are listed.
+   *
+   * @generated from rpc bc.api.v1.Nodes.List
+   */
+  list: {
+    methodKind: "unary";
+    input: typeof ListNodesRequestSchema;
+    output: typeof ListNodesResponseSchema;
   },
   /**
    * CreateTenant registers a tenant (compute:tenants:create on tenant/{tenantId}).
