@@ -94,7 +94,9 @@ describe("events.watch", () => {
     try {
       let id = "";
       const seen = nextMatching(it, (e: Event) => id !== "" && e.data?.commandId === id, 30_000, "the command queued after the watch opened");
-      const start = await open;
+      // A watch that fails before it opens ends seen with its error: race
+      // them, so that such a failure is named instead of waiting forever.
+      const start = await Promise.race([open, seen.then(() => Promise.reject(new Error("an event came before the watch said it was open")))]);
       assert.notEqual(start, "now");
       assert.notEqual(start, "", "the server resolved now to a cursor");
       assert.equal(watch.cursor, start, "a reconnect before any event resumes there");
