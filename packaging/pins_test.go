@@ -126,3 +126,53 @@ func TestShippedConfigAndPins_RefuseATamperedPlugin(t *testing.T) {
 	require.Contains(t, string(out), "does not match its pinned SHA-256")
 	t.Logf("a tampered plugin: %s", strings.TrimSpace(string(out)))
 }
+
+// checkPins runs check_plugin_pins over lib, as scripts/check-packages does
+// on the extracted and the installed package.
+func checkPins(t *testing.T, lib string) (string, error) {
+	t.Helper()
+	cmd := exec.Command("bash", "-euo", "pipefail", "-c", `. "$1"; check_plugin_pins "$2"`, "pins", pinsLib, lib)
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+// scripts/check-packages "asserts the pins file is in both packages and
+// matches the plugin binaries": its check passes the pins the build wrote
+// and fails, saying why, on a plugin changed since, a plugin without a pin,
+// a pin without a plugin and a missing pins file.
+func TestCheckPluginPins(t *testing.T) {
+	lib := t.TempDir()
+	plugins := filepath.Join(lib, "plugins")
+	require.NoError(t, os.Mkdir(plugins, 0o755))
+	for _, n := range []string{"bc-kind-a", "bc-kind-b"} {
+		require.NoError(t, os.WriteFile(filepath.Join(plugins, n), []byte(n), 0o755))
+	}
+	pinsFile := filepath.Join(lib, "plugin-sha256.json")
+	out, err := checkPins(t, lib)
+	require.Error(t, err)
+	require.Contains(t, out, pinsFile+" is missing")
+
+	writePins(t, plugins, pinsFile)
+	out, err = checkPins(t, lib)
+	require.NoError(t, err, out)
+	require.Contains(t, out, "  bc-kind-a\n")
+	require.Contains(t, out, "  bc-kind-b\n")
+
+	require.NoError(t, os.WriteFile(filepath.Join(plugins, "bc-kind-b"), []byte("changed"), 0o755))
+	out, err = checkPins(t, lib)
+	require.Error(t, err)
+	require.Contains(t, out, "bc-kind-b: FAILED")
+	require.Contains(t, out, "does not match the plugins in "+plugins)
+
+	require.NoError(t, os.WriteFile(filepath.Join(plugins, "bc-kind-b"), []byte("bc-kind-b"), 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(plugins, "bc-kind-c"), []byte("c"), 0o755))
+	out, err = checkPins(t, lib)
+	require.Error(t, err)
+	require.Contains(t, out, "pins [bc-kind-a bc-kind-b], "+plugins+" holds [bc-kind-a bc-kind-b bc-kind-c]")
+
+	require.NoError(t, os.Remove(filepath.Join(plugins, "bc-kind-c")))
+	require.NoError(t, os.Remove(filepath.Join(plugins, "bc-kind-a")))
+	out, err = checkPins(t, lib)
+	require.Error(t, err)
+	require.Contains(t, out, "bc-kind-a")
+}
