@@ -156,6 +156,11 @@ check-rules:
 packages:
 	VERSION=$(VERSION) GO=$(GO) scripts/build-packages
 
+## release-package: the daemon.upgrade release package dist/bcd-VERSION-ARCH.tar.gz (bcd, bcd-upgrader, plugins/, plugin-sha256.json: a version directory); RELEASE_KEY=release.pem also signs it (pki sign-release) into dist/bcd-VERSION-ARCH.release.json, ALLOW_DOWNGRADE=yes for a downgrade; STAGE=dist/stage packages what make packages built
+.PHONY: release-package
+release-package:
+	$(if $(STAGE),STAGE="$(STAGE)",VERSION=$(VERSION)) GO=$(GO) RELEASE_KEY="$(RELEASE_KEY)" ALLOW_DOWNGRADE="$(ALLOW_DOWNGRADE)" scripts/build-release
+
 ## check-packages: lintian, rpm -qpl, systemd-analyze verify, and a real dpkg -i/purge (root) of dist/
 check-packages: packages
 	scripts/check-packages

@@ -40,9 +40,12 @@ func procedure(t *testing.T, marker string) string {
 }
 
 // The operator guide's "Setting a node up for in-place upgrades", run as
-// written over a package's paths in a temp dir: it leaves a version
-// directory whose pins match its plugins, current pointing at it, and the
-// config the guide gives passes bcd self-check through current.
+// written over a package's paths in a temp dir (the plugins and the
+// plugin-sha256.json the package ships, written by scripts/build-packages'
+// own plugin_pins): it copies the shipped pins rather than computing them,
+// and leaves a version directory whose pins match its plugins, current
+// pointing at it, and the config the guide gives passes bcd self-check
+// through current.
 func TestOperatorGuide_InstallLayoutProcedure(t *testing.T) {
 	e := newEnv(t)
 	lib := t.TempDir()
@@ -55,11 +58,17 @@ func TestOperatorGuide_InstallLayoutProcedure(t *testing.T) {
 		require.NoError(t, os.WriteFile(filepath.Join(lib, "plugins", en.Name()), b, 0o755))
 	}
 	require.NoError(t, os.WriteFile(filepath.Join(lib, "bcd-upgrader"), []byte("#!/bin/true\n"), 0o755))
+	pins := exec.Command("bash", "-euo", "pipefail", "-c", `. "$1"; plugin_pins "$2" >"$3"`, "pins",
+		filepath.Join(testutil.RepoRoot(t), "scripts", "lib", "plugin-pins.sh"), filepath.Join(lib, "plugins"), filepath.Join(lib, "plugin-sha256.json"))
+	out, err := pins.CombinedOutput()
+	require.NoError(t, err, string(out))
+	shipped, err := os.ReadFile(filepath.Join(lib, "plugin-sha256.json"))
+	require.NoError(t, err)
 	install := filepath.Join(t.TempDir(), "install")
 
 	cmd := exec.Command("bash", "-euo", "pipefail", "-c", procedure(t, "install-layout"))
 	cmd.Env = append(os.Environ(), "INSTALL="+install, "BCD="+e.bin, "LIB="+lib)
-	out, err := cmd.CombinedOutput()
+	out, err = cmd.CombinedOutput()
 	require.NoError(t, err, string(out))
 
 	l := upgrade.Layout{Root: install}
@@ -67,6 +76,9 @@ func TestOperatorGuide_InstallLayoutProcedure(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "dev", v)
 	require.FileExists(t, filepath.Join(l.VersionDir(v), upgrade.HelperBinary))
+	copied, err := os.ReadFile(filepath.Join(l.VersionDir(v), upgrade.PinsFile))
+	require.NoError(t, err)
+	require.Equal(t, string(shipped), string(copied), "the version directory carries the package's own pins")
 
 	cfg := filepath.Join(t.TempDir(), "bcd.yaml")
 	require.NoError(t, os.WriteFile(cfg, []byte(strings.Join([]string{
