@@ -3,7 +3,6 @@ package e2e
 import (
 	"context"
 	"crypto/rand"
-	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"net"
@@ -296,9 +295,13 @@ func TestE2E_MetalBulkBootsFromPXEThenCycles(t *testing.T) {
 	inventory, rf, ipmi := mockSiteWith(t, "rack4-admin", false)
 	s := c.joinSite(inventory)
 	s.start()
-	// As docs/metal.md stores it: secrets.put with the JSON, base64.
+	// As docs/metal.md stores it: secrets put with the JSON (the page pipes
+	// it on standard input, --from-file -; the test hands the same bytes in
+	// a file, as the CLI's Env has no standard input).
 	secret, _ := json.Marshal(map[string]string{"username": bmcUser, "password": bmcPassword})
-	_, stderr, code := c.cliAs(servertest.TokAdmin, "api", "secrets.put", "name=rack4-admin", "value="+base64.StdEncoding.EncodeToString(secret))
+	secretFile := filepath.Join(t.TempDir(), "rack4-admin.json")
+	require.NoError(t, os.WriteFile(secretFile, secret, 0o600))
+	_, stderr, code := c.cliAs(servertest.TokAdmin, "secrets", "put", "rack4-admin", "--from-file", secretFile)
 	require.Equal(t, 0, code, stderr)
 	out, stderr, code := c.cli("metal", "bulk", "--site", siteNode, "--machines", "m1,m2,m3", "--boot", "pxe", "--power", "cycle",
 		"--reason", "Reinstall rack 4", "--secret-ref", "rack4-admin", "--json")

@@ -263,7 +263,7 @@ func RegisterFlags(fs *pflag.FlagSet) *Flags {
 	f := &Flags{fs: fs}
 	fs.StringVarP(&f.Path, "config", "c", DefaultPath, "config file (YAML)")
 	fs.StringVar(&f.nodeID, "node-id", "", "node id (nodeId)")
-	fs.StringVar(&f.role, "role", "", "agent role: node, discovery (role)")
+	fs.StringVar(&f.role, "role", "", "agent role: node, discovery or site (role)")
 	fs.StringVar(&f.stateDir, "state-dir", "", "state directory: journal, node state (stateDir)")
 	fs.StringVar(&f.pluginDir, "plugins", "", "plugin directory (pluginDir)")
 	fs.StringVar(&f.logLevel, "log-level", "", "trace, debug, info, warn, error (logLevel)")
