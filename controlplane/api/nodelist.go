@@ -9,6 +9,7 @@ import (
 	"github.com/better-compute/commands/controlplane/api/apierr"
 	"github.com/better-compute/commands/controlplane/auth"
 	"github.com/better-compute/commands/controlplane/queue"
+	"github.com/better-compute/commands/controlplane/remediation"
 	apiv1 "github.com/better-compute/commands/proto/bc/api/v1"
 )
 
@@ -74,13 +75,17 @@ func (n *nodesServer) List(ctx context.Context, req *apiv1.ListNodesRequest) (*a
 		}
 	}
 	s.outage.OK()
+	ids := make([]string, len(rows))
+	for i, r := range rows {
+		ids[i] = r.node.GetId()
+	}
+	rc, err := remediation.NodesConditions(ctx, s.pool, ids)
+	if err != nil {
+		return nil, s.fail(ctx, "nodes.list", err)
+	}
 	out := &apiv1.ListNodesResponse{}
 	for _, r := range rows {
-		pn, err := s.nodeProto(ctx, r)
-		if err != nil {
-			return nil, s.fail(ctx, "nodes.list", err)
-		}
-		out.Items = append(out.Items, pn)
+		out.Items = append(out.Items, nodeProtoWith(r, rc[r.node.GetId()]))
 	}
 	if more {
 		out.NextCursor = EncodeNodeCursor(rows[len(rows)-1].node.GetId())

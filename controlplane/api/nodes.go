@@ -94,6 +94,18 @@ func scanNodeRow(r pgx.Row) (nodeRow, error) {
 // nodeProto completes a node row: inventory, its conditions with the
 // control plane's and the platform's own, and the session's times.
 func (s *Server) nodeProto(ctx context.Context, x nodeRow) (*apiv1.Node, error) {
+	// The platform's remediation adds its own: a reset that did not clear
+	// its GPU's condition, a node remediated too often (RemediationEscalated).
+	rc, err := remediation.NodeConditions(ctx, s.pool, x.node.GetId())
+	if err != nil {
+		return nil, err
+	}
+	return nodeProtoWith(x, rc), nil
+}
+
+// nodeProtoWith is a node as the API shows it, with its remediation
+// conditions rc read beforehand (one statement for a whole nodes.list page).
+func nodeProtoWith(x nodeRow, rc []remediation.Condition) *apiv1.Node {
 	out := x.node
 	out.Inventory = toStruct(x.inv)
 	out.ConnectedSince = ts(x.opened)
@@ -112,16 +124,10 @@ func (s *Server) nodeProto(ctx context.Context, x nodeRow) (*apiv1.Node, error) 
 	if c := kindsCondition(x.mismatches); c != nil {
 		out.Conditions = append(out.Conditions, c)
 	}
-	// The platform's remediation adds its own: a reset that did not clear
-	// its GPU's condition, a node remediated too often (RemediationEscalated).
-	rc, err := remediation.NodeConditions(ctx, s.pool, out.Id)
-	if err != nil {
-		return nil, err
-	}
 	for _, c := range rc {
 		out.Conditions = append(out.Conditions, &apiv1.Condition{Type: c.Type, Status: c.Status, Reason: c.Reason, Message: c.Message, Since: timestamppb.New(c.Since)})
 	}
-	return out, nil
+	return out
 }
 
 // CreateTenant registers a tenant (compute:tenants:create on tenant/{id}).

@@ -129,14 +129,25 @@ type Condition struct {
 // NodeConditions returns the node's remediation conditions: one
 // RemediationEscalated per trigger escalated within the last 7 days.
 func NodeConditions(ctx context.Context, db store.DBTX, nodeID string) ([]Condition, error) {
-	rows, err := collect(db.Query(ctx, `SELECT `+rowColumns+` FROM remediations WHERE node_id = $1 AND state = 'escalated'
-		AND finished_at > now() - interval '7 days' ORDER BY finished_at DESC LIMIT 1`, nodeID))
+	m, err := NodesConditions(ctx, db, []string{nodeID})
 	if err != nil {
-		return nil, fmt.Errorf("reading the remediation conditions of %s: %w", nodeID, err)
+		return nil, err
 	}
-	var out []Condition
+	return m[nodeID], nil
+}
+
+// NodesConditions is NodeConditions for many nodes in one statement (a
+// nodes.list page), by node id; a node without any is absent.
+func NodesConditions(ctx context.Context, db store.DBTX, nodeIDs []string) (map[string][]Condition, error) {
+	rows, err := collect(db.Query(ctx, `SELECT DISTINCT ON (node_id) `+rowColumns+` FROM remediations
+		WHERE node_id = ANY($1) AND state = 'escalated' AND finished_at > now() - interval '7 days'
+		ORDER BY node_id, finished_at DESC`, nodeIDs))
+	if err != nil {
+		return nil, fmt.Errorf("reading the remediation conditions of %d node(s): %w", len(nodeIDs), err)
+	}
+	out := map[string][]Condition{}
 	for _, r := range rows {
-		out = append(out, Condition{Type: ConditionEscalated, Status: "True", Reason: r.Trigger, Message: r.OutcomeMessage, Since: *r.FinishedAt})
+		out[r.NodeID] = append(out[r.NodeID], Condition{Type: ConditionEscalated, Status: "True", Reason: r.Trigger, Message: r.OutcomeMessage, Since: *r.FinishedAt})
 	}
 	return out, nil
 }
