@@ -118,19 +118,25 @@ func (c *commandsServer) Run(ctx context.Context, req *apiv1.RunCommandRequest) 
 	// Concurrent callers share one transaction's commit; each is answered
 	// once it committed, or with its own error (a conflict, a batch scope
 	// that does not hold it), never with another caller's.
-	err = s.group.Do(ectx, func(gctx context.Context, tx pgx.Tx) error {
-		q := p // each run of the group starts from the caller's params
-		var err error
-		if q.BatchID != "" {
+	if p.BatchID == "" {
+		// The group's plain runs go in one EnqueueSet.
+		var out queue.EnqueueOutcome
+		if out, err = s.runs.Do(ectx, p); err == nil {
+			cmd, err = out.Command, out.Err
+		}
+	} else {
+		err = s.group.Do(ectx, func(gctx context.Context, tx pgx.Tx) error {
+			q := p // each run of the group starts from the caller's params
+			var err error
 			// The batch must be the tenant's and its scope must hold this
 			// (node, kind), and the payload when the leaf binds one.
 			if q.AwaitingApproval, err = batches.CheckScope(gctx, tx, q.TenantID, q.BatchID, q.NodeID, q.Kind, canonicalPayload(q.Payload), s.now()); err != nil {
 				return err
 			}
-		}
-		cmd, _, err = s.queue.Enqueue(gctx, tx, q)
-		return err
-	})
+			cmd, _, err = s.queue.Enqueue(gctx, tx, q)
+			return err
+		})
+	}
 	endSpan(enqueueSpan, err)
 	if err != nil {
 		return nil, s.fail(ctx, "commands.run", err)

@@ -95,5 +95,9 @@ func TestRun_ConcurrentCallersShareACommitAndKeepTheirOwnErrors(t *testing.T) {
 	require.Equal(t, 1+good, after, "the six good callers' commands and nothing of the two that failed")
 	sizesLock.Lock()
 	defer sizesLock.Unlock()
-	require.Equal(t, good, sizes[len(sizes)-1], "the good callers committed together")
+	// The six good callers and the CONFLICT one went out in one
+	// EnqueueSet (its own error wrote nothing and cost the others no
+	// rollback); the one whose batch check failed ran on its own and was
+	// taken out of the group.
+	require.Equal(t, good+1, sizes[len(sizes)-1], "the good callers committed together")
 }

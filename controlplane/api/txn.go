@@ -147,13 +147,35 @@ func (t *pipelinedTx) CopyFrom(ctx context.Context, table pgx.Identifier, column
 	return real.CopyFrom(ctx, table, columns, src)
 }
 
-// SendBatch sends a batch inside the transaction.
+// SendBatch sends a batch inside the transaction. A first batch whose
+// every statement reads its results through a callback (b.Queue(...).Fn,
+// run by Close) carries BEGIN ahead of them, in the same round trip; any
+// other first batch begins the transaction on its own first.
 func (t *pipelinedTx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
-	real, err := t.promote(ctx)
-	if err != nil {
-		return errBatch{err}
+	switch {
+	case t.real != nil:
+		return t.real.SendBatch(ctx, b)
+	case t.closed:
+		return errBatch{pgx.ErrTxClosed}
+	case t.begun:
+		return t.conn.SendBatch(ctx, b)
 	}
-	return real.SendBatch(ctx, b)
+	callbacks := len(b.QueuedQueries) > 0
+	for _, qq := range b.QueuedQueries {
+		callbacks = callbacks && qq.Fn != nil
+	}
+	if !callbacks {
+		real, err := t.promote(ctx)
+		if err != nil {
+			return errBatch{err}
+		}
+		return real.SendBatch(ctx, b)
+	}
+	t.begun = true
+	withBegin := &pgx.Batch{}
+	withBegin.Queue("begin")
+	withBegin.QueuedQueries = append(withBegin.QueuedQueries, b.QueuedQueries...)
+	return t.conn.SendBatch(ctx, withBegin)
 }
 
 // LargeObjects returns the large-object API of the transaction.

@@ -113,6 +113,33 @@ func TestPipelinedTx(t *testing.T) {
 	}))
 	require.Equal(t, 5, count(t, pool))
 
+	// A first batch of callbacks carries BEGIN: its statements are inside
+	// the transaction (a failure after them rolls them back), and results
+	// reach each callback in order.
+	var got []int
+	err = inTx(ctx, pool, func(tx pgx.Tx) error {
+		b := &pgx.Batch{}
+		b.Queue(`INSERT INTO t VALUES (30) RETURNING v`).QueryRow(func(r pgx.Row) error {
+			var v int
+			err := r.Scan(&v)
+			got = append(got, v)
+			return err
+		})
+		b.Queue(`SELECT count(*) FROM t`).QueryRow(func(r pgx.Row) error {
+			var v int
+			err := r.Scan(&v)
+			got = append(got, v)
+			return err
+		})
+		if err := tx.SendBatch(ctx, b).Close(); err != nil {
+			return err
+		}
+		return boom
+	})
+	require.ErrorIs(t, err, boom)
+	require.Equal(t, []int{30, 6}, got)
+	require.Equal(t, 5, count(t, pool), "the batch ran inside the rolled-back transaction")
+
 	// Closed transactions refuse further use.
 	tx := &pipelinedTx{}
 	require.NoError(t, tx.Rollback(ctx))

@@ -10,7 +10,9 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"strconv"
 	"sync"
 	"syscall"
@@ -199,6 +201,9 @@ func runSim(b *testing.B, bin string, n int, sessions func() int, idle func(), a
 	b.Helper()
 	h0, t0 := inUse()
 	args = append(args, "--nodes", strconv.Itoa(n), "--json", "--wait-stdin")
+	if dir := os.Getenv("BC_BENCH_CPUPROFILE"); dir != "" && idle != nil {
+		args = append(args, "--cpuprofile", filepath.Join(dir, fmt.Sprintf("sim-%d.pprof", n)))
+	}
 	cmd := exec.Command(bin, args...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
@@ -223,6 +228,15 @@ func runSim(b *testing.B, bin string, n int, sessions func() int, idle func(), a
 	mem := perSession{total: float64(int64(t1)-int64(t0)) / float64(n), heap: float64(int64(h1)-int64(h0)) / float64(n)}
 	if idle != nil {
 		idle()
+	}
+	// BC_BENCH_CPUPROFILE=dir profiles the workload alone (not the
+	// sessions' handshakes): this process as gateway-N.pprof, bc-sim's
+	// own run as sim-N.pprof.
+	if dir := os.Getenv("BC_BENCH_CPUPROFILE"); dir != "" && idle != nil {
+		f, err := os.Create(filepath.Join(dir, fmt.Sprintf("gateway-%d.pprof", n)))
+		require.NoError(b, err)
+		require.NoError(b, pprof.StartCPUProfile(f))
+		defer func() { pprof.StopCPUProfile(); _ = f.Close() }()
 	}
 	_, err = io.WriteString(stdin, "go\n")
 	require.NoError(b, err)

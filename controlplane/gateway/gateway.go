@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
@@ -129,6 +130,9 @@ type Gateway struct {
 	outage *outage
 	// group stores sessions' reports and dispatches in shared transactions.
 	group *groupcommit.Committer
+	// transitions is the group's set of transitions: a group's dispatches
+	// and reports go to the database as one statement (queue.TransitionSet).
+	transitions *groupcommit.Set[queue.Transition, queue.TransitionResult]
 	// lister reads sessions' open commands in shared statements.
 	lister *lister
 
@@ -142,15 +146,19 @@ type Gateway struct {
 func New(pool *pgxpool.Pool, q *queue.Queue, logger hclog.Logger, opts Options) *Gateway {
 	opts.defaults()
 	logger = logger.Named("gateway")
+	group := groupcommit.New(pool, opts.Group)
 	return &Gateway{
-		pool:           pool,
-		queue:          q,
-		logger:         logger,
-		opts:           opts,
-		hub:            newHub(),
-		outage:         &outage{logger: logger},
-		group:          groupcommit.New(pool, opts.Group),
-		lister:         newLister(pool, q),
+		pool:   pool,
+		queue:  q,
+		logger: logger,
+		opts:   opts,
+		hub:    newHub(),
+		outage: &outage{logger: logger},
+		group:  group,
+		lister: newLister(pool, q),
+		transitions: groupcommit.NewSet(group, func(ctx context.Context, tx pgx.Tx, ts []queue.Transition) ([]queue.TransitionResult, error) {
+			return q.TransitionSet(ctx, tx, ts)
+		}),
 		maxOutstanding: map[string]map[kind.Lane]int{},
 	}
 }

@@ -98,7 +98,12 @@ type request struct {
 	ctx   context.Context
 	fn    Func
 	queue QueueFunc
-	done  chan error // buffered: a worker never blocks on a caller gone
+	// set and item: one item of a Set, run with the group's other items
+	// of that Set in one call; out is where the Set writes its outcome.
+	set  setRunner
+	item any
+	out  any
+	done chan error // buffered: a worker never blocks on a caller gone
 }
 
 // New returns a Committer on pool.
@@ -232,6 +237,9 @@ func (c *Committer) attempt(group []*request) (failed int, err error) {
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
 	batch, owner := &pgx.Batch{}, []int{}
 	for i, r := range group {
+		if r.set != nil {
+			continue // runSets, below
+		}
 		if r.queue != nil {
 			n := len(batch.QueuedQueries)
 			r.queue(batch)
@@ -257,6 +265,11 @@ func (c *Committer) attempt(group []*request) (failed int, err error) {
 			}
 			return i, err
 		}
+	}
+	if err := runSets(ctx, tx, group); err != nil {
+		// One call for many callers: which one's item failed is not
+		// known, so the group is run again with each caller alone.
+		return -1, err
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return -2, fmt.Errorf("committing a group of %d: %w", len(group), err)

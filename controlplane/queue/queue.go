@@ -57,37 +57,6 @@ func (q *Queue) Registry() *kinds.Registry { return q.reg }
 // batch-required, since every daemon would refuse it anyway.
 func (q *Queue) RequireBatches(on bool) { q.requireBatch.Store(on) }
 
-// enqueueSQL takes the node's next seq, inserts the command and writes the
-// queued event in one statement. The node UPDATE locks the node row, so
-// enqueues to one node serialise and seqs are handed out in commit order;
-// its WHERE also refuses a deleted node, another tenant's node and a kind a
-// restricted identity does not accept, or whose role the kind's manifest
-// does not name (no row comes back; enqueueMiss says which). A repeated key returns the first command with duplicate set, and
-// the caller gives the seq back (see Enqueue).
-var enqueueSQL = `
-WITH node AS (
-  UPDATE nodes SET next_cmd_seq = next_cmd_seq + 1
-  WHERE id = $1 AND ($2 = '' OR tenant_id = $2) AND deleted_at IS NULL
-    AND (allowed_kinds IS NULL OR $3 = ANY (allowed_kinds))
-    AND role = ANY ($19::text[])
-  RETURNING tenant_id, next_cmd_seq - 1 AS seq
-), ins AS (
-  INSERT INTO commands AS c (id, tenant_id, node_id, seq, kind, lane, payload, idempotency_key,
-    not_after, not_before, min_generation, retry_safe, destructive, self_terminating, attested,
-    batch_id, bundle_key, awaiting_approval, trace_parent)
-  SELECT $4, node.tenant_id, $1, node.seq, $3, $5, $6, NULLIF($7, ''),
-    $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18
-  FROM node
-  ON CONFLICT (node_id, idempotency_key) DO UPDATE SET kind = c.kind
-  RETURNING ` + commandColumns("c") + `, (c.xmax <> 0) AS duplicate
-), ev AS (
-  INSERT INTO outbox (tenant_id, topic, payload)
-  SELECT tenant_id, '` + events.TopicCommandQueued + `',
-    jsonb_build_object('nodeId', node_id, 'commandId', id, 'kind', kind, 'state', state)
-  FROM ins WHERE NOT duplicate
-)
-SELECT * FROM ins`
-
 // settledEventSQL publishes command.settled for each row of the CTE u (a
 // WHERE may follow): every statement that ends a command writes its event
 // in the same statement, so the event exists exactly when the change does.
@@ -105,49 +74,15 @@ const settledEventSQL = `
 // that does not accept the kind, or a node whose role the kind's manifest
 // does not name (a BMC kind runs on a site agent, not on the machine), is
 // INVALID_STATE. A new command publishes
-// node.command.queued. A new command costs two round trips: the insert, and
-// the command's wire bytes (MarshalCommand), which need the seq and
-// created_at the insert handed out.
+// node.command.queued. A new command costs two round trips (EnqueueSet of
+// one): its seq with the duplicate check, and the insert of the row with
+// its wire bytes (MarshalCommand), which need the seq and created_at.
 func (q *Queue) Enqueue(ctx context.Context, tx pgx.Tx, p EnqueueParams) (cmd Command, duplicate bool, err error) {
-	m, payload, err := q.check(p)
-	if err != nil {
-		return Command{}, false, err
-	}
-	notAfter := p.NotAfter
-	if notAfter.IsZero() {
-		notAfter = q.nowFunc().Add(DefaultNotAfter)
-	}
-	row := tx.QueryRow(ctx, enqueueSQL,
-		p.NodeID, p.TenantID, p.Kind, ids.NewCommand(), string(m.Lane), payload, p.IdempotencyKey,
-		notAfter, p.NotBefore, p.MinGeneration,
-		m.Flags.RetrySafe, m.Flags.Destructive, m.Flags.SelfTerminating, m.Flags.Attested,
-		p.BatchID, p.BundleKey, p.AwaitingApproval, p.TraceParent, m.Roles)
-	cmd, err = scanCommand(row, &duplicate)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return Command{}, false, q.enqueueMiss(ctx, tx, p, m)
-	}
+	out, err := q.EnqueueSet(ctx, tx, []EnqueueParams{p})
 	if err != nil {
 		return Command{}, false, fmt.Errorf("enqueueing %s on %s: %w", p.Kind, p.NodeID, err)
 	}
-	if !duplicate {
-		cmd.SecretRefs = p.SecretRefs
-		if err := q.storeCommandBytes(ctx, tx, &cmd); err != nil {
-			return Command{}, false, err
-		}
-		return cmd, false, nil
-	}
-	// The statement took a seq before the conflict showed. We still hold the
-	// node row lock, so nobody took one after it: give it back to keep the
-	// node's seqs gapless.
-	if _, err := tx.Exec(ctx, `UPDATE nodes SET next_cmd_seq = next_cmd_seq - 1 WHERE id = $1`, p.NodeID); err != nil {
-		return Command{}, false, fmt.Errorf("returning the seq of a duplicate enqueue: %w", err)
-	}
-	if cmd.Kind != p.Kind {
-		return Command{}, false, newError(Conflict, "idempotency-key-reused",
-			map[string]string{"kind": cmd.Kind, "commandId": cmd.ID},
-			"idempotency key already names command %s of kind %s, not %s", cmd.ID, cmd.Kind, p.Kind)
-	}
-	return cmd, true, nil
+	return out[0].Command, out[0].Duplicate, out[0].Err
 }
 
 // Check runs Enqueue's checks of p that need no database (the kind, its

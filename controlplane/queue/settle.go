@@ -26,11 +26,6 @@ func (q *Queue) OnSettle(h SettleHook) {
 	q.settleHook.Store(&h)
 }
 
-// HasSettleHook reports whether a settle hook is installed: a caller that
-// settles commands without a transaction of its own (a pipelined batch)
-// must then settle them through Transition in a transaction instead.
-func (q *Queue) HasSettleHook() bool { return q.settleHook.Load() != nil }
-
 func (q *Queue) hook() SettleHook {
 	if h := q.settleHook.Load(); h != nil {
 		return *h

@@ -18,7 +18,7 @@ var transitionSQL = transitionCTE + `
 SELECT * FROM u`
 
 // transitionCTE is the guarded UPDATE (u) and its settled event (ev) that
-// both transitionSQL and transitionQueuedSQL select from.
+// transitionSQL selects from (TransitionSet has its own, over arrays).
 var transitionCTE = `
 WITH u AS (
   UPDATE commands c SET
@@ -103,66 +103,14 @@ func (q *Queue) transition(ctx context.Context, db DBTX, t Transition) (Command,
 	return cmd, true, nil
 }
 
-// transitionQueuedSQL is transitionSQL answering in the same statement
-// what Transition reads after a miss: the updated row with changed true,
-// else the current row (of t.NodeID's, when set) with changed false, else
-// no row (not found). It needs no second round trip, so it can be
-// pipelined with other sessions' transitions (QueueTransition).
-var transitionQueuedSQL = transitionCTE + `
-SELECT *, true FROM u
-UNION ALL
-SELECT ` + commandColumns("c") + `, false FROM commands c
-WHERE c.id = $1 AND ($10 = '' OR c.node_id = $10) AND NOT EXISTS (SELECT 1 FROM u)`
-
-// TransitionResult is what a queued transition came to, once its batch ran:
-// the command as it is now and whether the transition changed it, or Found
-// false for a command that is not there (or not t.NodeID's).
+// TransitionResult is what a transition in a set came to
+// (TransitionSet): the command as it is now and whether the transition
+// changed it, or Found false for a command that is not there (or not
+// t.NodeID's).
 type TransitionResult struct {
 	Command Command
 	Changed bool
 	Found   bool
-}
-
-// QueueTransition queues t on b with the semantics of Transition (one
-// guarded UPDATE, command.settled published exactly once) and fills out
-// when the batch runs. It is for callers that pipeline many transitions in
-// one transaction (the gateway's group commit); an invalid target state is
-// refused at once, before anything is queued.
-//
-// A settle while a settle hook is installed is refused (INVALID_STATE
-// settle-hook): the hook must run in the settling transaction, which a
-// queued statement cannot do, so such a transition goes through
-// Transition on the transaction instead; nothing is queued.
-func (q *Queue) QueueTransition(b *pgx.Batch, t Transition, out *TransitionResult) error {
-	if t.To.Terminal() && q.HasSettleHook() {
-		return newError(InvalidState, "settle-hook", map[string]string{"state": string(t.To)}, "a transition to %s must run the settle hook in its transaction and cannot be queued on a batch: use Transition", t.To)
-	}
-	if !t.To.Valid() || t.To == Pending {
-		return newError(InvalidInput, "invalid-state", map[string]string{"state": string(t.To)}, "cannot transition to state %q", t.To)
-	}
-	var result, progress any
-	if t.Result != nil {
-		result = string(t.Result)
-	}
-	if t.Progress != nil {
-		progress = string(t.Progress)
-	}
-	b.Queue(transitionQueuedSQL,
-		t.CommandID, string(t.To), t.Reason, result, t.ResultSHA256, t.NodeSig, t.Rebooted, t.Epoch, progress, t.NodeID, t.Message, t.ResultBytes, t.KindVersion,
-	).QueryRow(func(row pgx.Row) error {
-		var changed bool
-		cmd, err := scanCommand(row, &changed)
-		if errors.Is(err, pgx.ErrNoRows) {
-			*out = TransitionResult{}
-			return nil
-		}
-		if err != nil {
-			return fmt.Errorf("transitioning %s to %s: %w", t.CommandID, t.To, err)
-		}
-		*out = TransitionResult{Command: cmd, Changed: changed, Found: true}
-		return nil
-	})
-	return nil
 }
 
 // Requeue puts a dispatched or acked command back to pending until

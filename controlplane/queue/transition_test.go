@@ -1,7 +1,6 @@
 package queue_test
 
 import (
-	"context"
 	"crypto/sha256"
 	"encoding/json"
 	"errors"
@@ -11,7 +10,6 @@ import (
 	"github.com/better-compute/commands/controlplane/events"
 	"github.com/better-compute/commands/controlplane/ids"
 	"github.com/better-compute/commands/controlplane/queue"
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
 )
@@ -193,49 +191,4 @@ func TestRecordProgress(t *testing.T) {
 	require.False(t, ok)
 	_, err = b.q.RecordProgress(b.ctx, b.pool, ids.NewCommand(), 0, []byte(`{}`))
 	requireCode(t, err, queue.NotFound)
-}
-
-// QueueTransition answers as Transition does, in one pipelined statement:
-// the landed transition with changed true and command.settled published
-// once, a late one unchanged with the current row, and another node's or a
-// missing command not found.
-func TestQueueTransitionIsTransitionPipelined(t *testing.T) {
-	b := setup(t)
-	c, _ := b.enqueue(t, b.params("qt"))
-	var landed, late, other, missing queue.TransitionResult
-	batch := &pgx.Batch{}
-	require.NoError(t, b.q.QueueTransition(batch, queue.Transition{CommandID: c.ID, NodeID: b.node.ID, To: queue.Succeeded, Reason: "ok"}, &landed))
-	require.NoError(t, b.q.QueueTransition(batch, queue.Transition{CommandID: c.ID, NodeID: b.node.ID, To: queue.Running}, &late))
-	require.NoError(t, b.q.QueueTransition(batch, queue.Transition{CommandID: c.ID, NodeID: "node_other", To: queue.Failed}, &other))
-	require.NoError(t, b.q.QueueTransition(batch, queue.Transition{CommandID: "cmd_missing", To: queue.Failed}, &missing))
-	require.NoError(t, pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) error { return tx.SendBatch(b.ctx, batch).Close() }))
-	require.True(t, landed.Found)
-	require.True(t, landed.Changed)
-	require.Equal(t, queue.Succeeded, landed.Command.State)
-	require.NotNil(t, landed.Command.SettledAt)
-	require.True(t, late.Found)
-	require.False(t, late.Changed, "a late running after succeeded changes nothing")
-	require.Equal(t, queue.Succeeded, late.Command.State)
-	require.False(t, other.Found, "another node's command is not found")
-	require.False(t, missing.Found)
-	require.Len(t, b.outbox(t, "command.settled"), 1, "settled exactly once")
-	require.Error(t, b.q.QueueTransition(&pgx.Batch{}, queue.Transition{CommandID: c.ID, To: queue.Pending}, &landed), "pending is not a transition")
-}
-
-// A settle cannot be pipelined past the settle hook (the modules' durable
-// owner wakes): QueueTransition refuses it, queuing nothing, while a
-// dispatch still queues.
-func TestQueueTransitionRefusesASettleTheHookMustSee(t *testing.T) {
-	b := setup(t)
-	c, _ := b.enqueue(t, b.params("qt-hook"))
-	b.q.OnSettle(func(context.Context, pgx.Tx, []queue.Command) error { return nil })
-	t.Cleanup(func() { b.q.OnSettle(nil) })
-	var out queue.TransitionResult
-	batch := &pgx.Batch{}
-	err := b.q.QueueTransition(batch, queue.Transition{CommandID: c.ID, NodeID: b.node.ID, To: queue.Succeeded}, &out)
-	require.ErrorIs(t, err, queue.ErrInvalidState)
-	require.Contains(t, err.Error(), "Transition")
-	require.Zero(t, batch.Len(), "nothing queued")
-	require.NoError(t, b.q.QueueTransition(batch, queue.Transition{CommandID: c.ID, NodeID: b.node.ID, To: queue.Dispatched}, &out))
-	require.Equal(t, 1, batch.Len())
 }

@@ -1,10 +1,8 @@
 package queue
 
 import (
-	"context"
 	"fmt"
 
-	"github.com/jackc/pgx/v5"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -55,35 +53,6 @@ func WireBytes(c Command) ([]byte, error) {
 		return c.CommandBytes, nil
 	}
 	return MarshalCommand(c)
-}
-
-// storeCommandBytes records a new command's bytes in the enqueue
-// transaction. They need the seq and created_at the insert handed out, so
-// they cannot go in the insert itself; a later signature over them will be
-// written by this statement too.
-func (q *Queue) storeCommandBytes(ctx context.Context, tx pgx.Tx, cmd *Command) error {
-	b, err := MarshalCommand(*cmd)
-	if err != nil {
-		return err
-	}
-	var sig, cert []byte
-	if s := q.Signer(); s != nil {
-		// Signed in the enqueue transaction: a command is never stored
-		// unsigned while signing is on, and the bytes signed are the bytes
-		// stored.
-		if sig, cert, err = s.Sign(trust.PurposeCommand, b); err != nil {
-			return fmt.Errorf("signing command %s: %w", cmd.ID, err)
-		}
-	}
-	tag, err := tx.Exec(ctx, `UPDATE commands SET command_bytes = $2, signature = $3, worker_cert = $4 WHERE id = $1 AND command_bytes IS NULL`, cmd.ID, b, sig, cert)
-	if err != nil {
-		return fmt.Errorf("storing the bytes of command %s: %w", cmd.ID, err)
-	}
-	if tag.RowsAffected() != 1 {
-		return fmt.Errorf("storing the bytes of command %s: the new row is gone or already has them", cmd.ID)
-	}
-	cmd.CommandBytes, cmd.Signature, cmd.WorkerCert = b, sig, cert
-	return nil
 }
 
 // Signer signs what the queue stores: commands at enqueue (and, through

@@ -11,7 +11,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/better-compute/commands/controlplane/queue"
@@ -232,28 +231,37 @@ func Fanout(ctx context.Context, t Target, timeout time.Duration) (FanoutResult,
 	}
 	res.Receipt = Summarise(receipts)
 	res.Received = res.Receipt.Max
-	// Settling is observed in the database, where the spec's states live;
-	// the count is read every few milliseconds until it is complete.
+	// Settling is observed in the database, where the spec's states live:
+	// every few milliseconds it counts the tenant's commands still open, a
+	// read of the open-commands index that shrinks as they settle (a count
+	// over all N ids would cost the database more than the settles it
+	// measures). Once none is open, one read checks the fan-out's own.
 	tick := time.NewTicker(10 * time.Millisecond)
 	defer tick.Stop()
 	for {
-		var terminal, succeeded int
-		err := t.Pool.QueryRow(wctx, `SELECT count(*) FILTER (WHERE state IN ('succeeded','failed','rejected','expired','cancelled')),
-			count(*) FILTER (WHERE state = 'succeeded') FROM commands WHERE id = ANY($1)`, ids).Scan(&terminal, &succeeded)
+		var open int
+		err := t.Pool.QueryRow(wctx, `SELECT count(*) FROM commands
+			WHERE state IN ('pending', 'dispatched', 'acked', 'running') AND tenant_id = $1`, t.TenantID).Scan(&open)
 		if err != nil {
-			if errors.Is(err, pgx.ErrNoRows) {
-				err = fmt.Errorf("no rows")
-			}
-			return res, fmt.Errorf("fan-out: counting settled commands: %w", err)
+			return res, fmt.Errorf("fan-out: counting open commands: %w", err)
 		}
-		if terminal == len(ids) {
+		if open == 0 {
 			res.Settled = time.Since(tc)
+			var terminal, succeeded int
+			err := t.Pool.QueryRow(wctx, `SELECT count(*) FILTER (WHERE state IN ('succeeded','failed','rejected','expired','cancelled')),
+				count(*) FILTER (WHERE state = 'succeeded') FROM commands WHERE id = ANY($1)`, ids).Scan(&terminal, &succeeded)
+			if err != nil {
+				return res, fmt.Errorf("fan-out: counting settled commands: %w", err)
+			}
+			if terminal != len(ids) {
+				return res, fmt.Errorf("fan-out: none of the tenant's commands is open, yet only %d of %d are terminal", terminal, len(ids))
+			}
 			res.Succeeded = succeeded
 			return res, nil
 		}
 		select {
 		case <-wctx.Done():
-			return res, fmt.Errorf("fan-out: %d of %d commands settled within %s", terminal, len(ids), timeout)
+			return res, fmt.Errorf("fan-out: %d of %d commands still open after %s", open, len(ids), timeout)
 		case <-tick.C:
 		}
 	}

@@ -26,6 +26,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"strconv"
 	"syscall"
 	"time"
@@ -41,10 +42,10 @@ import (
 
 // options are the command line.
 type options struct {
-	gateway, caDir, serverCA, serverName, databaseURL, workload, logLevel string
-	nodes, commands, concurrency, fanouts                                 int
-	duration, timeout                                                     time.Duration
-	jsonOut, waitStdin                                                    bool
+	gateway, caDir, serverCA, serverName, databaseURL, workload, logLevel, cpuProfile string
+	nodes, commands, concurrency, fanouts                                             int
+	duration, timeout                                                                 time.Duration
+	jsonOut, waitStdin                                                                bool
 }
 
 // Report is what a run measured; --json prints it as one object.
@@ -84,6 +85,7 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fs.BoolVar(&o.jsonOut, "json", false, "print the report as one JSON object")
 	fs.BoolVar(&o.waitStdin, "wait-stdin", false, "after every session is open, wait for a line on stdin before the workload (a benchmark measures the idle fleet meanwhile)")
 	fs.StringVar(&o.logLevel, "log-level", "warn", "log level on stderr")
+	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the workload (from the end of the idle wait to the report) to this file, for go tool pprof")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -215,6 +217,17 @@ func simulate(ctx context.Context, o options, stdin io.Reader, logger hclog.Logg
 		if _, err := bufio.NewReader(stdin).ReadString('\n'); err != nil && !errors.Is(err, io.EOF) {
 			return rep, fmt.Errorf("reading stdin: %w", err)
 		}
+	}
+	if o.cpuProfile != "" {
+		f, err := os.Create(o.cpuProfile)
+		if err != nil {
+			return rep, fmt.Errorf("--cpuprofile: %w", err)
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return rep, fmt.Errorf("--cpuprofile: %w", err)
+		}
+		defer pprof.StopCPUProfile()
 	}
 	target := sim.Target{Pool: pool, Queue: q, TenantID: tenantID, Fleet: fleet}
 	if o.workload == "steady" || o.workload == "both" {

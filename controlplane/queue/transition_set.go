@@ -1,0 +1,158 @@
+package queue
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// transitionSetSQL is transitionQueuedSQL for many transitions at once: the
+// guarded UPDATE joins the transitions (unnest, one row each, numbered by
+// ord) instead of taking one as parameters, and each comes back as its
+// updated row with changed true, else its current row with changed false,
+// else nothing (not found). One statement then stores hundreds of nodes'
+// reports: PostgreSQL's per-statement work (parse, plan, executor start, the
+// outbox trigger and its NOTIFY) is paid once for all of them, which is what
+// a fan-out to 10,000 nodes needs (BenchmarkSessions). Every guard of
+// transitionCTE holds row by row; the same command twice in one statement
+// would be updated once, so TransitionSet never sends that.
+var transitionSetSQL = `
+WITH t AS (
+  SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bytea[], $6::bytea[], $7::bool[],
+    $8::bigint[], $9::text[], $10::text[], $11::text[], $12::bytea[], $13::text[])
+    WITH ORDINALITY AS t(id, to_state, reason, result, result_sha256, node_sig, rebooted, epoch, progress, node_id, message, result_bytes, kind_version, ord)
+), u AS (
+  UPDATE commands c SET
+    state = t.to_state,
+    reason = CASE WHEN t.reason <> '' THEN t.reason ELSE c.reason END,
+    message = CASE WHEN t.message <> '' THEN t.message ELSE c.message END,
+    waiting_reason = '', waiting_message = '',
+    kind_version = CASE WHEN t.to_state = 'dispatched' AND t.kind_version <> '' THEN t.kind_version ELSE c.kind_version END,
+    result_bytes = coalesce(t.result_bytes, c.result_bytes),
+    result = coalesce(t.result::jsonb, c.result),
+    result_sha256 = coalesce(t.result_sha256, c.result_sha256),
+    node_sig = coalesce(t.node_sig, c.node_sig),
+    rebooted = c.rebooted OR t.rebooted,
+    progress = coalesce(t.progress::jsonb, c.progress),
+    settled_at = CASE WHEN bc_state_terminal(t.to_state) THEN now() END,
+    dispatched_epoch = CASE WHEN t.to_state = 'dispatched' THEN t.epoch ELSE c.dispatched_epoch END,
+    attempts = CASE WHEN t.to_state = 'dispatched' THEN c.attempts + 1 ELSE c.attempts END,
+    next_attempt_at = NULL,
+    updated_at = now()
+  FROM t
+  WHERE c.id = t.id AND (t.node_id = '' OR c.node_id = t.node_id)
+    AND bc_state_rank(c.state) < bc_state_rank(t.to_state)
+    AND (t.epoch = 0 OR EXISTS (SELECT 1 FROM nodes n WHERE n.id = c.node_id AND n.session_epoch = t.epoch))
+  RETURNING ` + commandColumns("c") + `, t.ord
+), ev AS (` + settledEventSQL + ` WHERE bc_state_terminal(state))
+SELECT *, true FROM u
+UNION ALL
+SELECT ` + commandColumns("c") + `, t.ord, false FROM t JOIN commands c ON c.id = t.id AND (t.node_id = '' OR c.node_id = t.node_id)
+WHERE NOT EXISTS (SELECT 1 FROM u WHERE u.ord = t.ord)`
+
+// TransitionSet applies many state reports in tx, each with the semantics
+// of Transition (a guarded UPDATE that lands only when its state ranks
+// above the current one and, with an epoch, while that session is the
+// node's; command.settled published exactly once), in as few statements as
+// it can: one for all of them unless a command appears more than once, in
+// which case its later reports go in later statements, in order. out[i] is
+// ts[i]'s outcome (Found false for a command that is not there, or not
+// ts[i].NodeID's). An invalid target state fails the whole call before
+// anything is sent. With a settle hook installed it is told, in tx, of
+// every command the call settled.
+func (q *Queue) TransitionSet(ctx context.Context, tx pgx.Tx, ts []Transition) ([]TransitionResult, error) {
+	for _, t := range ts {
+		if !t.To.Valid() || t.To == Pending {
+			return nil, newError(InvalidInput, "invalid-state", map[string]string{"state": string(t.To)}, "cannot transition to state %q", t.To)
+		}
+	}
+	out := make([]TransitionResult, len(ts))
+	var settled []Command
+	// Rounds: the k-th report of a command goes in statement k, so that
+	// no statement names a command twice and reports land in order.
+	pending := make([]int, len(ts))
+	for i := range ts {
+		pending[i] = i
+	}
+	for len(pending) > 0 {
+		seen := make(map[string]bool, len(pending))
+		var round, later []int
+		for _, i := range pending {
+			if seen[ts[i].CommandID] {
+				later = append(later, i)
+				continue
+			}
+			seen[ts[i].CommandID] = true
+			round = append(round, i)
+		}
+		s, err := q.transitionRound(ctx, tx, ts, round, out)
+		if err != nil {
+			return nil, err
+		}
+		settled = append(settled, s...)
+		pending = later
+	}
+	if h := q.hook(); h != nil && len(settled) > 0 {
+		if err := h(ctx, tx, settled); err != nil {
+			return nil, fmt.Errorf("recording what settling %d command(s) wakes: %w", len(settled), err)
+		}
+	}
+	return out, nil
+}
+
+// transitionRound sends the transitions ts[round...] (no command twice) in
+// one statement, fills their out entries and returns what it settled.
+func (q *Queue) transitionRound(ctx context.Context, tx pgx.Tx, ts []Transition, round []int, out []TransitionResult) ([]Command, error) {
+	n := len(round)
+	var (
+		ids, states, reasons, progress, nodes, messages, versions = make([]string, n), make([]string, n), make([]string, n), make([]*string, n), make([]string, n), make([]string, n), make([]string, n)
+		results                                                   = make([]*string, n)
+		sums, sigs, resultBytes                                   = make([][]byte, n), make([][]byte, n), make([][]byte, n)
+		rebooted                                                  = make([]bool, n)
+		epochs                                                    = make([]int64, n)
+	)
+	for j, i := range round {
+		t := ts[i]
+		ids[j], states[j], reasons[j], nodes[j], messages[j], versions[j] = t.CommandID, string(t.To), t.Reason, t.NodeID, t.Message, t.KindVersion
+		if t.Result != nil {
+			r := string(t.Result)
+			results[j] = &r
+		}
+		if t.Progress != nil {
+			p := string(t.Progress)
+			progress[j] = &p
+		}
+		sums[j], sigs[j], resultBytes[j], rebooted[j], epochs[j] = t.ResultSHA256, t.NodeSig, t.ResultBytes, t.Rebooted, t.Epoch
+	}
+	rows, err := tx.Query(ctx, transitionSetSQL, ids, states, reasons, results, sums, sigs, rebooted, epochs, progress, nodes, messages, resultBytes, versions)
+	if err != nil {
+		return nil, fmt.Errorf("transitioning %d commands: %w", n, err)
+	}
+	defer rows.Close()
+	var settled []Command
+	for rows.Next() {
+		var (
+			ord     int64
+			changed bool
+		)
+		cmd, err := scanCommand(rows, &ord, &changed)
+		if err != nil {
+			return nil, fmt.Errorf("transitioning %d commands: %w", n, err)
+		}
+		if ord < 1 || int(ord) > n {
+			return nil, fmt.Errorf("transitioning %d commands: the database answered for transition %d", n, ord)
+		}
+		i := round[ord-1]
+		out[i] = TransitionResult{Command: cmd, Changed: changed, Found: true}
+		if changed && cmd.State.Terminal() {
+			settled = append(settled, cmd)
+			q.logger.Debug("command settled", "command_id", cmd.ID, "node_id", cmd.NodeID, "state", cmd.State, "reason", cmd.Reason)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("transitioning %d commands: %w", n, err)
+	}
+	// An entry the database did not answer stays zero: not found.
+	return settled, nil
+}
