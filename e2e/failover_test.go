@@ -7,8 +7,10 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"runtime/pprof"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -168,6 +170,25 @@ func TestFailover(t *testing.T) {
 		all[i] = a.id
 	}
 	var present, terminal int
+	// A failure from here on is a hang somewhere: the control plane's
+	// goroutines (it runs in this process) go in the log, and each bcd
+	// dumps its own (SIGQUIT; its log is printed at cleanup).
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		var b strings.Builder
+		_ = pprof.Lookup("goroutine").WriteTo(&b, 2)
+		t.Logf("ha: the control plane's goroutines:\n%s", b.String())
+		for _, n := range nodes {
+			if n.proc != nil && n.proc.Process.Signal(syscall.SIGQUIT) == nil {
+				select {
+				case <-n.done: // dumped and exited
+				case <-time.After(5 * time.Second):
+				}
+			}
+		}
+	})
 	testutil.WaitFor(t, 3*time.Minute, "every acknowledged command to settle", func() bool {
 		err := c.srv.Pool.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE bc_state_terminal(state)) FROM commands WHERE id = ANY($1)`, all).
 			Scan(&present, &terminal)

@@ -82,7 +82,19 @@ func newClusterOn(t *testing.T, dsn string, adjust ...func(*server.Config)) *clu
 	require.NoError(t, err)
 	require.NoError(t, os.WriteFile(filepath.Join(c.plugins, filepath.Base(src)), b, 0o755))
 	kindsDir := c.writeKinds()
-	c.srv = servertest.StartDSN(t, dsn, hclog.NewNullLogger(), func(cfg *server.Config) {
+	// bc-server's log, shown when the test fails.
+	serverLog := &lockedBuffer{}
+	t.Cleanup(func() {
+		if t.Failed() {
+			out := serverLog.String()
+			if len(out) > 64<<10 {
+				out = "…" + out[len(out)-64<<10:]
+			}
+			t.Logf("bc-server log:\n%s", out)
+		}
+	})
+	logger := hclog.New(&hclog.LoggerOptions{Name: "bc-server", Level: hclog.Info, Output: serverLog})
+	c.srv = servertest.StartDSN(t, dsn, logger, func(cfg *server.Config) {
 		cfg.KindsDir = kindsDir
 		cfg.Allowlist = append(append([]string{}, api.DefaultAllowlist...), kindHold, kindHoldOnce, kindReboot, kindHangShort)
 		for _, a := range adjust {
