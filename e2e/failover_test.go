@@ -170,6 +170,27 @@ func TestFailover(t *testing.T) {
 		all[i] = a.id
 	}
 	var present, terminal int
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		// What did not settle, and where it stopped.
+		rows, err := c.srv.Pool.Query(context.Background(), `SELECT id, node_id, state, attempts, dispatched_epoch, waiting_reason FROM commands
+			WHERE id = ANY($1) AND NOT bc_state_terminal(state) ORDER BY seq`, all)
+		if err != nil {
+			t.Logf("ha: reading the unsettled commands: %v", err)
+			return
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var id, node, state, waiting string
+			var attempts int
+			var epoch int64
+			if err := rows.Scan(&id, &node, &state, &attempts, &epoch, &waiting); err == nil {
+				t.Logf("ha: unsettled: %s on %s: %s, %d attempts, dispatched in epoch %d, waiting %q", id, node, state, attempts, epoch, waiting)
+			}
+		}
+	})
 	// A failure from here on is a hang somewhere: the control plane's
 	// goroutines (it runs in this process) go in the log, and each bcd
 	// dumps its own (SIGQUIT; its log is printed at cleanup).

@@ -41,7 +41,18 @@ func (s *session) sync(ctx context.Context) error {
 	for _, c := range open {
 		switch c.State {
 		case queue.Dispatched, queue.Acked, queue.Running:
-			if replay {
+			_, credited := s.outstanding[c.ID]
+			// Past the replay, an open command of this session's epoch
+			// that it holds no credit for was marked dispatched by this
+			// session in a write whose commit it never heard back from (a
+			// connection lost in COMMIT, a failover): the commit landed and
+			// the send never happened. It goes out now; the node's journal
+			// answers a copy it already has.
+			lost := !replay && !credited && c.DispatchedEpoch == s.epoch
+			if lost {
+				s.logger.Info("sending a command whose dispatch committed unanswered", "command_id", c.ID, "kind", c.Kind)
+			}
+			if replay || lost {
 				if err := s.sendCommand(ctx, c); err != nil {
 					return err
 				}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/better-compute/commands/controlplane/groupcommit"
 	"github.com/better-compute/commands/controlplane/queue"
@@ -153,4 +154,51 @@ func TestGateway_ReportsOfManySessionsShareACommitAndAreAckedAfterIt(t *testing.
 	defer sizesLock.Unlock()
 	require.Contains(t, sizes, k, "the fan-out's dispatches went out as one transaction")
 	require.Equal(t, k, sizes[len(sizes)-1], "the nodes' reports were stored in one transaction")
+}
+
+// A dispatch whose commit the session never heard back from (the
+// connection lost in COMMIT, a failover) may have landed: the command is
+// dispatched under the session's own epoch and the node never got it. "A
+// command that cannot progress" must not be left so: the session's next
+// read finds a command of its epoch that it holds no credit for, and sends
+// it (the node's journal answers a copy it already has). The state below
+// is exactly what such a commit leaves: marked dispatched by this session,
+// never sent.
+func TestGateway_SendsADispatchWhoseCommitItNeverHeardBackFrom(t *testing.T) {
+	e := setup(t, 1)
+	n := e.rawNode(t)
+	testutil.WaitFor(t, 10*time.Second, "the session", func() bool { return e.gws[0].Sessions() == 1 })
+	var epoch int64
+	require.NoError(t, e.pool.QueryRow(e.ctx, `SELECT session_epoch FROM nodes WHERE id = $1`, n.id).Scan(&epoch))
+	var id string
+	require.NoError(t, pgx.BeginFunc(e.ctx, e.pool, func(tx pgx.Tx) error {
+		c, _, err := e.q.Enqueue(e.ctx, tx, queue.EnqueueParams{TenantID: e.node.TenantID, NodeID: n.id, Kind: "test.ctl", IdempotencyKey: "lost-commit"})
+		if err != nil {
+			return err
+		}
+		id = c.ID
+		_, changed, err := e.q.Transition(e.ctx, tx, queue.Transition{CommandID: c.ID, NodeID: n.id, To: queue.Dispatched, Epoch: epoch})
+		if err == nil && !changed {
+			err = fmt.Errorf("the dispatch did not land")
+		}
+		return err
+	}))
+	got := make(chan *agentv1.GatewayMessage, 1)
+	go func() {
+		m, _ := n.next(func(m *agentv1.GatewayMessage) bool { return m.GetCommand() != nil })
+		got <- m
+	}()
+	var m *agentv1.GatewayMessage
+	select {
+	case m = <-got:
+		require.NotNil(t, m, "the stream ended")
+	case <-time.After(15 * time.Second):
+		t.Fatal("the command dispatched under the session's epoch never reached the node")
+	}
+	var cmd agentv1.Command
+	require.NoError(t, proto.Unmarshal(m.GetCommand().GetCommand(), &cmd))
+	require.Equal(t, id, cmd.GetId(), "the dispatched command reaches its node")
+	require.NoError(t, n.stream.Send(&agentv1.NodeMessage{Msg: &agentv1.NodeMessage_Update{Update: &agentv1.CommandUpdate{
+		CommandId: id, UpdateSeq: 1, State: agentv1.CommandState_COMMAND_STATE_SUCCEEDED}}}))
+	testutil.WaitFor(t, 10*time.Second, "it settles", func() bool { return e.stateOf(t, id) == queue.Succeeded })
 }
