@@ -16,6 +16,7 @@ import (
 	"github.com/better-compute/commands/controlplane/bindings"
 	"github.com/better-compute/commands/controlplane/join"
 	"github.com/better-compute/commands/controlplane/nodespecs"
+	"github.com/better-compute/commands/controlplane/pgtx"
 	apiv1 "github.com/better-compute/commands/proto/bc/api/v1"
 	"github.com/better-compute/commands/sdk/nodespec"
 )
@@ -123,7 +124,7 @@ func (n *nodesServer) Delete(ctx context.Context, req *apiv1.DeleteNodeRequest) 
 		return nil, err
 	}
 	var cancelled int64
-	err := inTx(ctx, s.pool, func(tx pgx.Tx) error {
+	err := pgtx.InTx(ctx, s.pool, func(tx pgx.Tx) error {
 		var err error
 		cancelled, err = s.queue.DeleteNode(ctx, tx, req.GetNodeId())
 		return err

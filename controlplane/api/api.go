@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"github.com/better-compute/commands/controlplane/batches"
+	"github.com/better-compute/commands/controlplane/pgtx"
 	"sync"
 	"time"
 
@@ -135,7 +136,7 @@ func New(cfg Config) *Server {
 		tracer: cfg.Tracer, secrets: cfg.Secrets,
 	}
 	if cfg.RunGroup.Begin == nil {
-		cfg.RunGroup.Begin = beginPipelined
+		cfg.RunGroup.Begin = pgtx.Begin
 	}
 	if cfg.RunGroup.Workers == 0 {
 		// Two groups in flight at once: one commits while the next takes

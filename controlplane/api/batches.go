@@ -10,6 +10,7 @@ import (
 
 	"github.com/better-compute/commands/controlplane/auth"
 	"github.com/better-compute/commands/controlplane/batches"
+	"github.com/better-compute/commands/controlplane/pgtx"
 	apiv1 "github.com/better-compute/commands/proto/bc/api/v1"
 )
 
@@ -41,7 +42,7 @@ func (b *batchesServer) Create(ctx context.Context, req *apiv1.CreateCommandBatc
 		p.Deadline = time.Duration(req.GetDeadlineSeconds()) * time.Second
 	}
 	var out batches.Batch
-	err = inTx(ctx, s.pool, func(tx pgx.Tx) error {
+	err = pgtx.InTx(ctx, s.pool, func(tx pgx.Tx) error {
 		var err error
 		out, _, err = batches.Create(ctx, tx, s.quorumNow(), p, s.now())
 		return err
@@ -92,7 +93,7 @@ func (b *batchesServer) Approve(ctx context.Context, req *apiv1.ApproveCommandBa
 		return nil, err
 	}
 	var out batches.Batch
-	err = inTx(ctx, s.pool, func(tx pgx.Tx) error {
+	err = pgtx.InTx(ctx, s.pool, func(tx pgx.Tx) error {
 		var err error
 		out, err = batches.Approve(ctx, tx, s.quorumNow(), req.GetTenantId(), req.GetBatchId(), req.GetKeyId(), req.GetSignature(), id.Name, id.Agent, s.now())
 		return err

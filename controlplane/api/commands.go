@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"github.com/better-compute/commands/controlplane/batches"
+	"github.com/better-compute/commands/controlplane/pgtx"
 	"strconv"
 	"time"
 
@@ -231,7 +232,7 @@ func (c *commandsServer) Cancel(ctx context.Context, req *apiv1.CancelCommandReq
 		return nil, err
 	}
 	var cmd queue.Command
-	err := inTx(ctx, s.pool, func(tx pgx.Tx) error {
+	err := pgtx.InTx(ctx, s.pool, func(tx pgx.Tx) error {
 		var err error
 		cmd, err = s.queue.Cancel(ctx, tx, req.GetNodeId(), req.GetCommandId())
 		return err

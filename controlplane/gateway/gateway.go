@@ -24,6 +24,7 @@ import (
 	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/better-compute/commands/controlplane/groupcommit"
+	"github.com/better-compute/commands/controlplane/pgtx"
 	"github.com/better-compute/commands/controlplane/queue"
 	agentv1 "github.com/better-compute/commands/proto/bc/agent/v1"
 	"github.com/better-compute/commands/sdk/kind"
@@ -146,6 +147,11 @@ type Gateway struct {
 func New(pool *pgxpool.Pool, q *queue.Queue, logger hclog.Logger, opts Options) *Gateway {
 	opts.defaults()
 	logger = logger.Named("gateway")
+	if opts.Group.Begin == nil {
+		// A group's BEGIN goes with its statement: one round trip less
+		// between a commit and the node receiving its command.
+		opts.Group.Begin = pgtx.Begin
+	}
 	group := groupcommit.New(pool, opts.Group)
 	return &Gateway{
 		pool:   pool,

@@ -125,32 +125,35 @@ func (q *Queue) transitionRound(ctx context.Context, tx pgx.Tx, ts []Transition,
 		}
 		sums[j], sigs[j], resultBytes[j], rebooted[j], epochs[j] = t.ResultSHA256, t.NodeSig, t.ResultBytes, t.Rebooted, t.Epoch
 	}
-	rows, err := tx.Query(ctx, transitionSetSQL, ids, states, reasons, results, sums, sigs, rebooted, epochs, progress, nodes, messages, resultBytes, versions)
-	if err != nil {
-		return nil, fmt.Errorf("transitioning %d commands: %w", n, err)
-	}
-	defer rows.Close()
+	// Sent as a batch of one with its rows read by a callback: a
+	// transaction whose BEGIN waits for its first statement (controlplane/
+	// pgtx) sends both in one round trip.
 	var settled []Command
-	for rows.Next() {
-		var (
-			ord     int64
-			changed bool
-		)
-		cmd, err := scanCommand(rows, &ord, &changed)
-		if err != nil {
-			return nil, fmt.Errorf("transitioning %d commands: %w", n, err)
+	b := &pgx.Batch{}
+	b.Queue(transitionSetSQL, ids, states, reasons, results, sums, sigs, rebooted, epochs, progress, nodes, messages, resultBytes, versions).Query(func(rows pgx.Rows) error {
+		settled = settled[:0]
+		for rows.Next() {
+			var (
+				ord     int64
+				changed bool
+			)
+			cmd, err := scanCommand(rows, &ord, &changed)
+			if err != nil {
+				return err
+			}
+			if ord < 1 || int(ord) > n {
+				return fmt.Errorf("the database answered for transition %d", ord)
+			}
+			i := round[ord-1]
+			out[i] = TransitionResult{Command: cmd, Changed: changed, Found: true}
+			if changed && cmd.State.Terminal() {
+				settled = append(settled, cmd)
+				q.logger.Debug("command settled", "command_id", cmd.ID, "node_id", cmd.NodeID, "state", cmd.State, "reason", cmd.Reason)
+			}
 		}
-		if ord < 1 || int(ord) > n {
-			return nil, fmt.Errorf("transitioning %d commands: the database answered for transition %d", n, ord)
-		}
-		i := round[ord-1]
-		out[i] = TransitionResult{Command: cmd, Changed: changed, Found: true}
-		if changed && cmd.State.Terminal() {
-			settled = append(settled, cmd)
-			q.logger.Debug("command settled", "command_id", cmd.ID, "node_id", cmd.NodeID, "state", cmd.State, "reason", cmd.Reason)
-		}
-	}
-	if err := rows.Err(); err != nil {
+		return rows.Err()
+	})
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
 		return nil, fmt.Errorf("transitioning %d commands: %w", n, err)
 	}
 	// An entry the database did not answer stays zero: not found.

@@ -1,4 +1,8 @@
-package api
+// Package pgtx runs PostgreSQL transactions whose BEGIN travels in one
+// round trip with their first statement: the control plane's hot writes
+// (commands.run, the gateway's grouped reports and dispatches) are a few
+// round trips each, and a separate BEGIN would be one more of them.
+package pgtx
 
 import (
 	"context"
@@ -10,12 +14,12 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// inTx runs fn in a transaction whose BEGIN travels in one round trip with
+// InTx runs fn in a transaction whose BEGIN travels in one round trip with
 // fn's first statement, then commits, or rolls back when fn fails. An API
 // enqueue is then two round trips (BEGIN with the enqueue, COMMIT) instead of
 // three, which measurably raises commands.run's throughput (see
 // BenchmarkRunThroughput).
-func inTx(ctx context.Context, pool *pgxpool.Pool, fn func(pgx.Tx) error) error {
+func InTx(ctx context.Context, pool *pgxpool.Pool, fn func(pgx.Tx) error) error {
 	conn, err := pool.Acquire(ctx)
 	if err != nil {
 		return fmt.Errorf("acquiring a connection: %w", err)
@@ -31,9 +35,10 @@ func inTx(ctx context.Context, pool *pgxpool.Pool, fn func(pgx.Tx) error) error 
 	return tx.Commit(ctx)
 }
 
-// beginPipelined is commands.run's group-commit begin: a transaction whose
-// BEGIN travels with its first statement, as inTx's.
-func beginPipelined(ctx context.Context, pool *pgxpool.Pool) (pgx.Tx, func(), error) {
+// Begin is a group-commit begin (groupcommit.Options.Begin): a transaction
+// on a connection of pool whose BEGIN travels with its first statement, as
+// InTx's, and the function that gives the connection back.
+func Begin(ctx context.Context, pool *pgxpool.Pool) (pgx.Tx, func(), error) {
 	conn, err := pool.Acquire(ctx)
 	if err != nil {
 		return nil, nil, fmt.Errorf("acquiring a connection: %w", err)

@@ -1,4 +1,4 @@
-package api
+package pgtx
 
 import (
 	"context"
@@ -36,7 +36,7 @@ func TestPipelinedTx(t *testing.T) {
 	ctx := context.Background()
 
 	// QueryRow first, then Exec: both commit together.
-	require.NoError(t, inTx(ctx, pool, func(tx pgx.Tx) error {
+	require.NoError(t, InTx(ctx, pool, func(tx pgx.Tx) error {
 		var v int
 		if err := tx.QueryRow(ctx, `INSERT INTO t VALUES (1) RETURNING v`).Scan(&v); err != nil {
 			return err
@@ -48,7 +48,7 @@ func TestPipelinedTx(t *testing.T) {
 
 	// Exec first; fn fails: everything rolls back.
 	boom := errors.New("boom")
-	err := inTx(ctx, pool, func(tx pgx.Tx) error {
+	err := InTx(ctx, pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `INSERT INTO t VALUES (3)`); err != nil {
 			return err
 		}
@@ -58,7 +58,7 @@ func TestPipelinedTx(t *testing.T) {
 	require.Equal(t, 2, count(t, pool))
 
 	// A failing first statement is reported and rolled back.
-	err = inTx(ctx, pool, func(tx pgx.Tx) error {
+	err = InTx(ctx, pool, func(tx pgx.Tx) error {
 		var v int
 		return tx.QueryRow(ctx, `INSERT INTO t VALUES (1) RETURNING v`).Scan(&v)
 	})
@@ -67,17 +67,17 @@ func TestPipelinedTx(t *testing.T) {
 	require.Equal(t, "23505", pe.Code)
 
 	// Committing a transaction whose statement failed is ErrTxCommitRollback.
-	err = inTx(ctx, pool, func(tx pgx.Tx) error {
+	err = InTx(ctx, pool, func(tx pgx.Tx) error {
 		_, _ = tx.Exec(ctx, `INSERT INTO t VALUES (1)`)
 		return nil
 	})
 	require.ErrorIs(t, err, pgx.ErrTxCommitRollback)
 
 	// Nothing sent: nothing to commit.
-	require.NoError(t, inTx(ctx, pool, func(pgx.Tx) error { return nil }))
+	require.NoError(t, InTx(ctx, pool, func(pgx.Tx) error { return nil }))
 
 	// A nested transaction after the pipelined BEGIN promotes to pgx's own.
-	require.NoError(t, inTx(ctx, pool, func(tx pgx.Tx) error {
+	require.NoError(t, InTx(ctx, pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `INSERT INTO t VALUES (10)`); err != nil {
 			return err
 		}
@@ -97,7 +97,7 @@ func TestPipelinedTx(t *testing.T) {
 	require.Equal(t, 4, count(t, pool), "10 and 12, not the rolled-back savepoint's 11")
 
 	// Query first (not pipelined) and a batch inside.
-	require.NoError(t, inTx(ctx, pool, func(tx pgx.Tx) error {
+	require.NoError(t, InTx(ctx, pool, func(tx pgx.Tx) error {
 		rows, err := tx.Query(ctx, `SELECT v FROM t ORDER BY v`)
 		if err != nil {
 			return err
@@ -117,7 +117,7 @@ func TestPipelinedTx(t *testing.T) {
 	// the transaction (a failure after them rolls them back), and results
 	// reach each callback in order.
 	var got []int
-	err = inTx(ctx, pool, func(tx pgx.Tx) error {
+	err = InTx(ctx, pool, func(tx pgx.Tx) error {
 		b := &pgx.Batch{}
 		b.Queue(`INSERT INTO t VALUES (30) RETURNING v`).QueryRow(func(r pgx.Row) error {
 			var v int
