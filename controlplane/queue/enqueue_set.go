@@ -237,7 +237,7 @@ func (q *Queue) enqueueRound(ctx context.Context, tx pgx.Tx, ps []EnqueueParams,
 			// lands here too: it is a duplicate after all. Otherwise say
 			// why, as Enqueue does.
 			if p.IdempotencyKey != "" {
-				d, err := scanCommand(tx.QueryRow(ctx, `SELECT `+commandColumns("c")+` FROM commands c WHERE c.node_id = $1 AND c.idempotency_key = $2`, p.NodeID, p.IdempotencyKey))
+				d, err := byKey(ctx, tx, p.NodeID, p.IdempotencyKey)
 				if err == nil && d.Kind == p.Kind {
 					out[it.i] = EnqueueOutcome{Command: d, Duplicate: true}
 					continue
@@ -331,7 +331,7 @@ func (q *Queue) enqueueRound(ctx context.Context, tx pgx.Tx, ps []EnqueueParams,
 		p := ps[items[j].i]
 		c, ok := byID[cIDs[k]]
 		if !ok {
-			d, err := scanCommand(tx.QueryRow(ctx, `SELECT `+commandColumns("c")+` FROM commands c WHERE c.node_id = $1 AND c.idempotency_key = $2`, p.NodeID, p.IdempotencyKey))
+			d, err := byKey(ctx, tx, p.NodeID, p.IdempotencyKey)
 			if err != nil {
 				return fmt.Errorf("enqueueing %s on %s: reading the command its idempotency key names: %w", p.Kind, p.NodeID, err)
 			}
@@ -348,4 +348,10 @@ func (q *Queue) enqueueRound(ctx context.Context, tx pgx.Tx, ps []EnqueueParams,
 		out[items[j].i] = EnqueueOutcome{Command: c}
 	}
 	return nil
+}
+
+// byKey reads the command queued on nodeID under key: the one a
+// concurrent transaction queued while an EnqueueSet ran.
+func byKey(ctx context.Context, tx pgx.Tx, nodeID, key string) (Command, error) {
+	return scanCommand(tx.QueryRow(ctx, `SELECT `+commandColumns("c")+` FROM commands c WHERE c.node_id = $1 AND c.idempotency_key = $2`, nodeID, key))
 }
