@@ -85,6 +85,8 @@ var (
 // under 20% of one core. It is heavy: it runs only
 // with -bench, skips with -short, measures once per fleet size however large
 // b.N is, and BC_SIM_NODES (comma-free single count) replaces the sizes.
+// BC_BENCH_CPUPROFILE=dir writes CPU profiles of the workload alone (the
+// gateway, this process, and bc-sim) for go tool pprof.
 func BenchmarkSessions(b *testing.B) {
 	if testing.Short() {
 		b.Skip("heavy: thousands of sessions")
