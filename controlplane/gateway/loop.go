@@ -16,6 +16,12 @@ import (
 // maxBatch bounds how many queued messages one turn of the loop takes.
 const maxBatch = 64
 
+// recvAhead is how far a session's reader runs ahead of its loop: enough
+// for a command's acked, running and result to be taken together (and the
+// first two not written), small because every idle session holds the
+// buffer (24 bytes a slot: at 64 slots, 1.5 KiB of a session's ~90).
+const recvAhead = 16
+
 type recvResult struct {
 	msg *agentv1.NodeMessage
 	err error
@@ -27,7 +33,7 @@ type recvResult struct {
 func (s *session) run(ctx context.Context) error {
 	// Buffered, so the reader runs ahead and a turn of the loop can take a
 	// command's queued reports together (see supersededBy).
-	recv := make(chan recvResult, maxBatch)
+	recv := make(chan recvResult, recvAhead)
 	go func() {
 		defer close(recv)
 		for {
