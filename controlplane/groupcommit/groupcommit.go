@@ -3,8 +3,8 @@
 // many callers' work, and each caller is answered only after that
 // transaction committed. One fdatasync and one BEGIN/COMMIT then serve a
 // whole group, which is what lets one gateway store thousands of node
-// reports a second and commands.run pass the rate of one transaction per
-// command (BenchmarkRunThroughput, BenchmarkSessions).
+// reports a second; a Set (set.go) also shares the statements
+// (BenchmarkSessions, BenchmarkRunThroughput).
 //
 // A group costs a caller nothing when it is alone: a request that finds a
 // worker free starts a transaction at once; requests that arrive while
@@ -87,17 +87,9 @@ type Committer struct {
 	workers int
 }
 
-// QueueFunc is one caller's work as statements queued on b, the group's
-// pipelined batch, with their result callbacks (b.Queue(...).QueryRow(fn)):
-// every pipelined caller's statements go to the server in one round trip.
-// The same rules as Func's hold: it may be queued more than once, and its
-// callbacks' results are not to be read unless DoBatch returned nil.
-type QueueFunc func(b *pgx.Batch)
-
 type request struct {
-	ctx   context.Context
-	fn    Func
-	queue QueueFunc
+	ctx context.Context
+	fn  Func
 	// set and item: one item of a Set, run with the group's other items
 	// of that Set in one call; out is where the Set writes its outcome.
 	set  setRunner
@@ -118,14 +110,6 @@ func New(pool *pgxpool.Pool, opts Options) *Committer {
 // still commit, but it was not acknowledged.
 func (c *Committer) Do(ctx context.Context, fn Func) error {
 	return c.do(ctx, &request{ctx: ctx, fn: fn, done: make(chan error, 1)})
-}
-
-// DoBatch is Do for work that needs no answer between its statements: its
-// statements are pipelined with the other such callers' of the group, so a
-// group of hundreds costs a few round trips instead of one per statement.
-// A caller whose statement fails gets that error, as with Do.
-func (c *Committer) DoBatch(ctx context.Context, queue QueueFunc) error {
-	return c.do(ctx, &request{ctx: ctx, queue: queue, done: make(chan error, 1)})
 }
 
 func (c *Committer) do(ctx context.Context, r *request) error {
@@ -235,18 +219,9 @@ func (c *Committer) attempt(group []*request) (failed int, err error) {
 	}
 	defer release()
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
-	batch, owner := &pgx.Batch{}, []int{}
 	for i, r := range group {
 		if r.set != nil {
 			continue // runSets, below
-		}
-		if r.queue != nil {
-			n := len(batch.QueuedQueries)
-			r.queue(batch)
-			for range len(batch.QueuedQueries) - n {
-				owner = append(owner, i)
-			}
-			continue
 		}
 		rctx, rcancel := context.WithDeadline(context.WithoutCancel(r.ctx), deadline)
 		err := r.fn(rctx, tx)
@@ -258,14 +233,6 @@ func (c *Committer) attempt(group []*request) (failed int, err error) {
 			return i, err
 		}
 	}
-	if len(batch.QueuedQueries) > 0 {
-		if i, err := c.sendBatch(ctx, tx, batch, owner); err != nil {
-			if tx.Conn().IsClosed() {
-				return -1, err
-			}
-			return i, err
-		}
-	}
 	if err := runSets(ctx, tx, group); err != nil {
 		// One call for many callers: which one's item failed is not
 		// known, so the group is run again with each caller alone.
@@ -273,33 +240,6 @@ func (c *Committer) attempt(group []*request) (failed int, err error) {
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return -2, fmt.Errorf("committing a group of %d: %w", len(group), err)
-	}
-	return -1, nil
-}
-
-// sendBatch sends the pipelined callers' statements in one round trip and
-// runs their callbacks in order; on failure it names the caller whose
-// statement failed first (the ones after it fail only because it aborted
-// the transaction).
-func (c *Committer) sendBatch(ctx context.Context, tx pgx.Tx, batch *pgx.Batch, owner []int) (int, error) {
-	failed := -1
-	for j, qq := range batch.QueuedQueries {
-		fn, who := qq.Fn, owner[j]
-		qq.Fn = func(br pgx.BatchResults) error {
-			var err error
-			if fn != nil {
-				err = fn(br)
-			} else {
-				_, err = br.Exec()
-			}
-			if err != nil && failed < 0 {
-				failed = who
-			}
-			return err
-		}
-	}
-	if err := tx.SendBatch(ctx, batch).Close(); err != nil {
-		return failed, err
 	}
 	return -1, nil
 }

@@ -17,9 +17,9 @@ type SetFunc[I, O any] func(ctx context.Context, tx pgx.Tx, items []I) ([]O, err
 
 // Set is work that callers contribute items to: a group hands all its
 // callers' items of one Set to the Set's function in one call. Where a
-// pipelined statement per caller (DoBatch) still costs the database a
-// statement each, a Set costs one for the whole group: a fan-out's
-// thousands of dispatches and reports are then tens of statements.
+// function per caller (Do) costs the database a statement each, a Set costs
+// one for the whole group: a fan-out's thousands of dispatches and reports
+// are then tens of statements.
 type Set[I, O any] struct {
 	c  *Committer
 	fn SetFunc[I, O]

@@ -111,28 +111,15 @@ SELECT * FROM ins`
 // twice goes in a later round, so the second is the first's duplicate.
 func (q *Queue) EnqueueSet(ctx context.Context, tx pgx.Tx, ps []EnqueueParams) ([]EnqueueOutcome, error) {
 	out := make([]EnqueueOutcome, len(ps))
-	pending := make([]int, 0, len(ps))
-	for i := range ps {
-		pending = append(pending, i)
-	}
-	for len(pending) > 0 {
-		seen := map[[2]string]bool{}
-		var round, later []int
-		for _, i := range pending {
-			if k := ps[i].IdempotencyKey; k != "" {
-				nk := [2]string{ps[i].NodeID, k}
-				if seen[nk] {
-					later = append(later, i)
-					continue
-				}
-				seen[nk] = true
-			}
-			round = append(round, i)
+	for _, round := range rounds(len(ps), func(i int) string {
+		if ps[i].IdempotencyKey == "" {
+			return ""
 		}
+		return ps[i].NodeID + "\x00" + ps[i].IdempotencyKey
+	}) {
 		if err := q.enqueueRound(ctx, tx, ps, round, out); err != nil {
 			return nil, err
 		}
-		pending = later
 	}
 	return out, nil
 }

@@ -69,29 +69,14 @@ func (q *Queue) TransitionSet(ctx context.Context, tx pgx.Tx, ts []Transition) (
 	}
 	out := make([]TransitionResult, len(ts))
 	var settled []Command
-	// Rounds: the k-th report of a command goes in statement k, so that
-	// no statement names a command twice and reports land in order.
-	pending := make([]int, len(ts))
-	for i := range ts {
-		pending[i] = i
-	}
-	for len(pending) > 0 {
-		seen := make(map[string]bool, len(pending))
-		var round, later []int
-		for _, i := range pending {
-			if seen[ts[i].CommandID] {
-				later = append(later, i)
-				continue
-			}
-			seen[ts[i].CommandID] = true
-			round = append(round, i)
-		}
+	// The k-th report of a command goes in statement k, so that no
+	// statement names a command twice and reports land in order.
+	for _, round := range rounds(len(ts), func(i int) string { return ts[i].CommandID }) {
 		s, err := q.transitionRound(ctx, tx, ts, round, out)
 		if err != nil {
 			return nil, err
 		}
 		settled = append(settled, s...)
-		pending = later
 	}
 	if h := q.hook(); h != nil && len(settled) > 0 {
 		if err := h(ctx, tx, settled); err != nil {
@@ -158,4 +143,26 @@ func (q *Queue) transitionRound(ctx context.Context, tx pgx.Tx, ts []Transition,
 	}
 	// An entry the database did not answer stays zero: not found.
 	return settled, nil
+}
+
+// rounds splits the indexes 0..n-1 into rounds in which no key appears
+// twice, keeping order: the k-th index with a key goes in round k. An
+// empty key never conflicts. A set statement over arrays would otherwise
+// join one row twice (TransitionSet) or collide with itself (EnqueueSet).
+func rounds(n int, key func(i int) string) [][]int {
+	var out [][]int
+	taken := map[string]int{} // key -> rounds it is in so far
+	for i := range n {
+		k := key(i)
+		r := 0
+		if k != "" {
+			r = taken[k]
+			taken[k]++
+		}
+		for len(out) <= r {
+			out = append(out, nil)
+		}
+		out[r] = append(out[r], i)
+	}
+	return out
 }
