@@ -27,6 +27,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/better-compute/commands/controlplane/pgtx"
 )
 
 // Func is one caller's work: statements run on tx, the group's transaction,
@@ -171,7 +173,7 @@ func (c *Committer) run(group []*request) {
 		live = append(live, r)
 	}
 	for len(live) > 0 {
-		failed, err := c.attempt(live)
+		failed, err := c.attempt(live, true)
 		switch {
 		case err == nil:
 			if c.opts.Observe != nil {
@@ -198,7 +200,7 @@ func (c *Committer) run(group []*request) {
 			// deadlock, BEGIN refused): nothing committed, so each caller
 			// runs alone and gets its own outcome.
 			for _, r := range live {
-				_, aerr := c.attempt([]*request{r})
+				_, aerr := c.attempt([]*request{r}, false)
 				r.done <- aerr
 			}
 			return
@@ -208,8 +210,12 @@ func (c *Committer) run(group []*request) {
 
 // attempt runs group in one transaction. failed is the index of the
 // request whose function failed, -1 when the failure was not a caller's
-// (BEGIN), and -2 when the commit failed.
-func (c *Committer) attempt(group []*request) (failed int, err error) {
+// (BEGIN), and -2 when the commit failed. With fuse, the group's last Set
+// may send its last statements with COMMIT (pgtx.SendFinal): a round trip
+// less. A caller run alone after its group failed runs without it, so that
+// it gets its statements' own outcome (EnqueueSet, for one, settles a race
+// on an idempotency key there that its fused statement refuses).
+func (c *Committer) attempt(group []*request, fuse bool) (failed int, err error) {
 	deadline := time.Now().Add(c.opts.Timeout)
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
@@ -233,10 +239,23 @@ func (c *Committer) attempt(group []*request) (failed int, err error) {
 			return i, err
 		}
 	}
-	if err := runSets(ctx, tx, group); err != nil {
+	var fin *pgtx.Final
+	lastCtx := ctx
+	if fuse {
+		lastCtx, fin = pgtx.WithFinal(ctx)
+	}
+	if err := runSets(ctx, lastCtx, tx, group); err != nil {
+		if fin != nil && fin.Sent() && !fin.Failed() {
+			// COMMIT went out with the last statements and may have
+			// landed: no caller is acknowledged and none is run again.
+			return -2, fmt.Errorf("committing a group of %d: %w", len(group), err)
+		}
 		// One call for many callers: which one's item failed is not
 		// known, so the group is run again with each caller alone.
 		return -1, err
+	}
+	if fin != nil && fin.Committed() {
+		return -1, nil
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return -2, fmt.Errorf("committing a group of %d: %w", len(group), err)

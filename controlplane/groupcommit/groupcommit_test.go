@@ -56,8 +56,16 @@ type blocked struct {
 
 func newBlocked(t *testing.T, pool *pgxpool.Pool) *blocked {
 	t.Helper()
+	return newBlockedWith(t, pool, Options{})
+}
+
+// newBlockedWith is newBlocked with opts (its Workers and Observe are the
+// test's).
+func newBlockedWith(t *testing.T, pool *pgxpool.Pool, opts Options) *blocked {
+	t.Helper()
 	b := &blocked{release: make(chan struct{}), sizes: make(chan int, 16), first: make(chan error, 1)}
-	b.c = New(pool, Options{Workers: 1, Observe: func(n int) { b.sizes <- n }})
+	opts.Workers, opts.Observe = 1, func(n int) { b.sizes <- n }
+	b.c = New(pool, opts)
 	inside := make(chan struct{})
 	go func() {
 		b.first <- b.c.Do(context.Background(), func(ctx context.Context, tx pgx.Tx) error {

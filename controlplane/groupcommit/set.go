@@ -12,7 +12,10 @@ import (
 // each item's outcome in order: outs[i] for items[i]. Its error fails the
 // call: the group is then run again with each caller alone, so that the
 // caller whose item fails gets the error and the others' work commits. Like
-// a Func it may run more than once and must not keep its items.
+// a Func it may run more than once and must not keep its items. When it is
+// the group's last work, ctx carries the transaction's pgtx.Final: its last
+// statements sent through pgtx.SendFinal then travel with COMMIT, and it
+// must not use tx after them.
 type SetFunc[I, O any] func(ctx context.Context, tx pgx.Tx, items []I) ([]O, error)
 
 // Set is work that callers contribute items to: a group hands all its
@@ -69,8 +72,9 @@ func (s *Set[I, O]) runSet(ctx context.Context, tx pgx.Tx, reqs []*request) erro
 }
 
 // runSets runs the group's Set items, one call per Set, in the order each
-// Set first appears in the group.
-func runSets(ctx context.Context, tx pgx.Tx, group []*request) error {
+// Set first appears in the group; the last call gets lastCtx (which may
+// carry the transaction's pgtx.Final).
+func runSets(ctx, lastCtx context.Context, tx pgx.Tx, group []*request) error {
 	var order []setRunner
 	bySet := map[setRunner][]*request{}
 	for _, r := range group {
@@ -82,8 +86,12 @@ func runSets(ctx context.Context, tx pgx.Tx, group []*request) error {
 		}
 		bySet[r.set] = append(bySet[r.set], r)
 	}
-	for _, s := range order {
-		if err := s.runSet(ctx, tx, bySet[s]); err != nil {
+	for i, s := range order {
+		sctx := ctx
+		if i == len(order)-1 {
+			sctx = lastCtx
+		}
+		if err := s.runSet(sctx, tx, bySet[s]); err != nil {
 			return err
 		}
 	}

@@ -1,14 +1,19 @@
 package queue_test
 
 import (
+	"context"
 	"encoding/json"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
 
 	"github.com/better-compute/commands/controlplane/events"
+	"github.com/better-compute/commands/controlplane/pgtx"
 	"github.com/better-compute/commands/controlplane/queue"
+	"github.com/better-compute/commands/internal/testutil"
 )
 
 func (b *bundle) enqueueSet(t *testing.T, ps ...queue.EnqueueParams) []queue.EnqueueOutcome {
@@ -98,4 +103,56 @@ func TestEnqueueSetKeepsIdempotency(t *testing.T) {
 	require.Equal(t, int64(2), out[1].Command.Seq)
 	next, _ := b.enqueue(t, b.params("k3"))
 	require.Equal(t, int64(3), next.Seq, "duplicates left no gap")
+}
+
+// With the transaction's Final (commands.run's group), EnqueueSet's insert
+// travels with COMMIT, so a key that another transaction queued after the
+// duplicates were read cannot become a duplicate there: the insert waits
+// for that transaction, then fails (unique_violation) and nothing is
+// committed, no seq taken. The same set run again without the Final (as the
+// group then runs each caller alone) answers it as the duplicate it is.
+func TestEnqueueSetWithCommitRefusesAKeyQueuedMeanwhile(t *testing.T) {
+	b := setup(t)
+	other, err := b.pool.Begin(b.ctx)
+	require.NoError(t, err)
+	defer func() { _ = other.Rollback(b.ctx) }()
+	first, dup, err := b.q.Enqueue(b.ctx, other, b.params("k-race"))
+	require.NoError(t, err)
+	require.False(t, dup)
+
+	done := make(chan error, 1)
+	var fin *pgtx.Final
+	go func() {
+		tx, release, err := pgtx.Begin(b.ctx, b.pool)
+		if err != nil {
+			done <- err
+			return
+		}
+		defer release()
+		defer func() { _ = tx.Rollback(b.ctx) }()
+		var fctx context.Context
+		fctx, fin = pgtx.WithFinal(b.ctx)
+		_, err = b.q.EnqueueSet(fctx, tx, []queue.EnqueueParams{b.params("k-race")})
+		done <- err
+	}()
+	// The set read no duplicate and waits for the node's row, which other
+	// holds (its seq); once other commits, the set's insert meets its key.
+	testutil.WaitFor(t, 10*time.Second, "the set to wait for the other transaction", func() bool {
+		var n int
+		require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE wait_event_type = 'Lock' AND datname = current_database()`).Scan(&n))
+		return n == 1
+	})
+	require.NoError(t, other.Commit(b.ctx))
+	err = <-done
+	var pe *pgconn.PgError
+	require.ErrorAs(t, err, &pe)
+	require.Equal(t, "23505", pe.Code)
+	require.True(t, fin.Failed(), "nothing committed")
+
+	out := b.enqueueSet(t, b.params("k-race"))
+	require.True(t, out[0].Duplicate)
+	require.Equal(t, first.ID, out[0].Command.ID)
+	next, _ := b.enqueue(t, b.params("k-next"))
+	require.Equal(t, first.Seq+1, next.Seq, "the refused set took no seq")
 }

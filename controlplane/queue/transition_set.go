@@ -5,6 +5,8 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/better-compute/commands/controlplane/pgtx"
 )
 
 // transitionSetSQL is transitionQueuedSQL for many transitions at once: the
@@ -71,8 +73,12 @@ func (q *Queue) TransitionSet(ctx context.Context, tx pgx.Tx, ts []Transition) (
 	var settled []Command
 	// The k-th report of a command goes in statement k, so that no
 	// statement names a command twice and reports land in order.
-	for _, round := range rounds(len(ts), func(i int) string { return ts[i].CommandID }) {
-		s, err := q.transitionRound(ctx, tx, ts, round, out)
+	rs := rounds(len(ts), func(i int) string { return ts[i].CommandID })
+	for k, round := range rs {
+		// The last statement may carry the group's COMMIT (pgtx.SendFinal)
+		// unless a settle hook may have statements to add after it.
+		final := k == len(rs)-1 && (q.hook() == nil || !anyTerminal(ts, round))
+		s, err := q.transitionRound(ctx, tx, ts, round, out, final)
 		if err != nil {
 			return nil, err
 		}
@@ -86,9 +92,22 @@ func (q *Queue) TransitionSet(ctx context.Context, tx pgx.Tx, ts []Transition) (
 	return out, nil
 }
 
+// anyTerminal reports whether a transition of round targets a terminal
+// state: one that may settle its command.
+func anyTerminal(ts []Transition, round []int) bool {
+	for _, i := range round {
+		if ts[i].To.Terminal() {
+			return true
+		}
+	}
+	return false
+}
+
 // transitionRound sends the transitions ts[round...] (no command twice) in
-// one statement, fills their out entries and returns what it settled.
-func (q *Queue) transitionRound(ctx context.Context, tx pgx.Tx, ts []Transition, round []int, out []TransitionResult) ([]Command, error) {
+// one statement, fills their out entries and returns what it settled. With
+// final, the statement goes through pgtx.SendFinal: with the transaction's
+// COMMIT when ctx carries its Final.
+func (q *Queue) transitionRound(ctx context.Context, tx pgx.Tx, ts []Transition, round []int, out []TransitionResult, final bool) ([]Command, error) {
 	n := len(round)
 	var (
 		ids, states, reasons, progress, nodes, messages, versions = make([]string, n), make([]string, n), make([]string, n), make([]*string, n), make([]string, n), make([]string, n), make([]string, n)
@@ -138,7 +157,11 @@ func (q *Queue) transitionRound(ctx context.Context, tx pgx.Tx, ts []Transition,
 		}
 		return rows.Err()
 	})
-	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+	send := func() error { return tx.SendBatch(ctx, b).Close() }
+	if final {
+		send = func() error { return pgtx.SendFinal(ctx, tx, b) }
+	}
+	if err := send(); err != nil {
 		return nil, fmt.Errorf("transitioning %d commands: %w", n, err)
 	}
 	// An entry the database did not answer stays zero: not found.
