@@ -11,8 +11,8 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/better-compute/commands/controlplane/events"
-	"github.com/better-compute/commands/controlplane/pgtx"
 	"github.com/better-compute/commands/controlplane/ids"
+	"github.com/better-compute/commands/controlplane/pgtx"
 	"github.com/better-compute/commands/internal/trust"
 	"github.com/better-compute/commands/sdk/kind"
 )
