@@ -105,9 +105,10 @@ func BenchmarkWarmPath(b *testing.B) {
 	b.ReportMetric(float64(p50)/float64(fs+f50), "ratio-journaled")
 }
 
-// fsyncFloor is the median of a 512-byte write plus fdatasync in dir: what
-// one durable journal commit cannot beat on this disk (bbolt syncs twice per
-// commit, and the path commits twice: accepted, then the outcome).
+// fsyncFloor is the median of a 512-byte write plus fsync in dir: what one
+// durable journal write cannot beat on this disk (the warm path syncs one:
+// the acceptance, as a frame of the journal's write-ahead log; the outcome
+// rides in the next one).
 func fsyncFloor(b *testing.B, dir string, n int) time.Duration {
 	f, err := os.Create(filepath.Join(dir, "fsync-floor"))
 	require.NoError(b, err)

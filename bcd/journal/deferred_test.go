@@ -1,27 +1,35 @@
 package journal
 
 import (
-	"encoding/json"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/stretchr/testify/require"
-	bolt "go.etcd.io/bbolt"
 
 	"github.com/better-compute/commands/internal/testutil"
 )
 
-// onDisk reads a record straight from the bbolt file, past the overlay of
-// deferred writes.
+// onDisk is the record of id that a restart would find now: the journal's
+// files as they are (its bbolt file and its write-ahead log) copied to
+// another directory and opened there.
 func onDisk(t *testing.T, j *Journal, id string) Record {
 	t.Helper()
-	var r Record
-	require.NoError(t, j.db.View(func(tx *bolt.Tx) error {
-		v := tx.Bucket(bucketCommands).Get([]byte(id))
-		require.NotNil(t, v)
-		return json.Unmarshal(v, &r)
-	}))
+	dir := t.TempDir()
+	for _, name := range []string{FileName, WALName} {
+		b, err := os.ReadFile(filepath.Join(filepath.Dir(j.Path()), name))
+		require.NoError(t, err)
+		require.NoError(t, os.WriteFile(filepath.Join(dir, name), b, 0o600))
+	}
+	c, err := Open(hclog.NewNullLogger(), dir, Options{})
+	require.NoError(t, err)
+	defer c.Close()
+	require.Equal(t, j.ID(), c.ID())
+	r, ok, err := c.Get(id)
+	require.NoError(t, err)
+	require.True(t, ok, "a restart finds %s", id)
 	return r
 }
 
@@ -44,6 +52,8 @@ func TestUpdateDeferred_VisibleAtOnceAndSharesTheNextSyncedCommit(t *testing.T) 
 	unfinished, err := j.Unfinished()
 	require.NoError(t, err)
 	require.Empty(t, unfinished)
+
+	require.Equal(t, StateAccepted, onDisk(t, j, "cmd_a").State, "not written yet: a restart finds it accepted")
 
 	// The next acceptance must be synced before its command runs; the
 	// deferred outcome rides in the same commit.

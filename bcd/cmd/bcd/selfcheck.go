@@ -61,8 +61,9 @@ func cmdSelfCheck(args []string, stdout, stderr io.Writer) error {
 	return nil
 }
 
-// checkJournal opens a copy of the journal in stateDir and reads its
-// unfinished records, the ones this version's Recover will settle.
+// checkJournal opens a copy of the journal in stateDir (its bbolt file and
+// its write-ahead log) and reads its unfinished records, the ones this
+// version's Recover will settle.
 func checkJournal(stateDir string) (int, error) {
 	src := filepath.Join(stateDir, journal.FileName)
 	b, err := os.ReadFile(src)
@@ -78,6 +79,15 @@ func checkJournal(stateDir string) (int, error) {
 	}
 	defer os.RemoveAll(dir)
 	if err := os.WriteFile(filepath.Join(dir, journal.FileName), b, 0o600); err != nil {
+		return 0, err
+	}
+	// The write-ahead log holds the newest writes: the copy replays it.
+	switch w, err := os.ReadFile(filepath.Join(stateDir, journal.WALName)); {
+	case err == nil:
+		if err := os.WriteFile(filepath.Join(dir, journal.WALName), w, 0o600); err != nil {
+			return 0, err
+		}
+	case !errors.Is(err, os.ErrNotExist):
 		return 0, err
 	}
 	j, err := journal.Open(hclog.NewNullLogger(), dir, journal.Options{})
