@@ -1,8 +1,6 @@
 package journal
 
 import (
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -17,13 +15,7 @@ import (
 // another directory and opened there.
 func onDisk(t *testing.T, j *Journal, id string) Record {
 	t.Helper()
-	dir := t.TempDir()
-	for _, name := range []string{FileName, WALName} {
-		b, err := os.ReadFile(filepath.Join(filepath.Dir(j.Path()), name))
-		require.NoError(t, err)
-		require.NoError(t, os.WriteFile(filepath.Join(dir, name), b, 0o600))
-	}
-	c, err := Open(hclog.NewNullLogger(), dir, Options{})
+	c, err := Open(hclog.NewNullLogger(), crashCopy(t, j), Options{})
 	require.NoError(t, err)
 	defer c.Close()
 	require.Equal(t, j.ID(), c.ID())

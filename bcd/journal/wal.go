@@ -11,6 +11,8 @@ import (
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/better-compute/commands/internal/fsutil"
 )
 
 // WALName is the journal's write-ahead log in the state directory, beside
@@ -157,7 +159,7 @@ func openWAL(path, id string, gen uint64) (*wal, error) {
 		}
 	}
 	if errors.Is(statErr, os.ErrNotExist) {
-		if err := syncDir(filepath.Dir(path)); err != nil {
+		if err := fsutil.SyncDir(filepath.Dir(path)); err != nil {
 			return fail(err)
 		}
 	}
@@ -213,15 +215,6 @@ func (w *wal) flush() error {
 }
 
 func (w *wal) close() error { return w.f.Close() }
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
-}
 
 // openLog replays the write-ahead log in dir into the bbolt file, when it
 // belongs to this journal, and opens it for the next generation. A log of

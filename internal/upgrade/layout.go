@@ -9,6 +9,8 @@ import (
 	"syscall"
 
 	"github.com/google/renameio/v2"
+
+	"github.com/better-compute/commands/internal/fsutil"
 )
 
 // DefaultRoot is the install directory of a packaged node.
@@ -84,16 +86,7 @@ func (l Layout) Activate(v string) error {
 	if err := renameio.Symlink(filepath.Join("versions", v), l.Current()); err != nil {
 		return fmt.Errorf("activating %s: %w", v, err)
 	}
-	return syncDir(l.Root)
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
+	return fsutil.SyncDir(l.Root)
 }
 
 // flock takes an exclusive lock on path; nonblocking reports false when

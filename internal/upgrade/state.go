@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/google/renameio/v2"
+
+	"github.com/better-compute/commands/internal/fsutil"
 )
 
 // Step is how far an upgrade got.
@@ -109,7 +111,7 @@ func (l Layout) writeState(s State) error {
 	if err := renameio.WriteFile(l.StateFile(), append(b, '\n'), 0o600); err != nil {
 		return fmt.Errorf("writing %s: %w", l.StateFile(), err)
 	}
-	return syncDir(l.Root)
+	return fsutil.SyncDir(l.Root)
 }
 
 // Begin journals a new upgrade (Prepared) unless one that is not done
