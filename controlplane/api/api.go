@@ -258,6 +258,12 @@ func (s *Server) fail(ctx context.Context, op string, err error) error {
 		return status.Error(codes.DeadlineExceeded, op+": deadline exceeded")
 	case ctx.Err() != nil:
 		return status.FromContextError(ctx.Err()).Err()
+	case errors.Is(err, pgtx.ErrCommitUnknown):
+		// The connection went while COMMIT was on its way with the
+		// group's last statement: the work may be stored.
+		s.outage.Failed(op, err)
+		return apierr.New(apierr.Unavailable, op+": the database connection was lost while committing, so it may have been stored; "+
+			"retry with the same idempotency key (a retry returns the command if it was queued), or list the node's commands", map[string]string{"reason": "commit-unknown"})
 	case dbhealth.Unreachable(err):
 		s.outage.Failed(op, err)
 		return apierr.New(apierr.Unavailable, op+": the database is unavailable; retry", nil)

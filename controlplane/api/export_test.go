@@ -28,3 +28,6 @@ func (s *Server) HoldRunGroup(t *testing.T) (release func()) {
 
 // RunGroupWaiting is how many commands.run callers wait for a worker.
 func (s *Server) RunGroupWaiting() int { return s.group.Waiting() }
+
+// Fail is the API's error mapping, for tests of it alone.
+func (s *Server) Fail(ctx context.Context, op string, err error) error { return s.fail(ctx, op, err) }
