@@ -37,7 +37,7 @@ func New() *Metrics {
 		}, []string{"kind", "state", "reason"}),
 		journalCommit: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "bcd_journal_commit_duration_seconds",
-			Help:    "Latency of one journal group commit (the bbolt transaction and its fsync).",
+			Help:    "Latency of one journal group commit (the write-ahead log's write and its fdatasync).",
 			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16),
 		}),
 		journalWrites: prometheus.NewHistogram(prometheus.HistogramOpts{
