@@ -1,6 +1,7 @@
 package journal
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"sort"
@@ -37,6 +38,8 @@ type committer struct {
 	deferWait time.Duration
 	// onCommit is Options.OnCommit.
 	onCommit func(d time.Duration, writes int)
+	// ckptFailing says the last checkpoint failed (and was logged).
+	ckptFailing bool
 
 	// closeLock guards closed against a send on a closed ops channel.
 	closeLock sync.RWMutex
@@ -119,9 +122,16 @@ func (c *committer) loop() {
 		}
 		c.commit(group)
 		if c.j.overlaySize() >= checkpointRecords || c.wal.off >= checkpointBytes {
-			if err := c.checkpoint(); err != nil {
-				c.j.logger.Error("cannot move the write-ahead log into the journal file; it keeps growing", "error", err)
+			err := c.checkpoint()
+			switch {
+			case err != nil && !c.ckptFailing:
+				// Logged once: the next groups try again, and writes
+				// still land in the log meanwhile.
+				c.j.logger.Error("cannot move the write-ahead log into the journal file; it keeps growing until this works", "error", err)
+			case err == nil && c.ckptFailing:
+				c.j.logger.Info("the write-ahead log moves into the journal file again")
 			}
+			c.ckptFailing = err != nil
 		}
 	}
 	if err := c.checkpoint(); err != nil {
@@ -245,11 +255,10 @@ func (c *committer) checkpoint() error {
 	}
 	sort.Slice(entries, func(a, b int) bool { return entries[a].rec.Order < entries[b].rec.Order })
 	recs := make([]Record, len(entries))
-	fresh := make([]bool, len(entries))
 	for i, e := range entries {
-		recs[i], fresh[i] = e.rec, e.fresh
+		recs[i] = e.rec
 	}
-	if err := j.db.Update(func(tx *bolt.Tx) error { return putRecords(tx, recs, fresh, j.nextOrder-1) }); err != nil {
+	if err := j.db.Update(func(tx *bolt.Tx) error { return putRecords(tx, recs, j.nextOrder-1) }); err != nil {
 		return fmt.Errorf("writing %d records into %s: %w", len(recs), j.path, err)
 	}
 	j.overlayLock.Lock()
@@ -312,29 +321,33 @@ func (c *committer) compact(now time.Time) (int, error) {
 	return dropped, err
 }
 
-// putRecords stores recs in tx: each record under its id and, when fresh
-// (inserted since the last checkpoint), its order key; seq is the order
-// bucket's sequence from now on.
-func putRecords(tx *bolt.Tx, recs []Record, fresh []bool, seq uint64) error {
+// putRecords stores recs in tx in their order, so that a command written
+// twice ends in its newest state: each under its id, with its order key
+// when the file has none for it (a command inserted since the last
+// checkpoint). The order bucket's sequence becomes at least seq and the
+// highest order stored. Checkpoints and the replay of a log both write so.
+func putRecords(tx *bolt.Tx, recs []Record, seq uint64) error {
 	cmds, order := tx.Bucket(bucketCommands), tx.Bucket(bucketOrder)
-	for i, r := range recs {
-		v, err := jsonRecord(r)
+	seq = max(seq, order.Sequence())
+	for _, r := range recs {
+		if r.Order == 0 {
+			return fmt.Errorf("record of command %s has no order", r.ID)
+		}
+		v, err := json.Marshal(r)
 		if err != nil {
 			return err
 		}
 		if err := cmds.Put([]byte(r.ID), v); err != nil {
 			return err
 		}
-		if fresh[i] {
+		if order.Get(orderKey(r.Order)) == nil {
 			if err := order.Put(orderKey(r.Order), []byte(r.ID)); err != nil {
 				return err
 			}
 		}
+		seq = max(seq, r.Order)
 	}
-	if seq > order.Sequence() {
-		return order.SetSequence(seq)
-	}
-	return nil
+	return order.SetSequence(seq)
 }
 
 // do hands o to the loop and waits for its result.

@@ -41,6 +41,29 @@ import (
 // FileName is the journal's file in the state directory.
 const FileName = "journal.db"
 
+// CopyFiles copies the journal's files in from (FileName and, when there
+// is one, WALName) into to, as they are: what a restart would open. It
+// reports false when from holds no journal file. bcd self-check opens such
+// a copy to read the journal a running bcd holds.
+func CopyFiles(from, to string) (bool, error) {
+	for _, name := range []string{FileName, WALName} {
+		b, err := os.ReadFile(filepath.Join(from, name))
+		if errors.Is(err, os.ErrNotExist) {
+			if name == FileName {
+				return false, nil
+			}
+			continue
+		}
+		if err != nil {
+			return false, fmt.Errorf("copying the journal: %w", err)
+		}
+		if err := os.WriteFile(filepath.Join(to, name), b, 0o600); err != nil {
+			return false, fmt.Errorf("copying the journal: %w", err)
+		}
+	}
+	return true, nil
+}
+
 // DefaultReplayHorizon is how long past not_after a record is kept.
 const DefaultReplayHorizon = 24 * time.Hour
 
@@ -410,8 +433,6 @@ func (j *Journal) overlaySize() int {
 	defer j.overlayLock.Unlock()
 	return len(j.overlay)
 }
-
-func jsonRecord(r Record) ([]byte, error) { return json.Marshal(r) }
 
 func decodeRecord(v []byte) (Record, error) {
 	var r Record

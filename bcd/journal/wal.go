@@ -260,31 +260,8 @@ func (j *Journal) openLog(dir string) (*wal, error) {
 	return openWAL(path, j.id, gen)
 }
 
-// replay stores a log's records in the file in one synced commit, in the
-// order they were written, so that each command ends in its newest state;
-// a record whose order the file does not hold gets its order key.
+// replay stores a log's records in the file in one synced commit
+// (putRecords, in the order they were written).
 func (j *Journal) replay(recs []Record) error {
-	return j.db.Update(func(tx *bolt.Tx) error {
-		cmds, order := tx.Bucket(bucketCommands), tx.Bucket(bucketOrder)
-		seq := order.Sequence()
-		for _, r := range recs {
-			if r.Order == 0 {
-				return fmt.Errorf("record of command %s has no order", r.ID)
-			}
-			v, err := jsonRecord(r)
-			if err != nil {
-				return err
-			}
-			if err := cmds.Put([]byte(r.ID), v); err != nil {
-				return err
-			}
-			if order.Get(orderKey(r.Order)) == nil {
-				if err := order.Put(orderKey(r.Order), []byte(r.ID)); err != nil {
-					return err
-				}
-			}
-			seq = max(seq, r.Order)
-		}
-		return order.SetSequence(seq)
-	})
+	return j.db.Update(func(tx *bolt.Tx) error { return putRecords(tx, recs, 0) })
 }

@@ -16,11 +16,9 @@ import (
 func crashCopy(t *testing.T, j *Journal) string {
 	t.Helper()
 	dir := t.TempDir()
-	for _, name := range []string{FileName, WALName} {
-		b, err := os.ReadFile(filepath.Join(filepath.Dir(j.Path()), name))
-		require.NoError(t, err)
-		require.NoError(t, os.WriteFile(filepath.Join(dir, name), b, 0o600))
-	}
+	found, err := CopyFiles(filepath.Dir(j.Path()), dir)
+	require.NoError(t, err)
+	require.True(t, found)
 	return dir
 }
 

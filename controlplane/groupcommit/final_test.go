@@ -4,12 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"sync/atomic"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
@@ -75,30 +73,6 @@ func finalSetup(t *testing.T) (*pgxpool.Pool, *commits) {
 	return pool, c
 }
 
-// runFinal queues n items (item bad gets -1, violating the CHECK) behind
-// the blocked worker, lets the group run and returns each caller's outcome.
-func runFinal(t *testing.T, b *blocked, set *Set[[2]any, int], n, bad int) ([]int, []error) {
-	t.Helper()
-	outs, errs := make([]int, n), make([]error, n)
-	var wg sync.WaitGroup
-	for i := range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			v := i + 1
-			if i == bad {
-				v = -1
-			}
-			outs[i], errs[i] = set.Do(context.Background(), [2]any{fmt.Sprintf("f%d", i), v})
-		}()
-	}
-	b.waitQueued(t, n)
-	close(b.release)
-	require.NoError(t, <-b.first)
-	wg.Wait()
-	return outs, errs
-}
-
 // The group's last Set sends its statement with the transaction's COMMIT
 // (pgtx.SendFinal): the group commits without a COMMIT of its own, and each
 // caller is answered with its outcome once its row is stored.
@@ -109,7 +83,7 @@ func TestTheLastSetOfAGroupCommitsWithItsStatement(t *testing.T) {
 	finals := make(chan bool, 16)
 	set := NewSet(b.c, finalSet(finals, nil))
 	const n = 6
-	outs, errs := runFinal(t, b, set, n, -1)
+	outs, errs := runItems(t, b, set, n, -1)
 	for i := range n {
 		require.NoError(t, errs[i], "item %d", i)
 		require.Equal(t, i+1, outs[i])
@@ -131,19 +105,8 @@ func TestAFinalStatementThatFailsRunsEachCallerAloneWithoutIt(t *testing.T) {
 	finals := make(chan bool, 16)
 	set := NewSet(b.c, finalSet(finals, nil))
 	const n = 4
-	outs, errs := runFinal(t, b, set, n, 2)
-	var pe *pgconn.PgError
-	require.ErrorAs(t, errs[2], &pe)
-	require.Equal(t, "23514", pe.Code)
-	require.False(t, stored(t, pool, "f2"))
-	for i := range n {
-		if i == 2 {
-			continue
-		}
-		require.NoError(t, errs[i], "item %d", i)
-		require.Equal(t, i+1, outs[i])
-		require.True(t, stored(t, pool, fmt.Sprintf("f%d", i)))
-	}
+	outs, errs := runItems(t, b, set, n, 2)
+	requireOnlyBadFailed(t, pool, outs, errs, 2)
 	require.True(t, <-finals, "together, with the Final")
 	for range n {
 		require.False(t, <-finals, "then each alone, without it")
@@ -159,7 +122,7 @@ func TestWorkThatFailsAfterItsCommitWentOutAcknowledgesNoCaller(t *testing.T) {
 	after := errors.New("failed after the statement")
 	set := NewSet(b.c, finalSet(finals, after))
 	const n = 3
-	_, errs := runFinal(t, b, set, n, -1)
+	_, errs := runItems(t, b, set, n, -1)
 	for i := range n {
 		require.ErrorIs(t, errs[i], after, "item %d", i)
 		require.True(t, stored(t, pool, fmt.Sprintf("f%d", i)), "its commit landed")

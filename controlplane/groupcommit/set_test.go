@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 )
 
@@ -95,38 +96,54 @@ func TestASetCallThatFailsRunsEachItemAlone(t *testing.T) {
 	calls := make(chan int, 64)
 	set := NewSet(b.c, insertSet(calls))
 	const n = 5
-	errs := make([]error, n)
-	outs := make([]int, n)
+	outs, errs := runItems(t, b, set, n, 2)
+	requireOnlyBadFailed(t, pool, outs, errs, 2)
+	require.Equal(t, n, <-calls, "first together")
+	for range n {
+		require.Equal(t, 1, <-calls, "then each alone")
+	}
+}
+
+// runItems queues n items ("f0".., item i storing i+1; item bad stores -1,
+// which violates the CHECK) behind the blocked worker, lets the group run
+// and returns each caller's outcome.
+func runItems(t *testing.T, b *blocked, set *Set[[2]any, int], n, bad int) ([]int, []error) {
+	t.Helper()
+	outs, errs := make([]int, n), make([]error, n)
 	var wg sync.WaitGroup
 	for i := range n {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			v := i + 1
-			if i == 2 {
+			if i == bad {
 				v = -1
 			}
-			outs[i], errs[i] = set.Do(context.Background(), [2]any{fmt.Sprintf("s%d", i), v})
+			outs[i], errs[i] = set.Do(context.Background(), [2]any{fmt.Sprintf("f%d", i), v})
 		}()
 	}
 	b.waitQueued(t, n)
 	close(b.release)
 	require.NoError(t, <-b.first)
 	wg.Wait()
+	return outs, errs
+}
+
+// requireOnlyBadFailed checks runItems' outcome when item bad failed: it
+// got its own check violation and nothing of it is stored; every other item
+// got its outcome and is stored.
+func requireOnlyBadFailed(t *testing.T, pool *pgxpool.Pool, outs []int, errs []error, bad int) {
+	t.Helper()
 	var pe *pgconn.PgError
-	require.ErrorAs(t, errs[2], &pe)
+	require.ErrorAs(t, errs[bad], &pe)
 	require.Equal(t, "23514", pe.Code, "its own check violation")
-	require.False(t, stored(t, pool, "s2"))
-	for i := range n {
-		if i == 2 {
+	require.False(t, stored(t, pool, fmt.Sprintf("f%d", bad)))
+	for i := range outs {
+		if i == bad {
 			continue
 		}
 		require.NoError(t, errs[i], "item %d", i)
 		require.Equal(t, i+1, outs[i])
-		require.True(t, stored(t, pool, fmt.Sprintf("s%d", i)))
-	}
-	require.Equal(t, n, <-calls, "first together")
-	for range n {
-		require.Equal(t, 1, <-calls, "then each alone")
+		require.True(t, stored(t, pool, fmt.Sprintf("f%d", i)))
 	}
 }

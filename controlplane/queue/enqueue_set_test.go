@@ -18,14 +18,7 @@ import (
 
 func (b *bundle) enqueueSet(t *testing.T, ps ...queue.EnqueueParams) []queue.EnqueueOutcome {
 	t.Helper()
-	var out []queue.EnqueueOutcome
-	require.NoError(t, pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) error {
-		var err error
-		out, err = b.q.EnqueueSet(b.ctx, tx, ps)
-		return err
-	}))
-	require.Len(t, out, len(ps))
-	return out
+	return committed(t, b, len(ps), func(tx pgx.Tx) ([]queue.EnqueueOutcome, error) { return b.q.EnqueueSet(b.ctx, tx, ps) })
 }
 
 // EnqueueSet is Enqueue for many commands at once: each gets the next seq

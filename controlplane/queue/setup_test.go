@@ -73,6 +73,20 @@ func (b *bundle) params(key string) queue.EnqueueParams {
 	}
 }
 
+// committed runs fn in a transaction of its own, committed, and returns
+// what it returned (n outcomes, one per item it was given).
+func committed[T any](t *testing.T, b *bundle, n int, fn func(pgx.Tx) ([]T, error)) []T {
+	t.Helper()
+	var out []T
+	require.NoError(t, pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) error {
+		var err error
+		out, err = fn(tx)
+		return err
+	}))
+	require.Len(t, out, n)
+	return out
+}
+
 // enqueue queues p in its own committed transaction.
 func (b *bundle) enqueue(t *testing.T, p queue.EnqueueParams) (queue.Command, bool) {
 	t.Helper()

@@ -9,9 +9,9 @@ import (
 	"github.com/better-compute/commands/controlplane/pgtx"
 )
 
-// transitionSetSQL is transitionQueuedSQL for many transitions at once: the
-// guarded UPDATE joins the transitions (unnest, one row each, numbered by
-// ord) instead of taking one as parameters, and each comes back as its
+// transitionSetSQL is transitionSQL's guarded UPDATE for many transitions
+// at once: it joins the transitions (unnest, one row each, numbered by ord)
+// instead of taking one as parameters, and each comes back as its
 // updated row with changed true, else its current row with changed false,
 // else nothing (not found). One statement then stores hundreds of nodes'
 // reports: PostgreSQL's per-statement work (parse, plan, executor start, the

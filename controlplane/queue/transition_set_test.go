@@ -13,14 +13,7 @@ import (
 
 func (b *bundle) transitionSet(t *testing.T, ts ...queue.Transition) []queue.TransitionResult {
 	t.Helper()
-	var out []queue.TransitionResult
-	require.NoError(t, pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) error {
-		var err error
-		out, err = b.q.TransitionSet(b.ctx, tx, ts)
-		return err
-	}))
-	require.Len(t, out, len(ts))
-	return out
+	return committed(t, b, len(ts), func(tx pgx.Tx) ([]queue.TransitionResult, error) { return b.q.TransitionSet(b.ctx, tx, ts) })
 }
 
 // TransitionSet is Transition for many reports in one statement: each

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -66,28 +65,13 @@ func cmdSelfCheck(args []string, stdout, stderr io.Writer) error {
 // version's Recover will settle.
 func checkJournal(stateDir string) (int, error) {
 	src := filepath.Join(stateDir, journal.FileName)
-	b, err := os.ReadFile(src)
-	if errors.Is(err, os.ErrNotExist) {
-		return 0, nil
-	}
-	if err != nil {
-		return 0, err
-	}
 	dir, err := os.MkdirTemp("", "bcd-self-check-")
 	if err != nil {
 		return 0, err
 	}
 	defer os.RemoveAll(dir)
-	if err := os.WriteFile(filepath.Join(dir, journal.FileName), b, 0o600); err != nil {
-		return 0, err
-	}
 	// The write-ahead log holds the newest writes: the copy replays it.
-	switch w, err := os.ReadFile(filepath.Join(stateDir, journal.WALName)); {
-	case err == nil:
-		if err := os.WriteFile(filepath.Join(dir, journal.WALName), w, 0o600); err != nil {
-			return 0, err
-		}
-	case !errors.Is(err, os.ErrNotExist):
+	if found, err := journal.CopyFiles(stateDir, dir); err != nil || !found {
 		return 0, err
 	}
 	j, err := journal.Open(hclog.NewNullLogger(), dir, journal.Options{})
