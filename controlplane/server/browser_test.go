@@ -20,6 +20,7 @@ import (
 	"github.com/better-compute/commands/controlplane/api/apierr"
 	"github.com/better-compute/commands/controlplane/server"
 	"github.com/better-compute/commands/controlplane/server/servertest"
+	"github.com/better-compute/commands/internal/testutil"
 	apiv1 "github.com/better-compute/commands/proto/bc/api/v1"
 )
 
@@ -166,6 +167,13 @@ func TestBrowserAPIWatchStreamsAndSharesTheWatchLimit(t *testing.T) {
 
 	s.Close()
 	cursor = "now"
+	// Closing ends the client's side at once; the server releases the
+	// watch (and its place under the limit) when its handler returns, which
+	// its open-streams gauge shows. The next watch waits for that.
+	testutil.WaitFor(t, 10*time.Second, "the server to close the first watch", func() bool {
+		code, body := get(t, "http://"+r.HTTP+"/metrics")
+		return code == http.StatusOK && strings.Contains(body, `bc_api_open_streams{method="/bc.api.v1.Events/Watch"} 0`)
+	})
 
 	// A watch from "now" answers at once, before any event, with the cursor
 	// it starts after (bc-cursor), as the gRPC API does: a raw Connect

@@ -7,10 +7,12 @@ package store
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgconn/ctxwatch"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -32,8 +34,10 @@ func Open(ctx context.Context, dsn string, logger hclog.Logger) (*pgxpool.Pool, 
 	return OpenConfig(ctx, cfg, logger)
 }
 
-// OpenConfig is Open with a parsed pool configuration.
+// OpenConfig is Open with a parsed pool configuration, to which it applies
+// ConfigurePool.
 func OpenConfig(ctx context.Context, cfg *pgxpool.Config, logger hclog.Logger) (*pgxpool.Pool, error) {
+	ConfigurePool(cfg)
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("connecting to postgres: %w", err)
@@ -43,4 +47,27 @@ func OpenConfig(ctx context.Context, cfg *pgxpool.Config, logger hclog.Logger) (
 		return nil, err
 	}
 	return pool, nil
+}
+
+// CancelGrace is how long an operation whose context has ended may go on
+// before pgx interrupts its connection. See ConfigurePool.
+const CancelGrace = 250 * time.Millisecond
+
+// ConfigurePool sets what every control-plane pool needs beyond what a
+// connection string says. Today that is one thing: when a context ends,
+// pgx by default sets the connection's deadline to that moment. A write in
+// progress is then cut short, and on a TLS connection (sslmode prefer or
+// require, the default against most servers) that breaks the connection's
+// writing side for good: the Terminate that would end the session never
+// reaches the server, pgx waits 15 s for the server to close, and the
+// server keeps the transaction, with its row locks, open all that time. A
+// sweeper stopped mid-sweep held the lease row so, and no other replica
+// could take over for 15 s. With a grace period the write finishes (a
+// statement's write takes microseconds), a read still ends CancelGrace
+// after the context, and the Terminate goes out: the server ends the
+// transaction at once.
+func ConfigurePool(cfg *pgxpool.Config) {
+	cfg.ConnConfig.BuildContextWatcherHandler = func(c *pgconn.PgConn) ctxwatch.Handler {
+		return &pgconn.DeadlineContextWatcherHandler{Conn: c.Conn(), DeadlineDelay: CancelGrace}
+	}
 }

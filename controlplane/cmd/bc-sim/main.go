@@ -38,6 +38,7 @@ import (
 	"github.com/better-compute/commands/controlplane/pki"
 	"github.com/better-compute/commands/controlplane/queue"
 	"github.com/better-compute/commands/controlplane/sim"
+	"github.com/better-compute/commands/controlplane/store"
 )
 
 // options are the command line.
@@ -174,6 +175,7 @@ func simulate(ctx context.Context, o options, stdin io.Reader, logger hclog.Logg
 			return rep, fmt.Errorf("--database-url: %w", err)
 		}
 		cfg.MaxConns = int32(max(4, o.concurrency+2))
+		store.ConfigurePool(cfg)
 		// The control plane owns the schema: the simulator never migrates.
 		if pool, err = pgxpool.NewWithConfig(ctx, cfg); err != nil {
 			return rep, fmt.Errorf("connecting to postgres: %w", err)

@@ -28,6 +28,7 @@ import (
 	"github.com/better-compute/commands/controlplane/pki"
 	"github.com/better-compute/commands/controlplane/queue"
 	"github.com/better-compute/commands/controlplane/server"
+	"github.com/better-compute/commands/controlplane/store"
 	"github.com/better-compute/commands/internal/pgtest"
 	"github.com/better-compute/commands/internal/testutil"
 	agentv1 "github.com/better-compute/commands/proto/bc/agent/v1"
@@ -195,6 +196,7 @@ func start(t testing.TB, name string, cfg server.Config, logger hclog.Logger, fi
 		pcfg, err = pgxpool.ParseConfig(cfg.DatabaseURL)
 		require.NoError(t, err)
 	}
+	store.ConfigurePool(pcfg)
 	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
 	require.NoError(t, err)
 	q := queue.New(reg, hclog.NewNullLogger())
