@@ -58,6 +58,20 @@ func defaultConfigPath(getenv func(string) string) string {
 	return ""
 }
 
+// expandHome replaces a leading "~/" (or a lone "~") with $HOME.
+func expandHome(path string, getenv func(string) string) string {
+	home := getenv("HOME")
+	switch {
+	case home == "":
+		return path
+	case path == "~":
+		return home
+	case strings.HasPrefix(path, "~/"):
+		return filepath.Join(home, path[2:])
+	}
+	return path
+}
+
 // loadSettings merges the config file (path, or the default path when it
 // exists), the environment and the flags that were set, in rising priority.
 func loadSettings(path string, explicit bool, getenv func(string) string, flags Settings, set func(string) bool) (Settings, error) {
@@ -100,6 +114,12 @@ func loadSettings(path string, explicit bool, getenv func(string) string, flags 
 	}
 	if s.Endpoint == "" {
 		s.Endpoint = DefaultEndpoint
+	}
+	// A path written ~/… (as the config file's example does) is under the
+	// home directory: no shell expands it in a YAML file, or in
+	// --token-file=~/….
+	for _, p := range []*string{&s.TokenFile, &s.CACert, &s.Cert, &s.Key} {
+		*p = expandHome(*p, getenv)
 	}
 	if s.Token == "" && s.TokenFile != "" {
 		b, err := os.ReadFile(s.TokenFile)

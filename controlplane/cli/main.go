@@ -167,9 +167,12 @@ func (a *app) connect(cmd *cobra.Command) (*grpc.ClientConn, error) {
 }
 
 // withTenant adds tenantId=<default tenant> when the request has such a
-// field, the pairs leave it out and a default is configured.
+// field, the pairs leave it out and a default is configured. Not to
+// nodes.createTenant, whose tenantId is the id of the tenant it creates (an
+// id left out is made up by the server), not the tenant it acts in.
 func (a *app) withTenant(m Method, pairs []string) []string {
-	if a.settings.Tenant == "" || m.Desc.Input().Fields().ByJSONName("tenantId") == nil {
+	if a.settings.Tenant == "" || m.Desc.Input().Fields().ByJSONName("tenantId") == nil ||
+		m.Desc.Input().FullName() == "bc.api.v1.CreateTenantRequest" {
 		return pairs
 	}
 	for _, p := range pairs {
@@ -271,11 +274,15 @@ their fields.`,
 }
 
 func (a *app) listMethods() {
+	width := 0
+	for _, m := range Methods() {
+		width = max(width, len(m.Name))
+	}
 	for _, m := range Methods() {
 		kind := ""
 		if m.Desc.IsStreamingServer() {
 			kind = " (stream)"
 		}
-		fmt.Fprintf(a.env.Stdout, "%-22s %s%s\n", m.Name, strings.Join(fieldNames(m.Desc.Input()), " "), kind)
+		fmt.Fprintf(a.env.Stdout, "%-*s  %s%s\n", width, m.Name, strings.Join(fieldNames(m.Desc.Input()), " "), kind)
 	}
 }

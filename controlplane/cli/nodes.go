@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"sort"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -61,6 +62,7 @@ func (a *app) nodeTable(n *apiv1.Node) error {
 	fmt.Fprintf(w, "ROLE\t%s\n", n.GetRole())
 	fmt.Fprintf(w, "IDENTITY\t%s\n", identity)
 	fmt.Fprintf(w, "GENERATION\t%d\n", n.GetAppliedGeneration())
+	fmt.Fprintf(w, "TRUST\t%s\n", trustVersion(n))
 	if err := w.Flush(); err != nil {
 		return err
 	}
@@ -254,7 +256,7 @@ lists each condition as TYPE=STATUS (nodes get NODE shows their reasons).`,
 // glance.
 func (a *app) nodeListTable(nodes []*apiv1.Node, now time.Time) error {
 	w := tabwriter.NewWriter(a.env.Stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(w, "NODE\tPOOL\tROLE\tSESSION\tVERSION\tLAST SEEN\tCONDITIONS")
+	fmt.Fprintln(w, "NODE\tPOOL\tROLE\tSESSION\tVERSION\tTRUST\tLAST SEEN\tCONDITIONS")
 	for _, n := range nodes {
 		session := "never connected"
 		switch {
@@ -274,10 +276,20 @@ func (a *app) nodeListTable(nodes []*apiv1.Node, now time.Time) error {
 		for _, c := range n.GetConditions() {
 			conds = append(conds, c.GetType()+"="+c.GetStatus())
 		}
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", n.GetId(), n.GetPool(), n.GetRole(), session, dash(n.GetAgentVersion()), lastSeen,
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", n.GetId(), n.GetPool(), n.GetRole(), session, dash(n.GetAgentVersion()), trustVersion(n), lastSeen,
 			dash(strings.Join(conds, ",")))
 	}
 	return w.Flush()
+}
+
+// trustVersion is the trust bundle version the node reported holding, "-"
+// before it has reported one. A key rotation waits for every node to show
+// the new version (docs/trust.md).
+func trustVersion(n *apiv1.Node) string {
+	if n.GetTrustVersion() == 0 {
+		return "-"
+	}
+	return strconv.FormatInt(n.GetTrustVersion(), 10)
 }
 
 // ago is a duration as a person reads a time past: 40s ago, 3m ago, 5h ago,

@@ -60,7 +60,7 @@ func TestNodesGetShowsInventoryAndConditions(t *testing.T) {
 	r := servertest.Start(t, nil)
 	env := envFor(r, servertest.TokRead)
 	env["BC_TENANT"] = servertest.TenantA
-	_, err := r.Pool.Exec(context.Background(), `UPDATE nodes SET inventory = $2, conditions = $3 WHERE id = $1`, servertest.NodeA1,
+	_, err := r.Pool.Exec(context.Background(), `UPDATE nodes SET inventory = $2, conditions = $3, trust_version = 4 WHERE id = $1`, servertest.NodeA1,
 		`{"gpus":[{"uuid":"GPU-1"},{"uuid":"GPU-2"}],"hostname":"gpu-0412"}`,
 		`[{"type":"RebootRequired","status":"True","reason":"HugePages","message":"1 GiB huge pages wait for a boot","since":"2026-01-02T03:04:05Z"}]`)
 	require.NoError(t, err)
@@ -71,6 +71,7 @@ func TestNodesGetShowsInventoryAndConditions(t *testing.T) {
 		"gpus", "2 items", `"gpu-0412"`} {
 		require.Contains(t, res.stdout, want)
 	}
+	require.Regexp(t, `(?m)^TRUST\s+4$`, res.stdout, "the trust bundle version the node holds")
 
 	res = cliRun(context.Background(), env, "nodes", "get", servertest.NodeA1, "--json")
 	require.Equal(t, 0, res.code, res.stderr)
@@ -122,14 +123,14 @@ func TestNodesDelete(t *testing.T) {
 }
 
 // nodes list prints one line a node (NODE, POOL, ROLE, SESSION, VERSION,
-// LAST SEEN, CONDITIONS) and the same as nodes.list's JSON with --json.
+// TRUST, LAST SEEN, CONDITIONS) and the same as nodes.list's JSON with --json.
 func TestNodesListTableAndJSON(t *testing.T) {
 	t.Parallel()
 	r := servertest.Start(t, nil)
 	env := envFor(r, servertest.TokRead)
 	env["BC_TENANT"] = servertest.TenantA
 	ctx := context.Background()
-	_, err := r.Pool.Exec(ctx, `UPDATE nodes SET conditions = $2, daemon_version = '1.4.0', session_epoch = 1, session_gateway = 'gw-east-1'
+	_, err := r.Pool.Exec(ctx, `UPDATE nodes SET conditions = $2, daemon_version = '1.4.0', trust_version = 7, session_epoch = 1, session_gateway = 'gw-east-1'
 		WHERE id = $1`, servertest.NodeA1, `[{"type":"GPUHealthy","status":"False","reason":"xid-79"}]`)
 	require.NoError(t, err)
 	// Apart, as the update above marks the session seen now.
@@ -141,8 +142,8 @@ func TestNodesListTableAndJSON(t *testing.T) {
 	require.Equal(t, 0, res.code, res.stderr)
 	lines := strings.Split(strings.TrimSpace(res.stdout), "\n")
 	require.Len(t, lines, 2, res.stdout)
-	require.Equal(t, []string{"NODE", "POOL", "ROLE", "SESSION", "VERSION", "LAST", "SEEN", "CONDITIONS"}, strings.Fields(lines[0]))
-	require.Equal(t, []string{servertest.NodeA1, "default", "node", "disconnected", "1.4.0", "3m", "ago", "GPUHealthy=False"}, strings.Fields(lines[1]))
+	require.Equal(t, []string{"NODE", "POOL", "ROLE", "SESSION", "VERSION", "TRUST", "LAST", "SEEN", "CONDITIONS"}, strings.Fields(lines[0]))
+	require.Equal(t, []string{servertest.NodeA1, "default", "node", "disconnected", "1.4.0", "7", "3m", "ago", "GPUHealthy=False"}, strings.Fields(lines[1]))
 	require.NotContains(t, res.stdout, servertest.NodeB1, "another tenant's node")
 
 	res = cliRun(ctx, env, "nodes", "list", "--json")

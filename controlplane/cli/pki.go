@@ -271,12 +271,12 @@ func (a *app) pkiRotateCommand() *cobra.Command {
 			fmt.Fprintf(w, "   The trust bundle's version rises; online nodes take it (the current root signs it).\n\n")
 			fmt.Fprintf(w, "2. Switch: sign with the next root, still trusting the old one.\n")
 			fmt.Fprintf(w, "     pki:\n       commandSigning: %s\n       commandSigningRoots: [%s.pub]\n", out, current)
-			fmt.Fprintf(w, "   Wait until every node shows the new trust version (better-compute nodes list).\n\n")
+			fmt.Fprintf(w, "   Wait until every node shows the new trust version (better-compute nodes list, its TRUST column).\n\n")
 			fmt.Fprintf(w, "3. Retire: drop the old root.\n")
 			fmt.Fprintf(w, "     pki:\n       commandSigning: %s\n\n", out)
 			fmt.Fprintf(w, "A node offline through step 1 cannot verify a bundle that only the next root\n")
 			fmt.Fprintf(w, "signs; it refuses it, says so in its TrustBundle condition, and is rejoined\n")
-			fmt.Fprintf(w, "(bcd join with a new token) to get the new bundle. See docs/operator-guide.md.\n")
+			fmt.Fprintf(w, "(bcd join with a new token) to get the new bundle. See docs/trust.md.\n")
 			return nil
 		},
 	}

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -323,6 +324,30 @@ func TestVersionAndHelp(t *testing.T) {
 	b, err := cmd.Output()
 	require.NoError(t, err)
 	require.Contains(t, string(b), "bcd exec KIND")
+}
+
+// docs/cli.md names every config flag that `bcd run --help` lists ("Every
+// command takes the config flags"), so none is undocumented.
+func TestCLIReferenceNamesEveryConfigFlag(t *testing.T) {
+	e := newEnv(t)
+	stdout, stderr, code := e.bcd("run", "--help")
+	require.Zero(t, code)
+	out := stdout + stderr
+	doc, err := os.ReadFile(filepath.Join("..", "..", "..", "docs", "cli.md"))
+	require.NoError(t, err)
+	const intro = "Every command takes the config flags"
+	i := strings.Index(string(doc), intro)
+	require.GreaterOrEqual(t, i, 0, "docs/cli.md has %q", intro)
+	para := string(doc)[i:]
+	para = para[:strings.Index(para, "\n\n")]
+	flags := regexp.MustCompile(`--[a-z][a-z0-9-]+`).FindAllString(out, -1)
+	require.NotEmpty(t, flags)
+	for _, f := range flags {
+		if f == "--help" {
+			continue
+		}
+		require.Regexp(t, "[`/]"+regexp.QuoteMeta(f)+"[` ]", para, "docs/cli.md's config flags paragraph names %s", f)
+	}
 }
 
 func TestJoin_NeedsTokenServerAndCAFile(t *testing.T) {

@@ -3,6 +3,10 @@ package main
 import (
 	"bytes"
 	"context"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
 	"testing"
 	"time"
 
@@ -114,4 +118,23 @@ func TestEveryFlagInItsDoubleDashForm(t *testing.T) {
 	cfg, want := server.DefaultConfig(), server.DefaultConfig()
 	c.apply(&cfg)
 	require.Equal(t, want, cfg)
+}
+
+// docs/cli.md's bc-server table has a row for every flag --help lists.
+func TestCLIReferenceHasARowForEveryFlag(t *testing.T) {
+	code, out, _ := runArgs("--help")
+	require.Equal(t, 0, code)
+	doc, err := os.ReadFile(filepath.Join("..", "..", "..", "docs", "cli.md"))
+	require.NoError(t, err)
+	i := strings.Index(string(doc), "\n## bc-server\n")
+	require.GreaterOrEqual(t, i, 0, "docs/cli.md has a bc-server section")
+	section := string(doc)[i:]
+	if j := strings.Index(section[1:], "\n## "); j >= 0 {
+		section = section[:j+1]
+	}
+	flags := regexp.MustCompile(`--[a-z][a-z0-9-]+`).FindAllString(out, -1)
+	require.NotEmpty(t, flags)
+	for _, f := range flags {
+		require.Regexp(t, "(?m)^\\| .*`"+regexp.QuoteMeta(f)+"`", section, "docs/cli.md's bc-server table has %s", f)
+	}
 }

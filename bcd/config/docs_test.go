@@ -1,0 +1,67 @@
+package config
+
+import (
+	"os"
+	"path/filepath"
+	"reflect"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// fileKeys lists t's config file keys (JSON names) as dotted paths.
+func fileKeys(t reflect.Type, prefix string) []string {
+	var out []string
+	for i := 0; i < t.NumField(); i++ {
+		f := t.Field(i)
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		if name == "" || name == "-" {
+			continue
+		}
+		if f.Type.Kind() == reflect.Struct && f.Type.NumField() > 0 && f.Type.Field(0).Tag.Get("json") != "" {
+			out = append(out, fileKeys(f.Type, prefix+name+".")...)
+			continue
+		}
+		out = append(out, prefix+name)
+	}
+	return out
+}
+
+// The operator guide's table of bcd's configuration file has a row for
+// every key bcd reads, and no row for a key it does not: bcd refuses
+// unknown keys, so a row for another program's key (bc-server's
+// components, say) is a config that does not start.
+func TestOperatorGuideTableIsBcdsKeys(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("..", "..", "docs", "operator-guide.md"))
+	require.NoError(t, err)
+	doc := string(b)
+	const heading = "### bcd's configuration file"
+	i := strings.Index(doc, heading)
+	require.GreaterOrEqual(t, i, 0, "the operator guide has %q", heading)
+	var rows []string
+	for _, l := range strings.Split(doc[i:], "\n") {
+		if strings.HasPrefix(l, "| `") {
+			rows = append(rows, l)
+		} else if len(rows) > 0 && !strings.HasPrefix(l, "|") {
+			break
+		}
+	}
+	require.NotEmpty(t, rows)
+	ks := fileKeys(reflect.TypeOf(Config{}), "")
+	require.Contains(t, ks, "lanes.bulk")
+	documented := map[string]bool{}
+	for _, r := range rows {
+		first := strings.SplitN(r, "|", 3)[1]
+		for _, m := range regexp.MustCompile("`([^`]+)`").FindAllStringSubmatch(first, -1) {
+			documented[m[1]] = true
+		}
+	}
+	for _, k := range ks {
+		require.True(t, documented[k], "docs/operator-guide.md's bcd table has a row for %s", k)
+	}
+	for k := range documented {
+		require.Contains(t, ks, k, "docs/operator-guide.md's bcd table names %s, which bcd's config does not have", k)
+	}
+}

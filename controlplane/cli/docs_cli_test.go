@@ -1,0 +1,195 @@
+package cli_test
+
+import (
+	"context"
+	"crypto/rand"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/better-compute/commands/controlplane/server"
+	"github.com/better-compute/commands/controlplane/server/servertest"
+	"github.com/better-compute/commands/internal/testutil"
+)
+
+// mdBlock is one fenced block of a markdown file.
+type mdBlock struct {
+	line  int // the fence's line, 1-based
+	lang  string
+	lines []string
+}
+
+// mdBlocks returns file's fenced blocks.
+func mdBlocks(t *testing.T, file string) []mdBlock {
+	t.Helper()
+	b, err := os.ReadFile(file)
+	require.NoError(t, err)
+	var (
+		out []mdBlock
+		cur *mdBlock
+	)
+	for i, l := range strings.Split(string(b), "\n") {
+		switch {
+		case cur == nil && strings.HasPrefix(l, "```"):
+			cur = &mdBlock{line: i + 1, lang: strings.TrimPrefix(l, "```")}
+		case cur != nil && strings.HasPrefix(l, "```"):
+			out = append(out, *cur)
+			cur = nil
+		case cur != nil:
+			cur.lines = append(cur.lines, l)
+		}
+	}
+	require.Nil(t, cur, "%s: a block that never closes", file)
+	return out
+}
+
+// The CLI reference's config file example, as written: only the endpoint
+// is this test's server (plaintext, so caCert is not read). Its tokenFile
+// is ~/…, which no shell expands inside a YAML file.
+func TestCLIReferenceConfigFileWorksAsWritten(t *testing.T) {
+	t.Parallel()
+	r := servertest.Start(t, nil)
+	var cfg string
+	for _, b := range mdBlocks(t, filepath.Join("..", "..", "docs", "cli.md")) {
+		if b.lang == "yaml" && len(b.lines) > 0 && b.lines[0] == "# ~/.config/better-compute/config.yaml" {
+			cfg = strings.Join(b.lines, "\n") + "\n"
+		}
+	}
+	require.NotEmpty(t, cfg, "docs/cli.md has the config file example")
+	cfg = regexp.MustCompile(`(?m)^endpoint: .*$`).ReplaceAllString(cfg, "endpoint: http://"+r.GRPC)
+	cfg = regexp.MustCompile(`(?m)^tenant: .*$`).ReplaceAllString(cfg, "tenant: "+servertest.TenantA)
+	require.Contains(t, cfg, "tokenFile: ~/.config/better-compute/token")
+
+	home := t.TempDir()
+	dir := filepath.Join(home, ".config", "better-compute")
+	require.NoError(t, os.MkdirAll(dir, 0o700))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "config.yaml"), []byte(cfg), 0o600))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "token"), []byte(servertest.TokOps+"\n"), 0o600))
+	res := cliRun(context.Background(), map[string]string{"HOME": home}, "commands", "list", "nodeId="+servertest.NodeA1)
+	require.Equal(t, 0, res.code, "the config file as written: %s", res.stderr)
+	require.Contains(t, res.stdout, "ID")
+}
+
+// docsCLISkipped are the docs/cli.md lines this test does not run, each
+// with where what it shows is run instead.
+var docsCLISkipped = map[string]string{
+	// --wait needs a node that runs the command: e2e runs commands run --wait
+	// against a real bcd (e2e/e2e_test.go).
+	"--wait": "e2e",
+	// A watch from now with no --count follows until interrupted.
+	"commands watch cursor=now": "TestCommandsWatch",
+	// The rollout needs a signed release: TestRolloutCLI and the operator
+	// guide's rollout test.
+	"rollout ": "TestRolloutCLI",
+	// Support bundles need a stored bundle and the server's config:
+	// TestBundlesDownload_CopiesFromTheDirStore.
+	"bundles download": "TestBundlesDownload_CopiesFromTheDirStore",
+	"tar -tzvf":        "TestBundlesDownload_CopiesFromTheDirStore",
+	"bc-server ":       "the packaging tests",
+}
+
+// Every better-compute example in docs/cli.md, run as written through the
+// built binary and sh, against a server with the test's tenant and node.
+// Placeholders become the test's: $TENANT, node_… and node_0412 (the
+// node), cmd_… (the command the first example queued); optional arguments
+// written [x] are given.
+func TestCLIReferenceExamplesRunAsWritten(t *testing.T) {
+	t.Parallel()
+	// Secrets on, as docs/secrets.md turns them on: a 32-byte key file.
+	keyFile := filepath.Join(t.TempDir(), "secrets.key")
+	key := make([]byte, 32)
+	_, err := rand.Read(key)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(keyFile, key, 0o600))
+	r := servertest.Start(t, func(c *server.Config) { c.Secrets = &server.SecretsConfig{KeyFile: keyFile} })
+	bin := testutil.BuildBinary(t, "./controlplane/cmd/better-compute")
+	pathDir := t.TempDir()
+	require.NoError(t, os.Symlink(bin, filepath.Join(pathDir, "better-compute")))
+	work := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(work, "token.txt"), []byte("s3cret\n"), 0o600))
+	env := []string{
+		"PATH=" + pathDir + ":/usr/local/bin:/usr/bin:/bin",
+		"HOME=" + t.TempDir(),
+		// An operator with every permission: nodes.createTenant needs
+		// compute:tenants:create.
+		"BC_ENDPOINT=http://" + r.GRPC, "BC_TOKEN=" + servertest.TokAdmin, "BC_TENANT=" + servertest.TenantA,
+		"TENANT=" + servertest.TenantA,
+	}
+	optional := regexp.MustCompile(` \[([^\]'"]+)\]`)
+	cmdID := regexp.MustCompile(`"id":\s*"(cmd_[^"]+)"`)
+	command := ""
+	ran := 0
+	for _, b := range mdBlocks(t, filepath.Join("..", "..", "docs", "cli.md")) {
+		if b.lang != "sh" {
+			continue
+		}
+	lines:
+		for i, l := range b.lines {
+			if strings.TrimSpace(l) == "" || strings.HasPrefix(strings.TrimSpace(l), "#") {
+				continue
+			}
+			for s := range docsCLISkipped {
+				if strings.Contains(l, s) {
+					continue lines
+				}
+			}
+			where := "docs/cli.md:" + strconv.Itoa(b.line+1+i)
+			require.True(t, strings.HasPrefix(l, "better-compute "), "%s: an example that is not a better-compute command: %s", where, l)
+			if strings.Contains(l, "cmd_…") {
+				require.NotEmpty(t, command, "%s uses cmd_… before any example queued a command", where)
+			}
+			node := servertest.NodeA1
+			if strings.Contains(l, "nodes delete") {
+				// The examples after it still need the test's node.
+				node = "node_spare"
+				res := cliRun(context.Background(), map[string]string{"BC_ENDPOINT": "http://" + r.GRPC, "BC_TOKEN": servertest.TokAdmin},
+					"api", "nodes.create", "tenantId="+servertest.TenantA, "nodeId="+node)
+				require.Equal(t, 0, res.code, res.stderr)
+			}
+			line := strings.NewReplacer("node_…", node, "node_0412", node, "cmd_…", command).Replace(l)
+			line = optional.ReplaceAllString(line, " $1")
+			if strings.Contains(line, "--file spec.json") {
+				// The example before it writes the spec it names.
+				require.NoError(t, os.WriteFile(filepath.Join(work, "spec.json"), []byte(`{"holds":[{"gpu":"GPU-8f…","state":"live"}]}`), 0o600))
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			cmd := exec.CommandContext(ctx, "sh", "-ec", line)
+			cmd.Dir, cmd.Env = work, env
+			out, err := cmd.CombinedOutput()
+			cancel()
+			require.NoError(t, err, "%s: %s\n%s", where, l, out)
+			if m := cmdID.FindSubmatch(out); m != nil && command == "" {
+				command = string(m[1])
+			}
+			ran++
+		}
+	}
+	require.GreaterOrEqual(t, ran, 25, "the examples run")
+}
+
+// docs/cli.md shows `better-compute api --list` as it prints: every method
+// of the API with its request fields, none missing and none stale.
+func TestCLIReferenceListsTheAPIsMethodsAsTheCLIPrintsThem(t *testing.T) {
+	t.Parallel()
+	res := cliRun(context.Background(), map[string]string{}, "api", "--list")
+	require.Equal(t, 0, res.code, res.stderr)
+	const intro = "lists the methods and their request fields:"
+	b, err := os.ReadFile(filepath.Join("..", "..", "docs", "cli.md"))
+	require.NoError(t, err)
+	i := strings.Index(string(b), intro)
+	require.GreaterOrEqual(t, i, 0, "docs/cli.md introduces the list with %q", intro)
+	rest := string(b)[i:]
+	start := strings.Index(rest, "```text\n")
+	require.GreaterOrEqual(t, start, 0)
+	rest = rest[start+len("```text\n"):]
+	end := strings.Index(rest, "```")
+	require.GreaterOrEqual(t, end, 0)
+	require.Equal(t, res.stdout, rest[:end], "docs/cli.md's api --list block (paste the CLI's output there)")
+}
