@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -365,4 +366,47 @@ func TestRun_ControlPlaneWithoutJoinIsRefused(t *testing.T) {
 	_, errs, code := e.bcd("run", "--control-plane", "127.0.0.1:7444")
 	require.Equal(t, 2, code)
 	require.Contains(t, errs, "run bcd join first")
+}
+
+// docs/cli.md's refusal example, run as written: the outcome it shows
+// (the command id aside) and its exit status.
+func TestCLIReferenceRefusalExampleRunsAsWritten(t *testing.T) {
+	e := newEnv(t)
+	doc, err := os.ReadFile(filepath.Join("..", "..", "..", "docs", "cli.md"))
+	require.NoError(t, err)
+	const intro = "A refusal:\n\n```text\n"
+	i := strings.Index(string(doc), intro)
+	require.GreaterOrEqual(t, i, 0, "docs/cli.md has %q", intro)
+	block := string(doc)[i+len(intro):]
+	block = block[:strings.Index(block, "```")]
+	lines := strings.Split(block, "\n")
+	require.True(t, strings.HasPrefix(lines[0], "$ bcd exec "), lines[0])
+	args := strings.Fields(strings.TrimPrefix(lines[0], "$ bcd "))
+	start, end := strings.Index(block, "\n{"), strings.Index(block, "\n}")
+	require.True(t, start >= 0 && end > start, block)
+	var want map[string]any
+	require.NoError(t, json.Unmarshal([]byte(block[start:end+2]), &want))
+	wantCode := strings.TrimSpace(block[strings.Index(block, "$ echo $?")+len("$ echo $?"):])
+
+	// The example's ./plugins and ./state, in a directory of their own.
+	dir := t.TempDir()
+	require.NoError(t, os.Mkdir(filepath.Join(dir, "plugins"), 0o755))
+	cmd := exec.Command(e.bin, args...)
+	cmd.Dir = dir
+	var stdout bytes.Buffer
+	cmd.Stdout = &stdout
+	err = cmd.Run()
+	code := 0
+	var exit *exec.ExitError
+	if errors.As(err, &exit) {
+		code = exit.ExitCode()
+	} else {
+		require.NoError(t, err)
+	}
+	require.Equal(t, wantCode, strconv.Itoa(code), "the exit status docs/cli.md shows")
+	var got map[string]any
+	require.NoError(t, json.Unmarshal(stdout.Bytes(), &got), stdout.String())
+	require.Regexp(t, `^cmd_local_`, got["commandId"])
+	got["commandId"], want["commandId"] = "", ""
+	require.Equal(t, want, got, "docs/cli.md's refusal outcome")
 }

@@ -185,3 +185,22 @@ func digestOf(t *testing.T, kindsJSON []byte, kindName string) string {
 	t.Fatalf("%s not listed in %s", kindName, kindsJSON)
 	return ""
 }
+
+// The guide shows TestConformance twice: alone, where it explains
+// kindtest, and in the acme plugin, whole, which the test above builds and
+// runs. The first must be the second, or a reader copies a test that was
+// never run.
+func TestSDKGuide_ConformanceSketchIsTheTestedOne(t *testing.T) {
+	var found []string
+	for _, b := range guideBlocks(t, "go") {
+		i := strings.Index(b, "func TestConformance(")
+		if i < 0 {
+			continue
+		}
+		f := b[i:]
+		f = f[:strings.Index(f, "\n}\n")+3]
+		found = append(found, f)
+	}
+	require.Len(t, found, 2, "docs/sdk-guide.md shows TestConformance alone and in the whole plugin")
+	require.Equal(t, found[1], found[0])
+}
