@@ -295,9 +295,10 @@ func TestE2E_MetalBulkBootsFromPXEThenCycles(t *testing.T) {
 	inventory, rf, ipmi := mockSiteWith(t, "rack4-admin", false)
 	s := c.joinSite(inventory)
 	s.start()
-	// As docs/metal.md stores it: secrets put with the JSON (the page pipes
-	// it on standard input, --from-file -; the test hands the same bytes in
-	// a file, as the CLI's Env has no standard input).
+	// As docs/metal.md stores it: secrets put with the JSON. The page pipes
+	// it on standard input (--from-file -), which the CLI's docs test
+	// (TestMetalGuideStoresTheCredentialFromStandardInput) runs as written;
+	// here the same bytes come from a file, as the CLI's Env has no stdin.
 	secret, _ := json.Marshal(map[string]string{"username": bmcUser, "password": bmcPassword})
 	secretFile := filepath.Join(t.TempDir(), "rack4-admin.json")
 	require.NoError(t, os.WriteFile(secretFile, secret, 0o600))

@@ -100,9 +100,18 @@ var docsCLISkipped = map[string]string{
 // Placeholders become the test's: $TENANT, node_… and node_0412 (the
 // node), cmd_… (the command the first example queued); optional arguments
 // written [x] are given.
-func TestCLIReferenceExamplesRunAsWritten(t *testing.T) {
-	t.Parallel()
-	// Secrets on, as docs/secrets.md turns them on: a 32-byte key file.
+// docsShell is a server with secrets on (as docs/secrets.md turns them
+// on: a 32-byte key file) and a shell environment in which better-compute
+// is the built binary, on it as an operator with every permission of the
+// test's tenant (nodes.createTenant needs compute:tenants:create).
+type docsShell struct {
+	r    *servertest.Running
+	work string // the examples' working directory
+	env  []string
+}
+
+func newDocsShell(t *testing.T) *docsShell {
+	t.Helper()
 	keyFile := filepath.Join(t.TempDir(), "secrets.key")
 	key := make([]byte, 32)
 	_, err := rand.Read(key)
@@ -112,16 +121,31 @@ func TestCLIReferenceExamplesRunAsWritten(t *testing.T) {
 	bin := testutil.BuildBinary(t, "./controlplane/cmd/better-compute")
 	pathDir := t.TempDir()
 	require.NoError(t, os.Symlink(bin, filepath.Join(pathDir, "better-compute")))
-	work := t.TempDir()
-	require.NoError(t, os.WriteFile(filepath.Join(work, "token.txt"), []byte("s3cret\n"), 0o600))
-	env := []string{
+	return &docsShell{r: r, work: t.TempDir(), env: []string{
 		"PATH=" + pathDir + ":/usr/local/bin:/usr/bin:/bin",
 		"HOME=" + t.TempDir(),
-		// An operator with every permission: nodes.createTenant needs
-		// compute:tenants:create.
 		"BC_ENDPOINT=http://" + r.GRPC, "BC_TOKEN=" + servertest.TokAdmin, "BC_TENANT=" + servertest.TenantA,
 		"TENANT=" + servertest.TenantA,
-	}
+	}}
+}
+
+// run runs line with sh -e in the working directory, with more variables.
+func (d *docsShell) run(t *testing.T, where, line string, vars ...string) []byte {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "sh", "-ec", line)
+	cmd.Dir, cmd.Env = d.work, append(append([]string{}, d.env...), vars...)
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "%s: %s\n%s", where, line, out)
+	return out
+}
+
+func TestCLIReferenceExamplesRunAsWritten(t *testing.T) {
+	t.Parallel()
+	d := newDocsShell(t)
+	r, work := d.r, d.work
+	require.NoError(t, os.WriteFile(filepath.Join(work, "token.txt"), []byte("s3cret\n"), 0o600))
 	optional := regexp.MustCompile(` \[([^\]'"]+)\]`)
 	cmdID := regexp.MustCompile(`"id":\s*"(cmd_[^"]+)"`)
 	command := ""
@@ -159,12 +183,7 @@ func TestCLIReferenceExamplesRunAsWritten(t *testing.T) {
 				// The example before it writes the spec it names.
 				require.NoError(t, os.WriteFile(filepath.Join(work, "spec.json"), []byte(`{"holds":[{"gpu":"GPU-8f…","state":"live"}]}`), 0o600))
 			}
-			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-			cmd := exec.CommandContext(ctx, "sh", "-ec", line)
-			cmd.Dir, cmd.Env = work, env
-			out, err := cmd.CombinedOutput()
-			cancel()
-			require.NoError(t, err, "%s: %s\n%s", where, l, out)
+			out := d.run(t, where, line)
 			if m := cmdID.FindSubmatch(out); m != nil && command == "" {
 				command = string(m[1])
 			}
@@ -192,4 +211,28 @@ func TestCLIReferenceListsTheAPIsMethodsAsTheCLIPrintsThem(t *testing.T) {
 	end := strings.Index(rest, "```")
 	require.GreaterOrEqual(t, end, 0)
 	require.Equal(t, res.stdout, rest[:end], "docs/cli.md's api --list block (paste the CLI's output there)")
+}
+
+// docs/metal.md stores a BMC credential on standard input, never on the
+// command line: its line, run as written, stores exactly the JSON it
+// prints.
+func TestMetalGuideStoresTheCredentialFromStandardInput(t *testing.T) {
+	t.Parallel()
+	d := newDocsShell(t)
+	var line string
+	for _, b := range mdBlocks(t, filepath.Join("..", "..", "docs", "metal.md")) {
+		for _, l := range b.lines {
+			if strings.Contains(l, "secrets put") && strings.Contains(l, "--from-file -") {
+				line = l
+			}
+		}
+	}
+	require.NotEmpty(t, line, "docs/metal.md stores the credential with secrets put --from-file -")
+	const password = "correct horse"
+	d.run(t, "docs/metal.md", line, "BMC_PASSWORD="+password)
+	res := cliRun(context.Background(), map[string]string{"BC_ENDPOINT": "http://" + d.r.GRPC, "BC_TOKEN": servertest.TokAdmin, "BC_TENANT": servertest.TenantA},
+		"secrets", "list")
+	require.Equal(t, 0, res.code, res.stderr)
+	want := len(`{"username":"admin","password":"` + password + `"}`)
+	require.Regexp(t, `(?m)^rack4-admin\s+`+strconv.Itoa(want)+`\s`, res.stdout, "the secret holds the JSON the line printed, from stdin")
 }
