@@ -14,9 +14,9 @@ import (
 	"github.com/better-compute/commands/internal/testutil"
 )
 
-// stallConn holds one armed Write until the connection's deadline has been
-// set (which is what pgx does when a context ends), so that a test can end
-// a context in the middle of a write, deterministically.
+// stallConn holds one armed Write until the connection's (write) deadline
+// has been set, which is what pgx does when a context ends, so that a test
+// can end a context in the middle of a write, deterministically.
 type stallConn struct {
 	net.Conn
 	mu       sync.Mutex
@@ -44,19 +44,27 @@ func (c *stallConn) Write(b []byte) (int, error) {
 	return c.Conn.Write(b)
 }
 
-func (c *stallConn) SetDeadline(t time.Time) error {
+// deadlineSet releases the armed write once a (write) deadline is set.
+func (c *stallConn) deadlineSet(t time.Time) {
 	c.mu.Lock()
-	if c.deadline != nil && !c.armed {
+	defer c.mu.Unlock()
+	if c.deadline != nil && !c.armed && !t.IsZero() {
 		select {
 		case <-c.deadline:
 		default:
-			if !t.IsZero() {
-				close(c.deadline)
-			}
+			close(c.deadline)
 		}
 	}
-	c.mu.Unlock()
+}
+
+func (c *stallConn) SetDeadline(t time.Time) error {
+	c.deadlineSet(t)
 	return c.Conn.SetDeadline(t)
+}
+
+func (c *stallConn) SetWriteDeadline(t time.Time) error {
+	c.deadlineSet(t)
+	return c.Conn.SetWriteDeadline(t)
 }
 
 // A context that ends while a transaction's statement is being written

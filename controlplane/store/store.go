@@ -7,6 +7,7 @@ package store
 import (
 	"context"
 	"fmt"
+	"net"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -49,25 +50,36 @@ func OpenConfig(ctx context.Context, cfg *pgxpool.Config, logger hclog.Logger) (
 	return pool, nil
 }
 
-// CancelGrace is how long an operation whose context has ended may go on
-// before pgx interrupts its connection. See ConfigurePool.
+// CancelGrace is how long a write in progress when its context ends may
+// still take to finish. See ConfigurePool.
 const CancelGrace = 250 * time.Millisecond
 
 // ConfigurePool sets what every control-plane pool needs beyond what a
-// connection string says. Today that is one thing: when a context ends,
-// pgx by default sets the connection's deadline to that moment. A write in
-// progress is then cut short, and on a TLS connection (sslmode prefer or
-// require, the default against most servers) that breaks the connection's
-// writing side for good: the Terminate that would end the session never
-// reaches the server, pgx waits 15 s for the server to close, and the
-// server keeps the transaction, with its row locks, open all that time. A
-// sweeper stopped mid-sweep held the lease row so, and no other replica
-// could take over for 15 s. With a grace period the write finishes (a
-// statement's write takes microseconds), a read still ends CancelGrace
-// after the context, and the Terminate goes out: the server ends the
-// transaction at once.
+// connection string says. Today that is one thing: how an operation whose
+// context ends is interrupted. pgx by default sets the connection's
+// deadline to that moment. A write in progress is then cut short, and on a
+// TLS connection (sslmode prefer or require, the default against most
+// servers) that breaks the connection's writing side for good: the
+// Terminate that would end the session never reaches the server, pgx waits
+// 15 s for the server to close, and the server keeps the transaction, with
+// its row locks, open all that time. A sweeper stopped mid-sweep held the
+// lease row so, and no other replica could take over for 15 s. Here a read
+// still ends at once (a read cut short leaves the connection able to send
+// its Terminate), and a write gets CancelGrace to finish (a statement's
+// write takes microseconds).
 func ConfigurePool(cfg *pgxpool.Config) {
 	cfg.ConnConfig.BuildContextWatcherHandler = func(c *pgconn.PgConn) ctxwatch.Handler {
-		return &pgconn.DeadlineContextWatcherHandler{Conn: c.Conn(), DeadlineDelay: CancelGrace}
+		return cancelHandler{conn: c.Conn()}
 	}
 }
+
+// cancelHandler is ConfigurePool's ctxwatch.Handler.
+type cancelHandler struct{ conn net.Conn }
+
+func (h cancelHandler) HandleCancel(context.Context) {
+	now := time.Now()
+	_ = h.conn.SetReadDeadline(now)
+	_ = h.conn.SetWriteDeadline(now.Add(CancelGrace))
+}
+
+func (h cancelHandler) HandleUnwatchAfterCancel() { _ = h.conn.SetDeadline(time.Time{}) }
