@@ -105,7 +105,7 @@ fi
 // make test with the caller's PostgreSQL (PG* set) needs no pg_virtualenv.
 func TestInstallDepsForTestWithTheCallersPostgres(t *testing.T) {
 	dir := fakeBin(t)
-	for _, c := range []string{"dbus-daemon", "chromium"} {
+	for _, c := range []string{"dbus-daemon", "chromium", "jq"} {
 		require.NoError(t, os.WriteFile(filepath.Join(dir, c), []byte("#!/bin/sh\n"), 0o755))
 	}
 	bash, err := exec.LookPath("bash")
