@@ -95,11 +95,6 @@ var docsCLISkipped = map[string]string{
 	"bc-server ":       "the packaging tests",
 }
 
-// Every better-compute example in docs/cli.md, run as written through the
-// built binary and sh, against a server with the test's tenant and node.
-// Placeholders become the test's: $TENANT, node_… and node_0412 (the
-// node), cmd_… (the command the first example queued); optional arguments
-// written [x] are given.
 // docsShell is a server with secrets on (as docs/secrets.md turns them
 // on: a 32-byte key file) and a shell environment in which better-compute
 // is the built binary, on it as an operator with every permission of the
@@ -141,56 +136,76 @@ func (d *docsShell) run(t *testing.T, where, line string, vars ...string) []byte
 	return out
 }
 
+// Every better-compute example in docs/cli.md and docs/api.md, run as
+// written (a line ending in \ continues on the next) through the
+// built binary and sh, against a server with the test's tenant and node.
+// Placeholders become the test's: $TENANT, node_… and node_0412 (the
+// node), cmd_… (the command the first example queued); optional arguments
+// written [x] are given.
 func TestCLIReferenceExamplesRunAsWritten(t *testing.T) {
 	t.Parallel()
 	d := newDocsShell(t)
-	r, work := d.r, d.work
-	require.NoError(t, os.WriteFile(filepath.Join(work, "token.txt"), []byte("s3cret\n"), 0o600))
-	optional := regexp.MustCompile(` \[([^\]'"]+)\]`)
-	cmdID := regexp.MustCompile(`"id":\s*"(cmd_[^"]+)"`)
+	require.NoError(t, os.WriteFile(filepath.Join(d.work, "token.txt"), []byte("s3cret\n"), 0o600))
 	command := ""
 	ran := 0
-	for _, b := range mdBlocks(t, filepath.Join("..", "..", "docs", "cli.md")) {
-		if b.lang != "sh" {
-			continue
-		}
-	lines:
-		for i, l := range b.lines {
-			if strings.TrimSpace(l) == "" || strings.HasPrefix(strings.TrimSpace(l), "#") {
+	for _, page := range []string{"cli.md", "api.md"} {
+		for _, b := range mdBlocks(t, filepath.Join("..", "..", "docs", page)) {
+			if b.lang != "sh" {
 				continue
 			}
-			for s := range docsCLISkipped {
-				if strings.Contains(l, s) {
-					continue lines
+		lines:
+			for i, l := range b.lines {
+				if strings.TrimSpace(l) == "" || strings.HasPrefix(strings.TrimSpace(l), "#") {
+					continue
 				}
+				if i > 0 && strings.HasSuffix(b.lines[i-1], "\\") {
+					continue // joined to the line it continues
+				}
+				for j := i; strings.HasSuffix(b.lines[j], "\\") && j+1 < len(b.lines); j++ {
+					l = strings.TrimSuffix(l, "\\") + strings.TrimSpace(b.lines[j+1])
+				}
+				for s := range docsCLISkipped {
+					if strings.Contains(l, s) {
+						continue lines
+					}
+				}
+				where := "docs/" + page + ":" + strconv.Itoa(b.line+1+i)
+				d.example(t, where, l, &command)
+				ran++
 			}
-			where := "docs/cli.md:" + strconv.Itoa(b.line+1+i)
-			require.True(t, strings.HasPrefix(l, "better-compute "), "%s: an example that is not a better-compute command: %s", where, l)
-			if strings.Contains(l, "cmd_…") {
-				require.NotEmpty(t, command, "%s uses cmd_… before any example queued a command", where)
-			}
-			node := servertest.NodeA1
-			if strings.Contains(l, "nodes delete") {
-				// The examples after it still need the test's node.
-				node = "node_spare"
-				res := cliRun(context.Background(), map[string]string{"BC_ENDPOINT": "http://" + r.GRPC, "BC_TOKEN": servertest.TokAdmin},
-					"api", "nodes.create", "tenantId="+servertest.TenantA, "nodeId="+node)
-				require.Equal(t, 0, res.code, res.stderr)
-			}
-			line := strings.NewReplacer("node_…", node, "node_0412", node, "cmd_…", command).Replace(l)
-			line = optional.ReplaceAllString(line, " $1")
-			if strings.Contains(line, "--file spec.json") {
-				// The example before it writes the spec it names.
-				require.NoError(t, os.WriteFile(filepath.Join(work, "spec.json"), []byte(`{"holds":[{"gpu":"GPU-8f…","state":"live"}]}`), 0o600))
-			}
-			out := d.run(t, where, line)
-			if m := cmdID.FindSubmatch(out); m != nil && command == "" {
-				command = string(m[1])
-			}
-			ran++
 		}
 	}
-	require.GreaterOrEqual(t, ran, 25, "the examples run")
+	require.GreaterOrEqual(t, ran, 27, "the examples run")
+}
+
+// example runs one documented better-compute line (see
+// TestCLIReferenceExamplesRunAsWritten), remembering in *command the first
+// command id an example printed.
+func (d *docsShell) example(t *testing.T, where, l string, command *string) {
+	t.Helper()
+	require.True(t, strings.HasPrefix(l, "better-compute "), "%s: an example that is not a better-compute command: %s", where, l)
+	if strings.Contains(l, "cmd_…") {
+		require.NotEmpty(t, *command, "%s uses cmd_… before any example queued a command", where)
+	}
+	node := servertest.NodeA1
+	if strings.Contains(l, "nodes delete") {
+		// The examples after it still need the test's node.
+		node = "node_spare"
+		res := cliRun(context.Background(), map[string]string{"BC_ENDPOINT": "http://" + d.r.GRPC, "BC_TOKEN": servertest.TokAdmin},
+			"api", "nodes.create", "tenantId="+servertest.TenantA, "nodeId="+node)
+		require.Equal(t, 0, res.code, res.stderr)
+	}
+	line := strings.NewReplacer("node_…", node, "node_0412", node, "cmd_…", *command).Replace(l)
+	// Optional arguments, written [x], are given.
+	line = regexp.MustCompile(` \[([^\]'"]+)\]`).ReplaceAllString(line, " $1")
+	if strings.Contains(line, "--file spec.json") {
+		// The example before it writes the spec it names.
+		require.NoError(t, os.WriteFile(filepath.Join(d.work, "spec.json"), []byte(`{"holds":[{"gpu":"GPU-8f…","state":"live"}]}`), 0o600))
+	}
+	out := d.run(t, where, line)
+	if m := regexp.MustCompile(`"id":\s*"(cmd_[^"]+)"`).FindSubmatch(out); m != nil && *command == "" {
+		*command = string(m[1])
+	}
 }
 
 // docs/cli.md shows `better-compute api --list` as it prints: every method
