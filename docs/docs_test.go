@@ -16,6 +16,7 @@ import (
 
 	bcdconfig "github.com/better-compute/commands/bcd/config"
 	"github.com/better-compute/commands/controlplane/serverconfig"
+	"github.com/better-compute/commands/internal/testutil"
 )
 
 type yamlBlock struct {
@@ -70,11 +71,9 @@ var elsewhere = map[string]string{
 // that the program refuses, or a value of the wrong type.
 func TestEveryConfigExampleLoads(t *testing.T) {
 	bcdKeys := map[string]bool{}
-	ct := reflect.TypeOf(bcdconfig.Config{})
-	for i := 0; i < ct.NumField(); i++ {
-		if name, _, _ := strings.Cut(ct.Field(i).Tag.Get("json"), ","); name != "" && name != "-" {
-			bcdKeys[name] = true
-		}
+	for _, k := range testutil.ConfigKeys(reflect.TypeOf(bcdconfig.Config{}), "json") {
+		top, _, _ := strings.Cut(k, ".")
+		bcdKeys[top] = true
 	}
 	require.True(t, bcdKeys["pluginEnv"])
 	loaded := 0

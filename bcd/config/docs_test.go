@@ -9,25 +9,9 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
-)
 
-// fileKeys lists t's config file keys (JSON names) as dotted paths.
-func fileKeys(t reflect.Type, prefix string) []string {
-	var out []string
-	for i := 0; i < t.NumField(); i++ {
-		f := t.Field(i)
-		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
-		if name == "" || name == "-" {
-			continue
-		}
-		if f.Type.Kind() == reflect.Struct && f.Type.NumField() > 0 && f.Type.Field(0).Tag.Get("json") != "" {
-			out = append(out, fileKeys(f.Type, prefix+name+".")...)
-			continue
-		}
-		out = append(out, prefix+name)
-	}
-	return out
-}
+	"github.com/better-compute/commands/internal/testutil"
+)
 
 // The operator guide's table of bcd's configuration file has a row for
 // every key bcd reads, and no row for a key it does not: bcd refuses
@@ -49,7 +33,7 @@ func TestOperatorGuideTableIsBcdsKeys(t *testing.T) {
 		}
 	}
 	require.NotEmpty(t, rows)
-	ks := fileKeys(reflect.TypeOf(Config{}), "")
+	ks := testutil.ConfigKeys(reflect.TypeOf(Config{}), "json")
 	require.Contains(t, ks, "lanes.bulk")
 	documented := map[string]bool{}
 	for _, r := range rows {

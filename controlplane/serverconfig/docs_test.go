@@ -10,32 +10,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/better-compute/commands/controlplane/serverconfig"
+	"github.com/better-compute/commands/internal/testutil"
 )
-
-// keys lists t's YAML keys as dotted paths. Sections documented elsewhere
-// as a whole (the identities under auth, the support bundle store) are one
-// key each.
-func keys(t reflect.Type, prefix string) []string {
-	var out []string
-	for i := 0; i < t.NumField(); i++ {
-		f := t.Field(i)
-		name, _, _ := strings.Cut(f.Tag.Get("yaml"), ",")
-		if name == "" || name == "-" {
-			continue
-		}
-		path := prefix + name
-		ft := f.Type
-		if ft.Kind() == reflect.Pointer {
-			ft = ft.Elem()
-		}
-		if ft.Kind() == reflect.Struct && path != "auth" && path != "supportBundles" && ft.NumField() > 0 && ft.Field(0).Tag.Get("yaml") != "" {
-			out = append(out, keys(ft, path+".")...)
-			continue
-		}
-		out = append(out, path)
-	}
-	return out
-}
 
 // The operator guide's bc-server table names every key bc-server's config
 // file takes: a key without a row is a setting no operator finds.
@@ -56,7 +32,9 @@ func TestOperatorGuideTableNamesEveryServerKey(t *testing.T) {
 	}
 	require.NotEmpty(t, table)
 	rows := strings.Join(table, "\n")
-	ks := keys(reflect.TypeOf(serverconfig.Config{}), "")
+	// The identities under auth and the support bundle store are
+	// documented as a whole, each in a section of its own.
+	ks := testutil.ConfigKeys(reflect.TypeOf(serverconfig.Config{}), "yaml", "auth", "supportBundles")
 	require.Contains(t, ks, "pki.commandSigning")
 	for _, k := range ks {
 		require.Contains(t, rows, "`"+k+"`", "docs/operator-guide.md's bc-server table has a row for %s", k)
