@@ -5,7 +5,7 @@ import { after, before, describe, test } from "node:test";
 
 import { ApiError, createClient } from "../src/node.js";
 import type { Event } from "../src/node.js";
-import { Proxy, env, nextMatching, unique } from "./env.js";
+import { Later, Proxy, env, nextMatching, unique } from "./env.js";
 
 const client = createClient({ baseUrl: env.baseUrl, token: env.token });
 const tenantId = env.tenant;
@@ -59,11 +59,10 @@ describe("events.watch", () => {
     const it = watch[Symbol.asyncIterator]();
     const run = () => client.commands.run({ tenantId, nodeId, kind: "diag.nvml", idempotencyKey: unique("resume") });
     try {
-      let aId = "";
-      const firstSeen = nextMatching(it, (e: Event) => aId !== "" && e.data?.commandId === aId, 30_000, "the first command's node.command.queued");
+      // The watch starts at the oldest event, so it is read only once the
+      // id is known: its event cannot come too early to be recognised.
       const a = await run();
-      aId = a.id;
-      const ea = await firstSeen;
+      const ea = await nextMatching(it, (e: Event) => e.data?.commandId === a.id, 30_000, "the first command's node.command.queued");
 
       // The network breaks, and stays down while two more commands queue.
       proxy.blocked = true;
@@ -89,20 +88,27 @@ describe("events.watch", () => {
     const nodeId = env.offline;
     let opened!: (cursor: string) => void;
     const open = new Promise<string>((resolve) => (opened = resolve));
-    const watch = client.events.watch({ tenantId, nodeId, cursor: "now", types: ["node.command.queued"] }, { onOpen: (c) => opened(c) });
+    // The signal ends the watch in finally: return() alone would wait for
+    // the next() still pending after a timeout, and hide the failure.
+    const ac = new AbortController();
+    const reconnects: string[] = [];
+    const watch = client.events.watch({ tenantId, nodeId, cursor: "now", types: ["node.command.queued"] },
+      { signal: ac.signal, onOpen: (c) => opened(c), onReconnect: (err, cursor) => void reconnects.push(`${err.code} ${err.message}@${cursor}`) });
     const it = watch[Symbol.asyncIterator]();
     try {
-      let id = "";
-      const seen = nextMatching(it, (e: Event) => id !== "" && e.data?.commandId === id, 30_000, "the command queued after the watch opened");
-      // A watch that fails before it opens ends seen with its error: race
-      // them, so that such a failure is named instead of waiting forever.
-      const start = await Promise.race([open, seen.then(() => Promise.reject(new Error("an event came before the watch said it was open")))]);
+      const seen = new Later(it, (e: Event) => String(e.data?.commandId), 30_000, "the command queued after the watch opened");
+      // A watch that fails before it opens ends the reading with its error:
+      // race them, so that such a failure is named instead of waiting forever.
+      const start = await Promise.race([open, seen.reading.then(() => Promise.reject(new Error("an event came before the watch said it was open")))]);
       assert.notEqual(start, "now");
       assert.notEqual(start, "", "the server resolved now to a cursor");
       assert.equal(watch.cursor, start, "a reconnect before any event resumes there");
-      id = (await client.commands.run({ tenantId, nodeId, kind: "diag.nvml", idempotencyKey: unique("after-open") })).id;
-      await seen;
+      const id = (await client.commands.run({ tenantId, nodeId, kind: "diag.nvml", idempotencyKey: unique("after-open") })).id;
+      await seen.get(id).catch((err: Error) => {
+        throw new Error(`${err.message} (opened at ${start}; reconnects: ${reconnects.join(", ") || "none"})`);
+      });
     } finally {
+      ac.abort();
       await it.return?.();
     }
   });

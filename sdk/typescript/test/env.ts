@@ -99,3 +99,36 @@ export async function nextMatching<T>(it: AsyncIterator<T>, match: (v: T) => boo
     }
   }
 }
+
+/**
+ * Waits, with a deadline, for a value whose key is known only later: a
+ * watch may deliver a command's event before commands.run has answered with
+ * the command's id. The reading starts at once (which opens a watch's
+ * stream); get(key) returns the value, whether it came before or after.
+ */
+export class Later<T> {
+  private readonly seen = new Map<string, T>();
+  private want = "";
+  /** Settles when the wanted value has come, or fails at the deadline. */
+  readonly reading: Promise<T>;
+
+  constructor(it: AsyncIterator<T>, key: (v: T) => string, ms: number, what: string) {
+    this.reading = nextMatching(it, (v) => {
+      this.seen.set(key(v), v);
+      return this.want !== "" && this.seen.has(this.want);
+    }, ms, what);
+    // get awaits it; a test that found its value early ends the watch,
+    // which ends the reading too.
+    this.reading.catch(() => undefined);
+  }
+
+  async get(k: string): Promise<T> {
+    this.want = k;
+    const early = this.seen.get(k);
+    if (early !== undefined) {
+      return early;
+    }
+    await this.reading;
+    return this.seen.get(k)!;
+  }
+}

@@ -155,11 +155,11 @@ describe("the spec's snippets", () => {
     const watch = client.events.watch({ tenantId, nodeId, types: ["command.settled"] });
     const it = watch[Symbol.asyncIterator]();
     try {
-      let diagId = "";
-      const settled = nextMatching(it, (e: Event) => diagId !== "" && e.data?.commandId === diagId, 60_000, "command.settled of diag.nvml");
+      // Read only once the id is known (the watch starts at the oldest
+      // event, so nothing is missed): an event read before would not be
+      // recognised.
       const diag = await client.commands.run({ tenantId, nodeId, kind: "diag.nvml", idempotencyKey: unique("diag") });
-      diagId = diag.id;
-      const e = await settled;
+      const e = await nextMatching(it, (e: Event) => e.data?.commandId === diag.id, 60_000, "command.settled of diag.nvml");
       assert.equal(e.type, "command.settled");
       assert.equal(e.nodeId, nodeId);
       assert.equal(e.data?.state, "failed", "the faulty node's diag.nvml fails");
