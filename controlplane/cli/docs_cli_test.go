@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"sort"
 	"strconv"
 	"strings"
 	"testing"
@@ -250,4 +251,59 @@ func TestMetalGuideStoresTheCredentialFromStandardInput(t *testing.T) {
 	require.Equal(t, 0, res.code, res.stderr)
 	want := len(`{"username":"admin","password":"` + password + `"}`)
 	require.Regexp(t, `(?m)^rack4-admin\s+`+strconv.Itoa(want)+`\s`, res.stdout, "the secret holds the JSON the line printed, from stdin")
+}
+
+// helpTree returns every command path under path (itself included) with the
+// flags its --help lists, as the CLI prints them.
+func helpTree(t *testing.T, path []string) map[string][]string {
+	t.Helper()
+	res := cliRun(context.Background(), map[string]string{}, append(append([]string{}, path...), "--help")...)
+	require.Equal(t, 0, res.code, "%v --help: %s", path, res.stderr)
+	out := map[string][]string{}
+	section := ""
+	for _, l := range strings.Split(res.stdout, "\n") {
+		switch {
+		case strings.HasSuffix(l, ":") && !strings.HasPrefix(l, " "):
+			section = l
+		case section == "Available Commands:" && strings.HasPrefix(l, "  "):
+			name := strings.Fields(l)[0]
+			if name != "help" && name != "completion" {
+				for k, v := range helpTree(t, append(append([]string{}, path...), name)) {
+					out[k] = v
+				}
+			}
+		case (section == "Flags:" || section == "Global Flags:") && strings.HasPrefix(strings.TrimSpace(l), "-"):
+			if m := regexp.MustCompile(`--([a-z][a-z0-9-]*)`).FindStringSubmatch(l); m != nil && m[1] != "help" {
+				out[strings.Join(path, " ")] = append(out[strings.Join(path, " ")], "--"+m[1])
+			}
+		}
+	}
+	return out
+}
+
+// "Every flag below is the real one": each flag of each better-compute
+// command, as --help lists it, is named in the docs (cli.md, or the page
+// of its area: batches, metal, trust, secrets).
+func TestCLIReferenceNamesEveryBetterComputeFlag(t *testing.T) {
+	t.Parallel()
+	var docs strings.Builder
+	pages, err := filepath.Glob(filepath.Join("..", "..", "docs", "*.md"))
+	require.NoError(t, err)
+	for _, p := range pages {
+		b, err := os.ReadFile(p)
+		require.NoError(t, err)
+		docs.Write(b)
+	}
+	tree := helpTree(t, nil)
+	require.Contains(t, tree, "commands run")
+	var missing []string
+	for cmd, flags := range tree {
+		for _, f := range flags {
+			if !regexp.MustCompile(regexp.QuoteMeta(f) + `\b`).MatchString(docs.String()) {
+				missing = append(missing, "better-compute "+cmd+" "+f)
+			}
+		}
+	}
+	sort.Strings(missing)
+	require.Empty(t, missing, "flags that no page of docs/ names")
 }
