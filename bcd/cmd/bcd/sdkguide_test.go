@@ -204,3 +204,41 @@ func TestSDKGuide_ConformanceSketchIsTheTestedOne(t *testing.T) {
 	require.Len(t, found, 2, "docs/sdk-guide.md shows TestConformance alone and in the whole plugin")
 	require.Equal(t, found[1], found[0])
 }
+
+// The guide's excerpts of the SDK's example ("From sdk/example/…") are the
+// code as it is: each Go block before the acme plugin that is not a file of
+// the acme plugin is found, verbatim, in a Go file under sdk/ or in this
+// test's sketch (TestConformance, compared above).
+func TestSDKGuide_ExcerptsAreTheSDKsCode(t *testing.T) {
+	root := testutil.RepoRoot(t)
+	var sources []string
+	require.NoError(t, filepath.WalkDir(filepath.Join(root, "sdk"), func(p string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && d.Name() == "node_modules" {
+			return filepath.SkipDir
+		}
+		if !d.IsDir() && strings.HasSuffix(p, ".go") {
+			b, err := os.ReadFile(p)
+			if err != nil {
+				return err
+			}
+			sources = append(sources, string(b))
+		}
+		return nil
+	}))
+	checked := 0
+	for _, b := range guideBlocks(t, "go") {
+		if strings.HasPrefix(b, "// file: ") || strings.HasPrefix(b, "func TestConformance(") {
+			continue
+		}
+		found := false
+		for _, src := range sources {
+			found = found || strings.Contains(src, b)
+		}
+		require.True(t, found, "docs/sdk-guide.md shows code that no file under sdk/ holds as written:\n%s", b)
+		checked++
+	}
+	require.GreaterOrEqual(t, checked, 5)
+}
