@@ -78,7 +78,7 @@ func TestCLIReferenceConfigFileWorksAsWritten(t *testing.T) {
 	require.Contains(t, res.stdout, "ID")
 }
 
-// docsCLISkipped are the docs/cli.md lines this test does not run, each
+// docsCLISkipped are the pages' lines this test does not run, each
 // with where what it shows is run instead.
 var docsCLISkipped = map[string]string{
 	// --wait needs a node that runs the command: e2e runs commands run --wait
@@ -94,6 +94,11 @@ var docsCLISkipped = map[string]string{
 	"bundles download": "TestBundlesDownload_CopiesFromTheDirStore",
 	"tar -tzvf":        "TestBundlesDownload_CopiesFromTheDirStore",
 	"bc-server ":       "the packaging tests",
+	// trust.md: a result the node signed, and one certificate's serial,
+	// need a joined node: TestCommandsVerify_AttestedResultVerifiesAndATamperedOneFails
+	// and e2e's revocation test.
+	"commands verify": "TestCommandsVerify_AttestedResultVerifiesAndATamperedOneFails",
+	"serial=7c1e…":    "e2e (revocation)",
 }
 
 // docsShell is a server with secrets on (as docs/secrets.md turns them
@@ -137,7 +142,7 @@ func (d *docsShell) run(t *testing.T, where, line string, vars ...string) []byte
 	return out
 }
 
-// Every better-compute example in docs/cli.md and docs/api.md, run as
+// Every better-compute example in docs/cli.md, api.md and trust.md, run as
 // written (a line ending in \ continues on the next) through the
 // built binary and sh, against a server with the test's tenant and node.
 // Placeholders become the test's: $TENANT, node_… and node_0412 (the
@@ -149,7 +154,7 @@ func TestCLIReferenceExamplesRunAsWritten(t *testing.T) {
 	require.NoError(t, os.WriteFile(filepath.Join(d.work, "token.txt"), []byte("s3cret\n"), 0o600))
 	command := ""
 	ran := 0
-	for _, page := range []string{"cli.md", "api.md"} {
+	for _, page := range []string{"cli.md", "api.md", "trust.md"} {
 		for _, b := range mdBlocks(t, filepath.Join("..", "..", "docs", page)) {
 			if b.lang != "sh" {
 				continue
@@ -196,7 +201,8 @@ func (d *docsShell) example(t *testing.T, where, l string, command *string) {
 			"api", "nodes.create", "tenantId="+servertest.TenantA, "nodeId="+node)
 		require.Equal(t, 0, res.code, res.stderr)
 	}
-	line := strings.NewReplacer("node_…", node, "node_0412", node, "cmd_…", *command).Replace(l)
+	// Files the pages keep in /etc/bc-server are the test's.
+	line := strings.NewReplacer("node_…", node, "node_0412", node, "cmd_…", *command, "/etc/bc-server/", d.work+"/").Replace(l)
 	// Optional arguments, written [x], are given.
 	line = regexp.MustCompile(` \[([^\]'"]+)\]`).ReplaceAllString(line, " $1")
 	if strings.Contains(line, "--file spec.json") {
