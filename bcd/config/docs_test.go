@@ -1,7 +1,6 @@
 package config
 
 import (
-	"os"
 	"path/filepath"
 	"reflect"
 	"regexp"
@@ -18,18 +17,10 @@ import (
 // unknown keys, so a row for another program's key (bc-server's
 // components, say) is a config that does not start.
 func TestOperatorGuideTableIsBcdsKeys(t *testing.T) {
-	b, err := os.ReadFile(filepath.Join("..", "..", "docs", "operator-guide.md"))
-	require.NoError(t, err)
-	doc := string(b)
-	const heading = "### bcd's configuration file"
-	i := strings.Index(doc, heading)
-	require.GreaterOrEqual(t, i, 0, "the operator guide has %q", heading)
 	var rows []string
-	for _, l := range strings.Split(doc[i:], "\n") {
-		if strings.HasPrefix(l, "| `") {
-			rows = append(rows, l)
-		} else if len(rows) > 0 && !strings.HasPrefix(l, "|") {
-			break
+	for _, r := range testutil.MarkdownTable(t, filepath.Join("..", "..", "docs", "operator-guide.md"), "### bcd's configuration file") {
+		if strings.HasPrefix(r, "| `") {
+			rows = append(rows, r)
 		}
 	}
 	require.NotEmpty(t, rows)

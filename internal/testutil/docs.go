@@ -1,8 +1,10 @@
 package testutil
 
 import (
+	"os"
 	"reflect"
 	"strings"
+	"testing"
 )
 
 // ConfigKeys lists the keys of a config struct type as dotted paths, read
@@ -38,4 +40,31 @@ func configKeys(t reflect.Type, tag, prefix string, whole []string) []string {
 		out = append(out, path)
 	}
 	return out
+}
+
+// MarkdownTable returns the rows (the lines that start with "|") of the
+// first table after marker in the markdown file, header and rule included.
+func MarkdownTable(t testing.TB, file, marker string) []string {
+	t.Helper()
+	b, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatalf("reading %s: %v", file, err)
+	}
+	doc := string(b)
+	i := strings.Index(doc, marker)
+	if i < 0 {
+		t.Fatalf("%s has no %q", file, marker)
+	}
+	var rows []string
+	for _, l := range strings.Split(doc[i+len(marker):], "\n") {
+		if strings.HasPrefix(l, "|") {
+			rows = append(rows, l)
+		} else if len(rows) > 0 {
+			break
+		}
+	}
+	if len(rows) == 0 {
+		t.Fatalf("%s has no table after %q", file, marker)
+	}
+	return rows
 }
