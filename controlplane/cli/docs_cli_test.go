@@ -2,7 +2,6 @@ package cli_test
 
 import (
 	"context"
-	"crypto/rand"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -101,8 +100,8 @@ var docsCLISkipped = map[string]string{
 	"serial=7c1e…":    "e2e (revocation)",
 }
 
-// docsShell is a server with secrets on (as docs/secrets.md turns them
-// on: a 32-byte key file) and a shell environment in which better-compute
+// docsShell is a server with secrets on (with the key docs/secrets.md's
+// own lines make) and a shell environment in which better-compute
 // is the built binary, on it as an operator with every permission of the
 // test's tenant (nodes.createTenant needs compute:tenants:create).
 type docsShell struct {
@@ -113,11 +112,20 @@ type docsShell struct {
 
 func newDocsShell(t *testing.T) *docsShell {
 	t.Helper()
-	keyFile := filepath.Join(t.TempDir(), "secrets.key")
-	key := make([]byte, 32)
-	_, err := rand.Read(key)
-	require.NoError(t, err)
-	require.NoError(t, os.WriteFile(keyFile, key, 0o600))
+	// docs/secrets.md's key, made by its own lines, in /etc/bc-server's
+	// place; bc-server refuses a key file of the wrong size or mode.
+	etc := t.TempDir()
+	var made bool
+	for _, b := range mdBlocks(t, filepath.Join("..", "..", "docs", "secrets.md")) {
+		if b.lang == "sh" && len(b.lines) > 0 && strings.HasPrefix(b.lines[0], "head -c 32 /dev/urandom > ") {
+			script := strings.ReplaceAll(strings.Join(b.lines, "\n"), "/etc/bc-server/", etc+"/")
+			out, err := exec.Command("sh", "-ec", script).CombinedOutput()
+			require.NoError(t, err, "docs/secrets.md:%d: %s\n%s", b.line, script, out)
+			made = true
+		}
+	}
+	require.True(t, made, "docs/secrets.md makes the key with head -c 32 /dev/urandom")
+	keyFile := filepath.Join(etc, "secrets.key")
 	r := servertest.Start(t, func(c *server.Config) { c.Secrets = &server.SecretsConfig{KeyFile: keyFile} })
 	bin := testutil.BuildBinary(t, "./controlplane/cmd/better-compute")
 	pathDir := t.TempDir()
