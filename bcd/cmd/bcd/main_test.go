@@ -391,7 +391,11 @@ func TestCLIReferenceRefusalExampleRunsAsWritten(t *testing.T) {
 	// The example's ./plugins and ./state, in a directory of their own.
 	dir := t.TempDir()
 	require.NoError(t, os.Mkdir(filepath.Join(dir, "plugins"), 0o755))
-	cmd := exec.Command(e.bin, args...)
+	// An empty config file in place of the default /etc/bcd/bcd.yaml, so
+	// that a host's own bcd.yaml cannot change the outcome.
+	empty := filepath.Join(dir, "bcd.yaml")
+	require.NoError(t, os.WriteFile(empty, nil, 0o600))
+	cmd := exec.Command(e.bin, append(args, "--config", empty)...)
 	cmd.Dir = dir
 	var stdout bytes.Buffer
 	cmd.Stdout = &stdout

@@ -54,8 +54,11 @@ describe("events.watch", () => {
     const through = createClient({ baseUrl: proxy.url, token: env.token });
     const nodeId = env.offline;
     const reconnects: string[] = [];
+    // The signal ends the watch in finally, so that a timeout fails with
+    // its reason (return() alone would wait for the pending next()).
+    const ac = new AbortController();
     const watch = through.events.watch({ tenantId, nodeId, types: ["node.command.queued"] },
-      { minDelayMs: 50, maxDelayMs: 200, onReconnect: (err, cursor) => void reconnects.push(`${err.code}@${cursor}`) });
+      { signal: ac.signal, minDelayMs: 50, maxDelayMs: 200, onReconnect: (err, cursor) => void reconnects.push(`${err.code}@${cursor}`) });
     const it = watch[Symbol.asyncIterator]();
     const run = () => client.commands.run({ tenantId, nodeId, kind: "diag.nvml", idempotencyKey: unique("resume") });
     try {
@@ -80,6 +83,7 @@ describe("events.watch", () => {
       assert.ok(reconnects.every((r) => r.endsWith(`@${ea.cursor}`)), `it resumed after the last event it yielded: ${reconnects}`);
       assert.equal(watch.cursor, eb.cursor);
     } finally {
+      ac.abort();
       await it.return?.();
     }
   });

@@ -152,7 +152,9 @@ describe("the spec's snippets", () => {
     const nodeId = env.faulty;
     // From the oldest retained event (no cursor), so that the watch cannot
     // start after the settle it waits for.
-    const watch = client.events.watch({ tenantId, nodeId, types: ["command.settled"] });
+    // The signal ends the watch in finally (see client.test.ts).
+    const ac = new AbortController();
+    const watch = client.events.watch({ tenantId, nodeId, types: ["command.settled"] }, { signal: ac.signal });
     const it = watch[Symbol.asyncIterator]();
     try {
       // Read only once the id is known (the watch starts at the oldest
@@ -166,6 +168,7 @@ describe("the spec's snippets", () => {
       assert.equal(e.data?.kind, "diag.nvml");
       assert.ok(watch.cursor !== "" && watch.cursor === e.cursor, "the watch keeps the cursor of the last event");
     } finally {
+      ac.abort();
       await it.return?.();
     }
 
