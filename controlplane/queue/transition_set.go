@@ -76,8 +76,9 @@ func (q *Queue) TransitionSet(ctx context.Context, tx pgx.Tx, ts []Transition) (
 	rs := rounds(len(ts), func(i int) string { return ts[i].CommandID })
 	for k, round := range rs {
 		// The last statement may carry the group's COMMIT (pgtx.SendFinal)
-		// unless a settle hook may have statements to add after it.
-		final := k == len(rs)-1 && (q.hook() == nil || !anyTerminal(ts, round))
+		// unless a settle hook may have statements to add after it: for
+		// what an earlier statement settled, or what this one may.
+		final := k == len(rs)-1 && (q.hook() == nil || (len(settled) == 0 && !anyTerminal(ts, round)))
 		s, err := q.transitionRound(ctx, tx, ts, round, out, final)
 		if err != nil {
 			return nil, err

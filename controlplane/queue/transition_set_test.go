@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/better-compute/commands/controlplane/pgtx"
 	"github.com/better-compute/commands/controlplane/queue"
 )
 
@@ -144,4 +145,42 @@ func TestTransitionSetRefusesPending(t *testing.T) {
 	got, err := b.q.Get(b.ctx, b.pool, b.node.ID, c.ID)
 	require.NoError(t, err)
 	require.Equal(t, queue.Pending, got.State)
+}
+
+// The settle hook runs in the transaction, before its COMMIT: a set whose
+// last statement could carry the group's COMMIT (pgtx.Final) keeps it back
+// when an earlier statement of the set settled a command, though the last
+// one settles nothing.
+func TestTransitionSetLeavesTheCommitForTheHookOfAnEarlierSettle(t *testing.T) {
+	b := setup(t)
+	a, _ := b.enqueue(t, b.params("hook-early-a"))
+	c, _ := b.enqueue(t, b.params("hook-early-c"))
+	var seen []string
+	b.q.OnSettle(func(ctx context.Context, tx pgx.Tx, settled []queue.Command) error {
+		for _, s := range settled {
+			var st string
+			if err := tx.QueryRow(ctx, `SELECT state FROM commands WHERE id = $1`, s.ID).Scan(&st); err != nil {
+				return err
+			}
+			seen = append(seen, s.ID+":"+st)
+		}
+		return nil
+	})
+	t.Cleanup(func() { b.q.OnSettle(nil) })
+	tx, release, err := pgtx.Begin(b.ctx, b.pool)
+	require.NoError(t, err)
+	defer release()
+	defer func() { _ = tx.Rollback(b.ctx) }()
+	fctx, fin := pgtx.WithFinal(b.ctx)
+	// Two statements: a settles in the first, c's second report is alone
+	// in the last.
+	_, err = b.q.TransitionSet(fctx, tx, []queue.Transition{
+		{CommandID: a.ID, To: queue.Succeeded},
+		{CommandID: c.ID, To: queue.Acked},
+		{CommandID: c.ID, To: queue.Running},
+	})
+	require.NoError(t, err)
+	require.False(t, fin.Sent(), "COMMIT is left to the transaction's owner, after the hook")
+	require.Equal(t, []string{a.ID + ":succeeded"}, seen)
+	require.NoError(t, tx.Commit(b.ctx))
 }
