@@ -46,7 +46,11 @@ const FileName = "journal.db"
 // reports false when from holds no journal file. bcd self-check opens such
 // a copy to read the journal a running bcd holds.
 func CopyFiles(from, to string) (bool, error) {
-	for _, name := range []string{FileName, WALName} {
+	// The log first: a checkpoint between the two reads then leaves the
+	// copy an older log over a newer file, which holds every record (at
+	// worst one in an older state); the other order would lose the records
+	// the checkpoint moved from the log into the file.
+	for _, name := range []string{WALName, FileName} {
 		b, err := os.ReadFile(filepath.Join(from, name))
 		if errors.Is(err, os.ErrNotExist) {
 			if name == FileName {

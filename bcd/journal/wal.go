@@ -130,6 +130,11 @@ type wal struct {
 	buf []byte
 	// headerEnd is where a generation's records start.
 	headerEnd int64
+	// needHeader: gen's header frame is not known to be synced yet (its
+	// write or sync failed). No frame of gen is written before it is:
+	// a frame of a generation whose header is not on disk would read, on
+	// replay, as the end of the log before it.
+	needHeader bool
 }
 
 // openWAL opens (creating and preallocating when needed) the log at path
@@ -170,16 +175,26 @@ func openWAL(path, id string, gen uint64) (*wal, error) {
 }
 
 // restart begins generation gen: its header frame at the start, synced.
-// What the log held before reads as ended from then on.
+// What the log held before reads as ended from then on. The generation is
+// gen from here on even when this fails: the next flush writes and syncs
+// the header first (needHeader), and writes no frame until it is synced.
 func (w *wal) restart(gen uint64) error {
 	hdr := appendFrame(nil, frameHeader, gen, []byte(w.id))
+	w.gen, w.off, w.headerEnd, w.needHeader = gen, int64(len(hdr)), int64(len(hdr)), true
+	return w.writeHeader()
+}
+
+// writeHeader writes the generation's header frame at the start and syncs
+// it.
+func (w *wal) writeHeader() error {
+	hdr := appendFrame(nil, frameHeader, w.gen, []byte(w.id))
 	if _, err := w.f.WriteAt(hdr, 0); err != nil {
-		return err
+		return fmt.Errorf("writing the write-ahead log's header: %w", err)
 	}
 	if err := fdatasync(w.f); err != nil {
-		return err
+		return fmt.Errorf("syncing the write-ahead log's header: %w", err)
 	}
-	w.gen, w.off, w.headerEnd = gen, int64(len(hdr)), int64(len(hdr))
+	w.needHeader = false
 	return nil
 }
 
@@ -204,6 +219,11 @@ func (w *wal) flush() error {
 		return nil
 	}
 	defer func() { w.buf = w.buf[:0] }()
+	if w.needHeader {
+		if err := w.writeHeader(); err != nil {
+			return err
+		}
+	}
 	if _, err := w.f.WriteAt(w.buf, w.off); err != nil {
 		return fmt.Errorf("writing the write-ahead log: %w", err)
 	}
@@ -244,8 +264,19 @@ func (j *Journal) openLog(dir string) (*wal, error) {
 			}
 			j.logger.Error("write-ahead log not replayed: moved aside", "reason", why, "moved_to", aside, "records", len(c.records))
 		case c.journalID == "":
+			// No header: a log never written, or one whose header write
+			// was cut short (before any frame of its generation, which
+			// waits for the header's sync). Nothing to replay; but what
+			// lies past the header, an earlier life's frames, could read
+			// as the new generation's if the generation repeated, so the
+			// log is cleared first.
 			if c.torn {
-				j.logger.Warn("write-ahead log has no header; nothing to replay", "path", path)
+				j.logger.Warn("write-ahead log has no header; nothing to replay; clearing it", "path", path)
+			}
+			if !allZero(data) {
+				if err := clearLog(path, len(data)); err != nil {
+					return nil, err
+				}
 			}
 		default:
 			gen = c.gen + 1
@@ -258,6 +289,22 @@ func (j *Journal) openLog(dir string) (*wal, error) {
 		}
 	}
 	return openWAL(path, j.id, gen)
+}
+
+// clearLog overwrites the log at path (size bytes) with zeros, synced.
+func clearLog(path string, size int) error {
+	f, err := os.OpenFile(path, os.O_WRONLY, 0o600)
+	if err != nil {
+		return fmt.Errorf("clearing the write-ahead log %s: %w", path, err)
+	}
+	defer f.Close()
+	if _, err := f.WriteAt(make([]byte, size), 0); err != nil {
+		return fmt.Errorf("clearing the write-ahead log %s: %w", path, err)
+	}
+	if err := fdatasync(f); err != nil {
+		return fmt.Errorf("clearing the write-ahead log %s: %w", path, err)
+	}
+	return nil
 }
 
 // replay stores a log's records in the file in one synced commit

@@ -193,3 +193,99 @@ func FuzzParseWAL(f *testing.F) {
 		}
 	})
 }
+
+// A generation's frames end the log where the next generation's begin:
+// after a checkpoint, fewer frames of generation 2 over generation 1's
+// (same size, other states) replay alone; generation 1's past them do not.
+func TestParseWAL_AnEarlierGenerationsFramesAreNotReplayed(t *testing.T) {
+	frame := func(gen uint64, id, state string) []byte {
+		v := fmt.Sprintf(`{"id":%q,"state":%q,"order":1}`, id, state)
+		return appendFrame(nil, frameRecord, gen, []byte(v))
+	}
+	old := appendFrame(nil, frameHeader, 1, []byte("jrn_x"))
+	for _, id := range []string{"cmd_a", "cmd_b", "cmd_c"} {
+		old = append(old, frame(1, id, "accepted")...)
+	}
+	log := append([]byte(nil), old...)
+	next := appendFrame(nil, frameHeader, 2, []byte("jrn_x"))
+	next = append(next, frame(2, "cmd_a", "finished")...)
+	require.Len(t, next, len(old[:len(next)]), "the generations' frames are the same size")
+	copy(log, next)
+
+	c, err := parseWAL(log)
+	require.NoError(t, err)
+	require.Equal(t, uint64(2), c.gen)
+	require.Equal(t, []string{"cmd_a"}, ids(c.records))
+	require.Equal(t, "finished", string(c.records[0].State))
+}
+
+// A new generation's header is synced before any of its frames is written:
+// when the header cannot be written, frames wait (the flush fails) and the
+// log still reads as the old generation, whole; once it can, the header
+// goes first.
+func TestWAL_NoFrameIsWrittenBeforeItsGenerationsHeader(t *testing.T) {
+	path := filepath.Join(t.TempDir(), WALName)
+	w, err := openWAL(path, "jrn_x", 1)
+	require.NoError(t, err)
+	defer func() { _ = w.close() }()
+	require.NoError(t, w.add(Record{ID: "cmd_a", State: "accepted", Order: 1}))
+	require.NoError(t, w.flush())
+
+	rw := w.f
+	ro, err := os.Open(path)
+	require.NoError(t, err)
+	w.f = ro // writes fail
+	require.Error(t, w.restart(2))
+	require.NoError(t, w.add(Record{ID: "cmd_b", State: "accepted", Order: 2}))
+	require.Error(t, w.flush())
+	data, err := os.ReadFile(path)
+	require.NoError(t, err)
+	c, err := parseWAL(data)
+	require.NoError(t, err)
+	require.Equal(t, uint64(1), c.gen, "the old generation's header is still the log's")
+	require.Equal(t, []string{"cmd_a"}, ids(c.records))
+
+	w.f = rw
+	_ = ro.Close()
+	require.NoError(t, w.add(Record{ID: "cmd_b", State: "accepted", Order: 2}))
+	require.NoError(t, w.flush())
+	data, err = os.ReadFile(path)
+	require.NoError(t, err)
+	c, err = parseWAL(data)
+	require.NoError(t, err)
+	require.Equal(t, uint64(2), c.gen)
+	require.Equal(t, []string{"cmd_b"}, ids(c.records))
+}
+
+// A log whose header is torn holds nothing to replay (no frame of a
+// generation is written before its header is synced), but its old frames
+// must not read as the new generation's: it is cleared before the journal
+// writes to it again, so a crash after one more write replays that write
+// alone.
+func TestJournal_ALogWithATornHeaderIsClearedBeforeReuse(t *testing.T) {
+	j := open(t, t.TempDir())
+	future := time.Now().Add(time.Hour)
+	for i := range 3 {
+		_, _, err := j.Insert(rec(fmt.Sprintf("cmd_%d", i), future))
+		require.NoError(t, err)
+	}
+	dir := crashCopy(t, j)
+	require.NoError(t, j.Close())
+	b, err := os.ReadFile(filepath.Join(dir, WALName))
+	require.NoError(t, err)
+	copy(b[:5], []byte{0xff, 0xff, 0xff, 0xff, 0xff}) // the header torn
+	require.NoError(t, os.WriteFile(filepath.Join(dir, WALName), b, 0o600))
+
+	c, err := Open(hclog.NewNullLogger(), dir, Options{})
+	require.NoError(t, err)
+	_, _, err = c.Insert(rec("cmd_9", future))
+	require.NoError(t, err)
+	again, tail := crashCopy(t, c), c.commit.wal.off
+	require.NoError(t, c.Close())
+	data, err := os.ReadFile(filepath.Join(again, WALName))
+	require.NoError(t, err)
+	got, err := parseWAL(data)
+	require.NoError(t, err)
+	require.Equal(t, []string{"cmd_9"}, ids(got.records), "only what was written after the torn header")
+	require.True(t, allZero(data[tail:]), "nothing of the old log is left past the new tail")
+}
