@@ -30,6 +30,7 @@ import (
 
 	"github.com/better-compute/commands/bcd/accept"
 	"github.com/better-compute/commands/bcd/truststore"
+	"github.com/better-compute/commands/internal/fsutil"
 	"github.com/better-compute/commands/internal/trust"
 )
 
@@ -285,13 +286,8 @@ func (c *Checker) persist(l *ledger) error {
 	if err := renameio.WriteFile(c.path, b, 0o600); err != nil {
 		return fmt.Errorf("persisting the batch ledger: %w", err)
 	}
-	d, err := os.Open(dir)
-	if err != nil {
+	if err := fsutil.SyncDir(dir); err != nil {
 		return fmt.Errorf("persisting the batch ledger: %w", err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("persisting the batch ledger: syncing %s: %w", dir, err)
 	}
 	return nil
 }

@@ -148,6 +148,18 @@ func (c *committer) commit(group []*op) {
 	// group read it before the overlay and the file.
 	staged := map[string]entry{}
 	var order []string
+	// stage queues r's frame and makes it the group's newest state of its
+	// command (order keeps each command's first place in the group).
+	stage := func(r Record, fresh bool, version uint64) error {
+		if err := c.wal.add(r); err != nil {
+			return err
+		}
+		if _, ok := staged[r.ID]; !ok {
+			order = append(order, r.ID)
+		}
+		staged[r.ID] = entry{rec: r, fresh: fresh, version: version}
+		return nil
+	}
 	res := make([]opResult, len(group))
 	var compacts []int
 	for i, o := range group {
@@ -162,15 +174,11 @@ func (c *committer) commit(group []*op) {
 			}
 			r := o.rec
 			r.Order = c.j.nextOrder
-			if err := c.wal.add(r); err != nil {
+			if err := stage(r, true, o.version); err != nil {
 				res[i] = opResult{err: err}
 				continue
 			}
 			c.j.nextOrder++
-			if _, ok := staged[r.ID]; !ok {
-				order = append(order, r.ID)
-			}
-			staged[r.ID] = entry{rec: r, fresh: true, version: o.version}
 			res[i] = opResult{stored: r, inserted: true}
 		case opUpdate:
 			prev, ok, err := c.lookup(staged, o.rec.ID)
@@ -183,14 +191,9 @@ func (c *committer) commit(group []*op) {
 			}
 			r := o.rec
 			r.Order = prev.rec.Order
-			if err := c.wal.add(r); err != nil {
+			if err := stage(r, prev.fresh, o.version); err != nil {
 				res[i] = opResult{err: err}
-				continue
 			}
-			if _, ok := staged[r.ID]; !ok {
-				order = append(order, r.ID)
-			}
-			staged[r.ID] = entry{rec: r, fresh: prev.fresh, version: o.version}
 		}
 	}
 	err := c.wal.flush()

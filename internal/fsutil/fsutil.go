@@ -1,5 +1,5 @@
 // Package fsutil holds the file-system steps that durable writes on a node
-// share: bcd's journal and the upgrade layout both make a new directory
+// share: bcd's journal, the batch ledger and the upgrade layout make a new directory
 // entry survive a power cut.
 package fsutil
 
