@@ -37,14 +37,15 @@ type EnqueueOutcome struct {
 // enqueueDupSQL finds the commands already queued under the items'
 // idempotency keys. Each lookup is a LATERAL subquery with LIMIT 1, which
 // the planner cannot turn into a join: a probe of the (node_id,
-// idempotency_key) key per item whatever plan is cached. (As a plain join,
+// idempotency_key) key per item whatever plan is cached, through the one
+// index keyProbe matches. (As a plain join,
 // PostgreSQL's generic plan, made for arrays of unknown size while the
 // table was small, hashed the whole commands table on every call: 1.1 ms a
 // lookup instead of 0.03.)
 var enqueueDupSQL = `
 SELECT ` + commandColumns("c") + `, p.ord
 FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS p(node_id, key, ord),
-LATERAL (SELECT * FROM commands c WHERE c.node_id = p.node_id AND c.idempotency_key = p.key LIMIT 1) c
+LATERAL (SELECT * FROM commands c WHERE ` + keyProbe("c", "p.node_id", "p.key") + ` LIMIT 1) c
 WHERE p.key <> ''`
 
 // enqueueSeqSQL takes the next seqs of the items' nodes, one per item that
@@ -60,7 +61,7 @@ WITH p AS (
 ), ok AS (
   SELECT p.ord, p.node_id FROM p,
     LATERAL (SELECT * FROM nodes n WHERE n.id = p.node_id LIMIT 1) n,
-    LATERAL (SELECT count(*) AS n FROM (SELECT 1 FROM commands c WHERE p.key <> '' AND c.node_id = p.node_id AND c.idempotency_key = p.key LIMIT 1) d) dup
+    LATERAL (SELECT count(*) AS n FROM (SELECT 1 FROM commands c WHERE p.key <> '' AND ` + keyProbe("c", "p.node_id", "p.key") + ` LIMIT 1) d) dup
   WHERE (p.tenant_id = '' OR n.tenant_id = p.tenant_id) AND n.deleted_at IS NULL
     AND (n.allowed_kinds IS NULL OR p.kind = ANY (n.allowed_kinds))
     AND n.role = ANY (string_to_array(p.roles, ','))
@@ -379,18 +380,39 @@ func (q *Queue) enqueueRound(ctx context.Context, tx pgx.Tx, ps []EnqueueParams,
 // lookups cost more than running them (0.24 ms and 0.11 ms a call against
 // 0.10 and 0.02; BenchmarkRunThroughput with pg_stat_statements). The
 // statements are written to run well on any plan (LATERAL probes, an
-// index condition on the node ids), so a generic plan is built once per
-// connection and kept.
+// index condition on the node ids, keyProbe), so a generic plan is built
+// once per connection and kept. That plan is often built while the tables
+// are small, where reading a whole table costs less than an index probe,
+// and kept after they have grown: enable_seqscan is off while it is built,
+// so each table is read through an index (without it, the seq's UPDATE
+// read every node of the fleet; TestEnqueueSetsGenericPlansBuiltOnEmpty…).
 func genericPlans(b *pgx.Batch, on bool) {
-	sql := `SET LOCAL plan_cache_mode = force_generic_plan`
-	if !on {
-		sql = `SET LOCAL plan_cache_mode TO DEFAULT`
+	for _, s := range genericPlanSettings(on) {
+		b.Queue(s).Exec(func(pgconn.CommandTag) error { return nil })
 	}
-	b.Queue(sql).Exec(func(pgconn.CommandTag) error { return nil })
+}
+
+// genericPlanSettings are genericPlans' statements.
+func genericPlanSettings(on bool) []string {
+	if !on {
+		return []string{`SET LOCAL plan_cache_mode TO DEFAULT`, `SET LOCAL enable_seqscan TO DEFAULT`}
+	}
+	return []string{`SET LOCAL plan_cache_mode = force_generic_plan`, `SET LOCAL enable_seqscan = off`}
 }
 
 // byKey reads the command queued on nodeID under key: the one a
 // concurrent transaction queued while an EnqueueSet ran.
 func byKey(ctx context.Context, tx pgx.Tx, nodeID, key string) (Command, error) {
-	return scanCommand(tx.QueryRow(ctx, `SELECT `+commandColumns("c")+` FROM commands c WHERE c.node_id = $1 AND c.idempotency_key = $2`, nodeID, key))
+	return scanCommand(tx.QueryRow(ctx, `SELECT `+commandColumns("c")+` FROM commands c WHERE `+keyProbe("c", "$1", "$2"), nodeID, key))
+}
+
+// keyProbe is the condition that finds the command of node under key in
+// commands (alias c): it compares under the "C" collation, which only the
+// key's unique index (commands_node_key_probe, migration 0070) matches, so
+// no cached plan can probe through another index that starts with node_id
+// and read all of a node's commands. Equality of text is the same under
+// every deterministic collation, so it finds exactly the rows that plain
+// equality would.
+func keyProbe(c, node, key string) string {
+	return c + `.node_id COLLATE "C" = ` + node + ` AND ` + c + `.idempotency_key COLLATE "C" = ` + key
 }
