@@ -11,7 +11,8 @@ import (
 	"github.com/better-compute/commands/internal/pgtest"
 )
 
-// EnqueueSet's lookups run on generic plans, which PostgreSQL builds once per
+// EnqueueSet's lookups run on generic plans (byKey's too, once PostgreSQL
+// finds it no dearer than a custom one), which PostgreSQL builds once per
 // connection, often while the tables are still small (a new fleet, a fresh
 // connection after a restart, a benchmark), and keeps until the table is
 // analyzed again. A plan chosen then must still cost one probe per command
@@ -42,17 +43,17 @@ func TestEnqueueSetsGenericPlansBuiltOnEmptyTablesStillProbeTheirKeys(t *testing
 		f(tx)
 	}
 	const (
-		dupArgs = `(ARRAY['n1'], ARRAY['k-new'])`
+		keyArgs = `('n1', 'k-new')`
 		seqArgs = `(ARRAY['n1'], ARRAY['t1'], ARRAY['test.refresh'], ARRAY['k-new'], ARRAY['node'], ARRAY['{}'])`
 	)
 	// The plans are built on the first execution, on empty tables, as
 	// EnqueueSet's are.
-	_, err = conn.Exec(ctx, `PREPARE dup AS `+enqueueDupSQL)
+	_, err = conn.Exec(ctx, `PREPARE bykey AS `+byKeySQL)
 	require.NoError(t, err)
 	_, err = conn.Exec(ctx, `PREPARE seq AS `+enqueueSeqSQL)
 	require.NoError(t, err)
 	inGenericPlans(func(tx pgx.Tx) {
-		_, err := tx.Exec(ctx, `EXECUTE dup`+dupArgs)
+		_, err := tx.Exec(ctx, `EXECUTE bykey`+keyArgs)
 		require.NoError(t, err)
 		_, err = tx.Exec(ctx, `EXECUTE seq`+seqArgs)
 		require.NoError(t, err)
@@ -82,7 +83,7 @@ func TestEnqueueSetsGenericPlansBuiltOnEmptyTablesStillProbeTheirKeys(t *testing
 		return strings.Join(lines, "\n")
 	}
 	inGenericPlans(func(tx pgx.Tx) {
-		for _, stmt := range []string{`dup` + dupArgs, `seq` + seqArgs} {
+		for _, stmt := range []string{`bykey` + keyArgs, `seq` + seqArgs} {
 			plan := explain(tx, stmt)
 			require.Contains(t, plan, "commands_node_key_probe", "%s: the idempotency lookup reads the key:\n%s", stmt, plan)
 			for _, other := range []string{"commands_node_state_seq", "commands_node_seq", "commands_open_by_node", "Seq Scan on commands"} {

@@ -34,20 +34,6 @@ type EnqueueOutcome struct {
 	Err       error
 }
 
-// enqueueDupSQL finds the commands already queued under the items'
-// idempotency keys. Each lookup is a LATERAL subquery with LIMIT 1, which
-// the planner cannot turn into a join: a probe of the (node_id,
-// idempotency_key) key per item whatever plan is cached, through the one
-// index keyProbe matches. (As a plain join,
-// PostgreSQL's generic plan, made for arrays of unknown size while the
-// table was small, hashed the whole commands table on every call: 1.1 ms a
-// lookup instead of 0.03.)
-var enqueueDupSQL = `
-SELECT ` + commandColumns("c") + `, p.ord
-FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS p(node_id, key, ord),
-LATERAL (SELECT * FROM commands c WHERE ` + keyProbe("c", "p.node_id", "p.key") + ` LIMIT 1) c
-WHERE p.key <> ''`
-
 // enqueueSeqSQL takes the next seqs of the items' nodes, one per item that
 // its node accepts (its tenant, not deleted, the restricted identity's
 // kinds, the kind's roles) and that is not a duplicate, in item order per
@@ -76,7 +62,11 @@ SELECT ok.ord, bump.tenant_id, bump.base + row_number() OVER (PARTITION BY ok.no
 FROM ok JOIN bump ON bump.id = ok.node_id JOIN p ON p.ord = ok.ord`
 
 // enqueueInsertSQL inserts the new commands, their bytes and signatures
-// with them, and publishes node.command.queued for each.
+// with them, and publishes node.command.queued for each. It returns only
+// the ids it inserted: every other column is what the statement was given
+// or a column's default, which enqueueRound already holds (stored), and
+// reading back some 40 columns a command, its bytes among them, was a
+// tenth of what commands.run cost the API server.
 var enqueueInsertSQL = `
 WITH ins AS (
   INSERT INTO commands AS c (id, tenant_id, node_id, seq, kind, lane, payload, idempotency_key,
@@ -92,14 +82,14 @@ WITH ins AS (
       retry_safe, destructive, self_terminating, attested, batch_id, bundle_key, awaiting_approval, trace_parent,
       created_at, command_bytes, signature, worker_cert)
   ` + onKeyConflict + `
-  RETURNING ` + commandColumns("c") + `
+  RETURNING c.id, c.tenant_id, c.node_id, c.kind, c.state
 ), ev AS (
   INSERT INTO outbox (tenant_id, topic, payload)
   SELECT tenant_id, '` + events.TopicCommandQueued + `',
     jsonb_build_object('nodeId', node_id, 'commandId', id, 'kind', kind, 'state', state)
   FROM ins
 )
-SELECT * FROM ins`
+SELECT id FROM ins`
 
 // onKeyConflict is where enqueueInsertSQL meets a key that another
 // transaction queued after the duplicates were read. The insert waits for
@@ -117,7 +107,7 @@ var enqueueFinalSQL = strings.Replace(enqueueInsertSQL, onKeyConflict, "", 1)
 // EnqueueSet queues many commands in tx with the semantics of Enqueue for
 // each (its checks, its errors, idempotency, a gapless seq per node, the
 // command's bytes and signature stored with it, node.command.queued), in
-// three statements for all of them instead of two round trips each: what
+// two statements for all of them instead of two round trips each: what
 // lets commands.run's concurrent callers, sharing one transaction, cost the
 // database less than a transaction each (BenchmarkRunThroughput). out[i]
 // is ps[i]'s outcome; an item's own error (a kind or payload refused, a
@@ -178,22 +168,11 @@ func (q *Queue) enqueueRound(ctx context.Context, tx pgx.Tx, ps []EnqueueParams,
 		p := ps[it.i]
 		nodes[j], tenants[j], kinds[j], keys[j], roles[j], payloads[j] = p.NodeID, p.TenantID, p.Kind, p.IdempotencyKey, strings.Join(it.m.Roles, ","), string(it.payload)
 	}
-	// One round trip: the duplicates, then the seqs of the rest, under
-	// generic plans (see genericPlans).
+	// One round trip: the seqs of the items their nodes take, under generic
+	// plans (see genericPlans). An item with a key already queued gets no
+	// seq; it is read back below, which only a retry pays for.
 	b := &pgx.Batch{}
 	genericPlans(b, true)
-	dups := map[int]Command{}
-	b.Queue(enqueueDupSQL, nodes, keys).Query(func(rows pgx.Rows) error {
-		for rows.Next() {
-			var ord int64
-			c, err := scanCommand(rows, &ord)
-			if err != nil {
-				return err
-			}
-			dups[int(ord)-1] = c
-		}
-		return rows.Err()
-	})
 	type seqd struct {
 		tenant  string
 		seq     int64
@@ -229,20 +208,11 @@ func (q *Queue) enqueueRound(ctx context.Context, tx pgx.Tx, ps []EnqueueParams,
 		cNotBefore                                                              []*time.Time
 		cRetry, cDestr, cSelf, cAttest, cAwait                                  []bool
 		cBytes, cSigs, cCerts                                                   [][]byte
+		cCmds                                                                   []Command // as their rows will read
 	)
 	signer := q.Signer()
 	for j, it := range items {
 		p := ps[it.i]
-		if d, ok := dups[j]; ok {
-			if d.Kind != p.Kind {
-				out[it.i] = EnqueueOutcome{Err: newError(Conflict, "idempotency-key-reused",
-					map[string]string{"kind": d.Kind, "commandId": d.ID},
-					"idempotency key already names command %s of kind %s, not %s", d.ID, d.Kind, p.Kind)}
-				continue
-			}
-			out[it.i] = EnqueueOutcome{Command: d, Duplicate: true}
-			continue
-		}
 		s, ok := seqs[j]
 		if !ok {
 			// Its node did not take it. A key queued by another
@@ -251,11 +221,11 @@ func (q *Queue) enqueueRound(ctx context.Context, tx pgx.Tx, ps []EnqueueParams,
 			// why, as Enqueue does.
 			if p.IdempotencyKey != "" {
 				d, err := byKey(ctx, tx, p.NodeID, p.IdempotencyKey)
-				if err == nil && d.Kind == p.Kind {
-					out[it.i] = EnqueueOutcome{Command: d, Duplicate: true}
+				if err == nil {
+					out[it.i] = duplicateOf(d, p)
 					continue
 				}
-				if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+				if !errors.Is(err, pgx.ErrNoRows) {
 					return fmt.Errorf("enqueueing %s on %s: reading its idempotency key: %w", p.Kind, p.NodeID, err)
 				}
 			}
@@ -292,11 +262,12 @@ func (q *Queue) enqueueRound(ctx context.Context, tx pgx.Tx, ps []EnqueueParams,
 		cRetry, cDestr, cSelf, cAttest, cAwait = append(cRetry, it.m.Flags.RetrySafe), append(cDestr, it.m.Flags.Destructive),
 			append(cSelf, it.m.Flags.SelfTerminating), append(cAttest, it.m.Flags.Attested), append(cAwait, p.AwaitingApproval)
 		cBytes, cSigs, cCerts = append(cBytes, wire), append(cSigs, sig), append(cCerts, cert)
+		cCmds = append(cCmds, stored(c, it.m, p, wire, sig, cert))
 	}
 	if len(news) == 0 {
 		return nil
 	}
-	byID := make(map[string]Command, len(news))
+	inserted := make(map[string]bool, len(news))
 	insert, send := enqueueInsertSQL, func(b *pgx.Batch) error { return tx.SendBatch(ctx, b).Close() }
 	if final {
 		insert, send = enqueueFinalSQL, func(b *pgx.Batch) error { return pgtx.SendFinal(ctx, tx, b) }
@@ -305,22 +276,22 @@ func (q *Queue) enqueueRound(ctx context.Context, tx pgx.Tx, ps []EnqueueParams,
 	b.Queue(insert, cIDs, cTenants, cNodes, cSeqs, cKinds, cLanes, cPayloads, cKeys,
 		cNotAfter, cNotBefore, cGens, cRetry, cDestr, cSelf, cAttest, cBatches, cBundles, cAwait, cTPs, cCreated, cBytes, cSigs, cCerts,
 	).Query(func(rows pgx.Rows) error {
+		var id string
 		for rows.Next() {
-			c, err := scanCommand(rows)
-			if err != nil {
+			if err := rows.Scan(&id); err != nil {
 				return err
 			}
-			byID[c.ID] = c
+			inserted[id] = true
 		}
 		return rows.Err()
 	})
 	if err := send(b); err != nil {
 		return fmt.Errorf("enqueueing %d commands: %w", len(news), err)
 	}
-	if final && len(byID) != len(news) {
+	if final && len(inserted) != len(news) {
 		// Cannot happen: without ON CONFLICT every row is inserted or
 		// the statement fails.
-		return fmt.Errorf("enqueueing %d commands: the database returned %d", len(news), len(byID))
+		return fmt.Errorf("enqueueing %d commands: the database returned %d", len(news), len(inserted))
 	}
 	// A command missing from what the insert returned met a row that
 	// another transaction queued under the same key after the duplicates
@@ -330,7 +301,7 @@ func (q *Queue) enqueueRound(ctx context.Context, tx pgx.Tx, ps []EnqueueParams,
 	var lost []int // indexes into news
 	top := map[string]int64{}
 	for k := range news {
-		if _, ok := byID[cIDs[k]]; !ok {
+		if !inserted[cIDs[k]] {
 			lost = append(lost, k)
 			continue
 		}
@@ -350,23 +321,15 @@ func (q *Queue) enqueueRound(ctx context.Context, tx pgx.Tx, ps []EnqueueParams,
 	}
 	for k, j := range news {
 		p := ps[items[j].i]
-		c, ok := byID[cIDs[k]]
-		if !ok {
+		if !inserted[cIDs[k]] {
 			d, err := byKey(ctx, tx, p.NodeID, p.IdempotencyKey)
 			if err != nil {
 				return fmt.Errorf("enqueueing %s on %s: reading the command its idempotency key names: %w", p.Kind, p.NodeID, err)
 			}
-			if d.Kind != p.Kind {
-				out[items[j].i] = EnqueueOutcome{Err: newError(Conflict, "idempotency-key-reused",
-					map[string]string{"kind": d.Kind, "commandId": d.ID},
-					"idempotency key already names command %s of kind %s, not %s", d.ID, d.Kind, p.Kind)}
-				continue
-			}
-			out[items[j].i] = EnqueueOutcome{Command: d, Duplicate: true}
+			out[items[j].i] = duplicateOf(d, p)
 			continue
 		}
-		c.SecretRefs = p.SecretRefs
-		out[items[j].i] = EnqueueOutcome{Command: c}
+		out[items[j].i] = EnqueueOutcome{Command: cCmds[k]}
 	}
 	return nil
 }
@@ -400,11 +363,42 @@ func genericPlanSettings(on bool) []string {
 	return []string{`SET LOCAL plan_cache_mode = force_generic_plan`, `SET LOCAL enable_seqscan = off`}
 }
 
-// byKey reads the command queued on nodeID under key: the one a
-// concurrent transaction queued while an EnqueueSet ran.
-func byKey(ctx context.Context, tx pgx.Tx, nodeID, key string) (Command, error) {
-	return scanCommand(tx.QueryRow(ctx, `SELECT `+commandColumns("c")+` FROM commands c WHERE `+keyProbe("c", "$1", "$2"), nodeID, key))
+// stored is c as its row reads once enqueueRound's insert stored it: what
+// the insert gave each column, the columns' defaults for the rest
+// (TestEnqueueSetReturnsTheCommandAsItsRowReads holds the two together).
+func stored(c Command, m kind.Manifest, p EnqueueParams, wire, sig, cert []byte) Command {
+	c.State, c.UpdatedAt = Pending, c.CreatedAt
+	c.Flags = kind.Flags{RetrySafe: m.Flags.RetrySafe, Destructive: m.Flags.Destructive,
+		SelfTerminating: m.Flags.SelfTerminating, Attested: m.Flags.Attested}
+	c.BundleKey, c.AwaitingApproval, c.TraceParent = p.BundleKey, p.AwaitingApproval, p.TraceParent
+	c.CommandBytes, c.Signature, c.WorkerCert = wire, sig, cert
+	// As pgx reads a timestamptz back.
+	c.NotAfter = c.NotAfter.Local()
+	if c.NotBefore != nil {
+		nb := c.NotBefore.Local()
+		c.NotBefore = &nb
+	}
+	return c
 }
+
+// duplicateOf answers p with d, the command its idempotency key already
+// names: p's duplicate when it is of the same kind, a conflict otherwise.
+func duplicateOf(d Command, p EnqueueParams) EnqueueOutcome {
+	if d.Kind != p.Kind {
+		return EnqueueOutcome{Err: newError(Conflict, "idempotency-key-reused",
+			map[string]string{"kind": d.Kind, "commandId": d.ID},
+			"idempotency key already names command %s of kind %s, not %s", d.ID, d.Kind, p.Kind)}
+	}
+	return EnqueueOutcome{Command: d, Duplicate: true}
+}
+
+// byKey reads the command queued on nodeID under key: a retry's, or the
+// one a concurrent transaction queued while an EnqueueSet ran.
+func byKey(ctx context.Context, tx pgx.Tx, nodeID, key string) (Command, error) {
+	return scanCommand(tx.QueryRow(ctx, byKeySQL, nodeID, key))
+}
+
+var byKeySQL = `SELECT ` + commandColumns("c") + ` FROM commands c WHERE ` + keyProbe("c", "$1", "$2")
 
 // keyProbe is the condition that finds the command of node under key in
 // commands (alias c): it compares under the "C" collation, which only the

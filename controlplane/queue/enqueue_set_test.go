@@ -13,7 +13,9 @@ import (
 	"github.com/better-compute/commands/controlplane/events"
 	"github.com/better-compute/commands/controlplane/pgtx"
 	"github.com/better-compute/commands/controlplane/queue"
+	"github.com/better-compute/commands/controlplane/signing"
 	"github.com/better-compute/commands/internal/testutil"
+	"github.com/better-compute/commands/internal/trust"
 )
 
 func (b *bundle) enqueueSet(t *testing.T, ps ...queue.EnqueueParams) []queue.EnqueueOutcome {
@@ -148,4 +150,37 @@ func TestEnqueueSetWithCommitRefusesAKeyQueuedMeanwhile(t *testing.T) {
 	require.Equal(t, first.ID, out[0].Command.ID)
 	next, _ := b.enqueue(t, b.params("k-next"))
 	require.Equal(t, first.Seq+1, next.Seq, "the refused set took no seq")
+}
+
+// EnqueueSet answers each new command as reading its row back would: the
+// insert returns only the ids it stored, and the rest is what the statement
+// was given or a column's default, so the two must not drift apart (a
+// column added with a default, a flag the row keeps). Signed, with every
+// optional field set, for each kind's flags.
+func TestEnqueueSetReturnsTheCommandAsItsRowReads(t *testing.T) {
+	b := setup(t)
+	_, root, err := trust.NewEd25519()
+	require.NoError(t, err)
+	signer, err := signing.New(root, signing.Options{})
+	require.NoError(t, err)
+	b.q.SetSigner(signer)
+	later := time.Now().Add(time.Minute)
+	full := b.params("full")
+	full.NotBefore = &later
+	full.MinGeneration = 3
+	full.BundleKey = "bundles/x"
+	full.TraceParent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+	full.AwaitingApproval = true
+	reboot := b.params("reboot")
+	reboot.Kind, reboot.Payload = rebootKind.Kind, nil
+	bare := b.params("")
+	bare.NotAfter = time.Time{} // the default deadline
+	out := b.enqueueSet(t, full, reboot, bare)
+	for i, o := range out {
+		require.NoError(t, o.Err, "item %d", i)
+		got, err := b.q.Get(b.ctx, b.pool, o.Command.NodeID, o.Command.ID)
+		require.NoError(t, err)
+		require.NotEmpty(t, got.Signature, "item %d", i)
+		require.Equal(t, got, o.Command, "item %d: as its row reads", i)
+	}
 }
