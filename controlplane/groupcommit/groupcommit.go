@@ -45,6 +45,14 @@ type Options struct {
 	// Workers bounds the groups in flight at once (default 4): each holds
 	// one pooled connection while it runs.
 	Workers int
+	// Spill, when set, starts a group beside the one in flight only once
+	// that one has run this long: callers that arrive while a group runs
+	// wait for it and go out together as the next, so groups stay large
+	// (each costs the database a fixed share, whatever its size), while a
+	// group held up (a row lock, a slow commit) does not hold every caller
+	// behind it for longer than Spill. 0 starts a group whenever a worker
+	// is free.
+	Spill time.Duration
 	// MaxGroup bounds the callers in one transaction (default 256), which
 	// bounds how long one holds its rows locked.
 	MaxGroup int
@@ -83,11 +91,16 @@ type Committer struct {
 	pool *pgxpool.Pool
 	opts Options
 
-	// lock guards waiting and workers.
+	// lock guards waiting, workers and running.
 	lock    sync.Mutex
 	waiting []*request
 	workers int
+	// running holds when each group in flight began, by worker (Spill).
+	running map[*worker]time.Time
 }
+
+// worker is one goroutine running groups (work).
+type worker struct{}
 
 type request struct {
 	ctx context.Context
@@ -120,9 +133,8 @@ func (c *Committer) do(ctx context.Context, r *request) error {
 	}
 	c.lock.Lock()
 	c.waiting = append(c.waiting, r)
-	if c.workers < c.opts.Workers {
-		c.workers++
-		go c.work()
+	if c.workers == 0 || (c.workers < c.opts.Workers && (c.opts.Spill == 0 || c.heldUp(time.Now()))) {
+		c.startWorker()
 	}
 	c.lock.Unlock()
 	select {
@@ -140,12 +152,32 @@ func (c *Committer) Waiting() int {
 	return len(c.waiting)
 }
 
-// work runs groups until nothing waits.
-func (c *Committer) work() {
+// startWorker starts a worker; c.lock is held.
+func (c *Committer) startWorker() {
+	c.workers++
+	go c.work(&worker{})
+}
+
+// heldUp tells whether a group in flight has run longer than Spill;
+// c.lock is held.
+func (c *Committer) heldUp(now time.Time) bool {
+	for _, began := range c.running {
+		if now.Sub(began) >= c.opts.Spill {
+			return true
+		}
+	}
+	return false
+}
+
+// work runs groups until nothing waits. With Spill, a worker started
+// beside a held-up group ends once no group is held up, leaving the
+// callers to the worker in flight.
+func (c *Committer) work(w *worker) {
 	for {
 		c.lock.Lock()
 		n := min(len(c.waiting), c.opts.MaxGroup)
-		if n == 0 {
+		extra := c.opts.Spill > 0 && c.workers > 1 && len(c.running) > 0 && !c.heldUp(time.Now())
+		if n == 0 || extra {
 			c.workers--
 			c.lock.Unlock()
 			return
@@ -157,8 +189,36 @@ func (c *Committer) work() {
 		rest := copy(c.waiting, c.waiting[n:])
 		clear(c.waiting[rest:])
 		c.waiting = c.waiting[:rest]
+		var spill *time.Timer
+		if c.opts.Spill > 0 {
+			if c.running == nil {
+				c.running = map[*worker]time.Time{}
+			}
+			c.running[w] = time.Now()
+			if c.workers < c.opts.Workers {
+				spill = time.AfterFunc(c.opts.Spill, c.spilled)
+			}
+		}
 		c.lock.Unlock()
 		c.run(group)
+		if c.opts.Spill > 0 {
+			if spill != nil {
+				spill.Stop()
+			}
+			c.lock.Lock()
+			delete(c.running, w)
+			c.lock.Unlock()
+		}
+	}
+}
+
+// spilled runs Spill after a group began: when that group (or another)
+// is still in flight and callers wait behind it, a worker starts beside it.
+func (c *Committer) spilled() {
+	c.lock.Lock()
+	defer c.lock.Unlock()
+	if len(c.waiting) > 0 && c.workers < c.opts.Workers && c.heldUp(time.Now()) {
+		c.startWorker()
 	}
 }
 

@@ -49,6 +49,7 @@ func stored(t *testing.T, pool *pgxpool.Pool, id string) bool {
 // group then holds all of them, deterministically.
 type blocked struct {
 	c       *Committer
+	once    sync.Once
 	release chan struct{}
 	sizes   chan int
 	first   chan error
@@ -59,12 +60,18 @@ func newBlocked(t *testing.T, pool *pgxpool.Pool) *blocked {
 	return newBlockedWith(t, pool, Options{})
 }
 
-// newBlockedWith is newBlocked with opts (its Workers and Observe are the
-// test's).
+// newBlockedWith is newBlocked with opts (Observe is the test's; Workers
+// is 1 unless opts sets it).
 func newBlockedWith(t *testing.T, pool *pgxpool.Pool, opts Options) *blocked {
 	t.Helper()
 	b := &blocked{release: make(chan struct{}), sizes: make(chan int, 16), first: make(chan error, 1)}
-	opts.Workers, opts.Observe = 1, func(n int) { b.sizes <- n }
+	opts.Observe = func(n int) { b.sizes <- n }
+	if opts.Workers == 0 {
+		opts.Workers = 1
+	}
+	// A test that fails while the first group is held still lets it end,
+	// so that the database's cleanup does not wait on its connection.
+	t.Cleanup(b.unblock)
 	b.c = New(pool, opts)
 	inside := make(chan struct{})
 	go func() {
@@ -77,6 +84,9 @@ func newBlockedWith(t *testing.T, pool *pgxpool.Pool, opts Options) *blocked {
 	<-inside
 	return b
 }
+
+// unblock lets the held group go on.
+func (b *blocked) unblock() { b.once.Do(func() { close(b.release) }) }
 
 func (b *blocked) waitQueued(t *testing.T, n int) {
 	t.Helper()
@@ -114,7 +124,7 @@ func TestCallersShareOneCommitAndAreAnsweredAfterIt(t *testing.T) {
 	}
 	b.waitQueued(t, n)
 	require.Empty(t, answered, "no caller is answered while its group has not run")
-	close(b.release)
+	b.unblock()
 	require.NoError(t, <-b.first)
 	wg.Wait()
 	require.Len(t, answered, n)
@@ -154,7 +164,7 @@ func TestAFailingCallerGetsItsOwnErrorAndTheRestCommit(t *testing.T) {
 		}()
 	}
 	b.waitQueued(t, n)
-	close(b.release)
+	b.unblock()
 	require.NoError(t, <-b.first)
 	wg.Wait()
 	var pe *pgconn.PgError
@@ -188,7 +198,7 @@ func TestAFailedCommitAcknowledgesNoCaller(t *testing.T) {
 		}()
 	}
 	b.waitQueued(t, 2)
-	close(b.release)
+	b.unblock()
 	require.NoError(t, <-b.first)
 	wg.Wait()
 	for i, err := range errs {
@@ -223,7 +233,7 @@ func TestALostConnectionRunsEachCallerAlone(t *testing.T) {
 		}()
 	}
 	b.waitQueued(t, n)
-	close(b.release)
+	b.unblock()
 	require.NoError(t, <-b.first)
 	wg.Wait()
 	require.Error(t, errs[2])
@@ -248,9 +258,59 @@ func TestACallerThatGivesUpIsNotStoredBeforeItsGroup(t *testing.T) {
 	b.waitQueued(t, 1)
 	cancel()
 	require.ErrorIs(t, <-done, context.Canceled)
-	close(b.release)
+	b.unblock()
 	require.NoError(t, <-b.first)
 	// The worker skipped it: the committer is idle again and stored nothing of it.
 	require.NoError(t, b.c.Do(context.Background(), insert("after", 1, nil)))
 	require.False(t, stored(t, pool, "gone"))
+}
+
+// Spill: callers that arrive while a group is in flight wait for it and go
+// out together as the next group, though a second worker is free, as long
+// as the group in flight has not run for Spill.
+func TestWithSpillCallersWaitForTheGroupInFlight(t *testing.T) {
+	pool := setup(t)
+	b := newBlockedWith(t, pool, Options{Workers: 2, Spill: time.Hour})
+	const n = 5
+	errs := make(chan error, n)
+	for i := range n {
+		go func() { errs <- b.c.Do(context.Background(), insert(fmt.Sprintf("w%d", i), i, nil)) }()
+	}
+	b.waitQueued(t, n)
+	b.c.lock.Lock()
+	workers := b.c.workers
+	b.c.lock.Unlock()
+	require.Equal(t, 1, workers, "no second group while the first has run less than Spill")
+	b.unblock()
+	require.NoError(t, <-b.first)
+	for range n {
+		require.NoError(t, <-errs)
+	}
+	require.Equal(t, 1, <-b.sizes)
+	require.Equal(t, n, <-b.sizes, "the callers that waited went out as one group")
+}
+
+// Spill: a group held up (here, inside its caller's function) holds the
+// callers behind it for Spill, not for as long as it is held: then a group
+// starts beside it and commits, while the first is still held.
+func TestWithSpillAHeldUpGroupDoesNotHoldTheNextForLongerThanSpill(t *testing.T) {
+	pool := setup(t)
+	b := newBlockedWith(t, pool, Options{Workers: 2, Spill: 50 * time.Millisecond})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	require.NoError(t, b.c.Do(ctx, insert("next", 1, nil)), "committed beside the held group")
+	require.True(t, stored(t, pool, "next"))
+	select {
+	case err := <-b.first:
+		t.Fatalf("the held group ended first: %v", err)
+	default:
+	}
+	b.unblock()
+	require.NoError(t, <-b.first)
+	// The worker started beside it ends once nothing is held up.
+	require.Eventually(t, func() bool {
+		b.c.lock.Lock()
+		defer b.c.lock.Unlock()
+		return b.c.workers == 0
+	}, 10*time.Second, time.Millisecond, "every worker ends once nothing waits")
 }

@@ -72,7 +72,7 @@ func TestSetItemsOfAGroupRunInOneCallAndEachGetsItsOwnOutcome(t *testing.T) {
 	wg.Add(1)
 	go func() { defer wg.Done(); errs[n] = b.c.Do(context.Background(), insert("plain", 1, nil)) }()
 	b.waitQueued(t, n+1)
-	close(b.release)
+	b.unblock()
 	require.NoError(t, <-b.first)
 	wg.Wait()
 	for i := range n {
@@ -123,7 +123,7 @@ func runItems(t *testing.T, b *blocked, set *Set[[2]any, int], n, bad int) ([]in
 		}()
 	}
 	b.waitQueued(t, n)
-	close(b.release)
+	b.unblock()
 	require.NoError(t, <-b.first)
 	wg.Wait()
 	return outs, errs

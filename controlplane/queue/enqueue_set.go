@@ -193,7 +193,11 @@ func (q *Queue) enqueueRound(ctx context.Context, tx pgx.Tx, ps []EnqueueParams,
 		}
 		return rows.Err()
 	})
-	genericPlans(b, false)
+	if !final {
+		// The final round's insert goes with COMMIT: nothing runs after
+		// it in the transaction that the settings could reach.
+		genericPlans(b, false)
+	}
 	if err := tx.SendBatch(ctx, b).Close(); err != nil {
 		return fmt.Errorf("enqueueing %d commands: taking their seqs: %w", n, err)
 	}
@@ -360,7 +364,8 @@ func genericPlanSettings(on bool) []string {
 	if !on {
 		return []string{`SET LOCAL plan_cache_mode TO DEFAULT`, `SET LOCAL enable_seqscan TO DEFAULT`}
 	}
-	return []string{`SET LOCAL plan_cache_mode = force_generic_plan`, `SET LOCAL enable_seqscan = off`}
+	// One statement for both: a commands.run group pays for it once.
+	return []string{`SELECT set_config('plan_cache_mode', 'force_generic_plan', true), set_config('enable_seqscan', 'off', true)`}
 }
 
 // stored is c as its row reads once enqueueRound's insert stored it: what
