@@ -148,7 +148,10 @@ func New(cfg Config) *Server {
 		// caller. BenchmarkRunThroughput, 8 clients: 3.9 runs a commit and
 		// 0.80-0.85 of the ceiling, against 2.2 and 0.70-0.72 with two
 		// groups always free to run at once (and 0.38 with four).
-		cfg.RunGroup.Workers, cfg.RunGroup.Spill = 2, 10*time.Millisecond
+		cfg.RunGroup.Workers = 2
+		if cfg.RunGroup.Spill == 0 {
+			cfg.RunGroup.Spill = 10 * time.Millisecond
+		}
 	}
 	s.group = groupcommit.New(cfg.Pool, cfg.RunGroup)
 	s.runs = groupcommit.NewSet(s.group, func(ctx context.Context, tx pgx.Tx, ps []queue.EnqueueParams) ([]queue.EnqueueOutcome, error) {

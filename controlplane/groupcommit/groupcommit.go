@@ -99,8 +99,10 @@ type Committer struct {
 	running map[*worker]time.Time
 }
 
-// worker is one goroutine running groups (work).
-type worker struct{}
+// worker is one goroutine running groups (work). It is not zero-sized:
+// pointers to distinct zero-sized values may be equal, and then every
+// worker would share one entry of running.
+type worker struct{ _ byte }
 
 type request struct {
 	ctx context.Context
@@ -195,9 +197,10 @@ func (c *Committer) work(w *worker) {
 				c.running = map[*worker]time.Time{}
 			}
 			c.running[w] = time.Now()
-			if c.workers < c.opts.Workers {
-				spill = time.AfterFunc(c.opts.Spill, c.spilled)
-			}
+			// Armed even when every worker is busy: the other one may
+			// end (extra) before this group has run for Spill, and then
+			// this timer is what lets callers past it if it is held.
+			spill = time.AfterFunc(c.opts.Spill, c.spilled)
 		}
 		c.lock.Unlock()
 		c.run(group)

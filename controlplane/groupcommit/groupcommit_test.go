@@ -314,3 +314,54 @@ func TestWithSpillAHeldUpGroupDoesNotHoldTheNextForLongerThanSpill(t *testing.T)
 		return b.c.workers == 0
 	}, 10*time.Second, time.Millisecond, "every worker ends once nothing waits")
 }
+
+// Spill: a group that began while every worker was busy is timed too. Here
+// the second group starts beside the held first one and is itself held;
+// the first then ends and its worker leaves (the second has not yet run
+// for Spill), so the second's own timer is what starts a group for the
+// caller waiting behind it, which commits while the second is still held.
+func TestWithSpillAGroupBegunWithEveryWorkerBusyIsTimedToo(t *testing.T) {
+	pool := setup(t)
+	const spill = 300 * time.Millisecond
+	b := newBlockedWith(t, pool, Options{Workers: 2, Spill: spill})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	second, releaseSecond := make(chan struct{}), make(chan struct{})
+	var releaseOnce sync.Once
+	letSecondGo := func() { releaseOnce.Do(func() { close(releaseSecond) }) }
+	t.Cleanup(letSecondGo)
+	secondDone := make(chan error, 1)
+	go func() {
+		secondDone <- b.c.Do(ctx, func(ctx context.Context, tx pgx.Tx) error {
+			close(second)
+			<-releaseSecond
+			return insert("second", 2, nil)(ctx, tx)
+		})
+	}()
+	<-second // begun beside the first, once that one had run for Spill
+	b.c.lock.Lock()
+	inFlight := len(b.c.running)
+	b.c.lock.Unlock()
+	require.Equal(t, 2, inFlight, "each group in flight is timed on its own")
+	thirdDone := make(chan error, 1)
+	go func() { thirdDone <- b.c.Do(ctx, insert("third", 3, nil)) }()
+	b.waitQueued(t, 1)
+	began := time.Now()
+	b.unblock()
+	require.NoError(t, <-b.first)
+	select {
+	case err := <-thirdDone:
+		require.NoError(t, err, "committed beside the held second group")
+	case <-ctx.Done():
+		t.Fatal("the caller behind the held second group waited for as long as it was held")
+	}
+	if time.Since(began) >= spill {
+		// Too slow a machine to tell the two apart: the first's worker
+		// saw the second held and took the third itself.
+		t.Logf("the first group's worker may have taken the third caller (%v after the unblock)", time.Since(began))
+	}
+	require.True(t, stored(t, pool, "third"))
+	require.False(t, stored(t, pool, "second"), "the second group is still held")
+	letSecondGo()
+	require.NoError(t, <-secondDone)
+}
