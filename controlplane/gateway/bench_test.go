@@ -86,7 +86,8 @@ var (
 // with -bench, skips with -short, measures once per fleet size however large
 // b.N is, and BC_SIM_NODES (comma-free single count) replaces the sizes.
 // BC_BENCH_CPUPROFILE=dir writes CPU profiles of the workload alone (the
-// gateway, this process, and bc-sim) for go tool pprof.
+// gateway, this process, and bc-sim) and of the gateway's idle window, for
+// go tool pprof.
 func BenchmarkSessions(b *testing.B) {
 	if testing.Short() {
 		b.Skip("heavy: thousands of sessions")
@@ -166,6 +167,14 @@ func measureSessions(b *testing.B, n int) *sessionFigures {
 	require.NoError(b, err)
 	defer stop()
 	idle := func() {
+		// BC_BENCH_CPUPROFILE=dir profiles the idle window too, as
+		// gateway-idle-N.pprof: what holding N quiet sessions costs.
+		if dir := os.Getenv("BC_BENCH_CPUPROFILE"); dir != "" {
+			pf, err := os.Create(filepath.Join(dir, fmt.Sprintf("gateway-idle-%d.pprof", n)))
+			require.NoError(b, err)
+			require.NoError(b, pprof.StartCPUProfile(pf))
+			defer func() { pprof.StopCPUProfile(); _ = pf.Close() }()
+		}
 		f.idleCPU, f.idleQPS = idleLoad(b, pool, 5*time.Second)
 	}
 	rep, mem = runSim(b, bin, n, gw.Sessions, idle, "--gateway", addr, "--ca", caDir, "--workload", "both",

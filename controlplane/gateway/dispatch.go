@@ -26,7 +26,8 @@ func (s *session) sync(ctx context.Context) error {
 	s.g.outage.ok()
 	replay := !s.replayed
 	s.replayed = true
-	s.lastPoll, s.idle, s.starved = time.Now(), len(open) == 0, false
+	s.idle, s.starved = len(open) == 0, false
+	s.wake.idle.Store(s.idle)
 	now := s.g.opts.Now()
 	openIDs := make(map[string]bool, len(open))
 	for _, c := range open {

@@ -73,6 +73,9 @@ type setupOptions struct {
 	group groupcommit.Options
 	// secrets answers the nodes' SecretRequests.
 	secrets gateway.SecretExchanger
+	// poll and idlePoll replace the gateways' 200 ms Poll and their
+	// default IdlePoll.
+	poll, idlePoll time.Duration
 }
 
 func setup(t *testing.T, gateways int) *env { return setupWith(t, setupOptions{gateways: gateways}) }
@@ -112,8 +115,11 @@ func setupWith(t *testing.T, o setupOptions) *env {
 	require.NoError(t, err)
 	cert, err := tls.X509KeyPair(certPEM, keyPEM)
 	require.NoError(t, err)
+	if o.poll == 0 {
+		o.poll = 200 * time.Millisecond
+	}
 	for i := 0; i < max(o.gateways, 1); i++ {
-		gw := gateway.New(gwPool, q, logger, gateway.Options{Poll: 200 * time.Millisecond, CancelResend: 100 * time.Millisecond,
+		gw := gateway.New(gwPool, q, logger, gateway.Options{Poll: o.poll, IdlePoll: o.idlePoll, CancelResend: 100 * time.Millisecond,
 			BusyBackoffMin: 50 * time.Millisecond, BusyBackoffMax: 100 * time.Millisecond, TrustBundle: o.trust, NodeCA: ca.Pool(), Group: o.group, Secrets: o.secrets})
 		go gw.Run(ctx)
 		srv := grpc.NewServer(grpc.Creds(credentials.NewTLS(&tls.Config{
@@ -526,4 +532,32 @@ func TestGateway_RoutesByTheCertificatesRole(t *testing.T) {
 	require.Contains(t, got.Message, "test.ctl runs only on role node; this node's certificate is for role site")
 	require.Zero(t, d.Runs(c.ID))
 	require.Empty(t, d.Received())
+}
+
+// An idle session does not poll; a command whose wake-up was lost (its
+// NOTIFY never sent) still reaches it, within IdlePoll, through the
+// gateway's sweep of its sessions (gateway.Options.IdlePoll). Poll is an
+// hour here, so no session's own tick could bring it.
+func TestGateway_ACommandWhoseWakeUpWasLostReachesAnIdleSession(t *testing.T) {
+	e := setupWith(t, setupOptions{gateways: 1, poll: time.Hour, idlePoll: 100 * time.Millisecond})
+	d := fakedaemon.New(e.node.ID)
+	d.Script = func(*agentv1.Command) fakedaemon.Action { return fakedaemon.Action{Kind: fakedaemon.Succeed} }
+	defer e.run(d, e.dial(trust.Identity{NodeID: e.node.ID}, 0))()
+	// A first command, woken as usual, proves the session replayed.
+	first := e.enqueue("test.ctl", "woken")
+	e.waitState(first.ID, queue.Succeeded)
+	// Its session's next read finds nothing open: from then on it waits.
+	testutil.WaitFor(t, 10*time.Second, "the session to be idle", func() bool { return e.gws[0].IdleSessions() == 1 })
+	// The second is queued with the node's triggers off: no NOTIFY.
+	var lost queue.Command
+	require.NoError(t, pgx.BeginFunc(e.ctx, e.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(e.ctx, `SET LOCAL session_replication_role = replica`); err != nil {
+			return err
+		}
+		var err error
+		lost, _, err = e.q.Enqueue(e.ctx, tx, queue.EnqueueParams{TenantID: e.node.TenantID, NodeID: e.node.ID, Kind: "test.ctl", IdempotencyKey: "not-woken"})
+		return err
+	}))
+	e.waitState(lost.ID, queue.Succeeded)
+	require.Equal(t, 1, d.Runs(lost.ID))
 }

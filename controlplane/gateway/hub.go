@@ -28,6 +28,10 @@ type waker struct {
 	// certs says the node's certificates changed: the session checks its
 	// own again and closes when it was superseded or revoked.
 	certs atomic.Bool
+	// idle says the session's last read found no open command: it does
+	// not poll, and only the gateway's sweep (sweepIdle) looks for a
+	// command whose wake-up was lost.
+	idle atomic.Bool
 }
 
 func newHub() *hub { return &hub{sessions: map[string]map[*waker]struct{}{}} }
@@ -50,6 +54,24 @@ func (h *hub) unregister(nodeID string, ch *waker) {
 	if len(h.sessions[nodeID]) == 0 {
 		delete(h.sessions, nodeID)
 	}
+}
+
+// nodes returns the node ids of the sessions held, and which of them have
+// an idle session.
+func (h *hub) nodes() (ids []string, idle map[string]bool) {
+	h.lock.Lock()
+	defer h.lock.Unlock()
+	ids = make([]string, 0, len(h.sessions))
+	idle = map[string]bool{}
+	for id, s := range h.sessions {
+		ids = append(ids, id)
+		for w := range s {
+			if w.idle.Load() {
+				idle[id] = true
+			}
+		}
+	}
+	return ids, idle
 }
 
 func (h *hub) count() int {

@@ -112,8 +112,8 @@ func (s *session) run(ctx context.Context) error {
 					return err
 				}
 			}
-			if s.replayed && s.idle && time.Since(s.lastPoll) < s.g.opts.IdlePoll {
-				continue
+			if s.replayed && s.idle {
+				continue // the gateway's sweep stands in for its poll (sweepIdle)
 			}
 			if err := s.sync(ctx); err != nil {
 				return err

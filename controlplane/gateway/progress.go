@@ -39,6 +39,9 @@ func (s *session) writeProgress(ctx context.Context, commandID string, step []by
 // flushProgress writes the steps the throttle held back once their command
 // may be written again.
 func (s *session) flushProgress(ctx context.Context) error {
+	if len(s.progressDue) == 0 {
+		return nil // every idle session's tick: not even a map iterator
+	}
 	for id, step := range s.progressDue {
 		if time.Since(s.progressAt[id]) < ProgressEvery {
 			continue

@@ -52,10 +52,9 @@ type session struct {
 	// specDue is set when a spec push failed on the database: the next
 	// tick tries again rather than waiting for a new generation.
 	specDue  bool
-	replayed bool      // the session's first read of the open commands succeeded and was replayed
-	lastPoll time.Time // when sync last read the open commands
-	idle     bool      // that read found none
-	starved  bool      // that read left a pending command for want of credit
+	replayed bool // the session's first read of the open commands succeeded and was replayed
+	idle     bool // the last read found none: the session does not poll (see sweepIdle)
+	starved  bool // that read left a pending command for want of credit
 
 	// held keeps the reports (and the last status) not yet stored because
 	// the database was unreachable, retried until they are.

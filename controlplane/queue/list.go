@@ -111,6 +111,23 @@ func (q *Queue) ListOpenMany(ctx context.Context, db DBTX, nodeIDs []string) (ma
 	return out, nil
 }
 
+// NodesWithOpen returns which of nodeIDs have a non-terminal command, in
+// one read of the open-commands index: the gateway's sweep of its idle
+// sessions (a lost wake-up) costs one statement for thousands of sessions
+// instead of a read per session.
+func (q *Queue) NodesWithOpen(ctx context.Context, db DBTX, nodeIDs []string) ([]string, error) {
+	rows, err := db.Query(ctx, `SELECT DISTINCT c.node_id FROM commands c
+		WHERE c.node_id = ANY($1) AND c.state IN ('pending', 'dispatched', 'acked', 'running')`, nodeIDs)
+	if err != nil {
+		return nil, fmt.Errorf("finding which of %d nodes have open commands: %w", len(nodeIDs), err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("finding which of %d nodes have open commands: %w", len(nodeIDs), err)
+	}
+	return ids, nil
+}
+
 const listCursorPrefix = "seq:"
 
 // EncodeListCursor makes the opaque cursor of a page that continues below seq.
