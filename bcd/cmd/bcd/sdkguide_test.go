@@ -39,18 +39,24 @@ func guideBlocks(t *testing.T, lang string) []string {
 	return out
 }
 
-// offlineGo is the environment for the go command of a module outside the
-// repository in a test: no network (the module cache holds the SDK's
-// dependencies), no checksum database, no workspace.
-func offlineGo() []string {
-	return append(os.Environ(), "GOPROXY=off", "GOFLAGS=-mod=mod", "GOSUMDB=off", "GOWORK=off")
+// moduleGo is the environment for the go command of a module outside the
+// repository in a test: the module cache first and the configured module
+// proxy for what it lacks, no checksum database, no workspace. The proxy
+// is needed on a fresh machine: the repository's own builds fetch only the
+// modules they build with, while go mod tidy in the new module also wants
+// the modules that the SDK's dependencies' tests import (go-plugin's
+// jhump/protoreflect, jsonschema's regexp2). With GOPROXY=off the guide's
+// steps failed there, and passed only on a machine whose cache an earlier
+// tidy had filled.
+func moduleGo() []string {
+	return append(os.Environ(), "GOFLAGS=-mod=mod", "GOSUMDB=off", "GOWORK=off")
 }
 
 func runIn(t *testing.T, dir string, name string, args ...string) string {
 	t.Helper()
 	cmd := exec.Command(name, args...)
 	cmd.Dir = dir
-	cmd.Env = offlineGo()
+	cmd.Env = moduleGo()
 	out, err := cmd.CombinedOutput()
 	require.NoError(t, err, "%s %s:\n%s", name, strings.Join(args, " "), out)
 	return string(out)
