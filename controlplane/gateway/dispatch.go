@@ -26,8 +26,8 @@ func (s *session) sync(ctx context.Context) error {
 	s.g.outage.ok()
 	replay := !s.replayed
 	s.replayed = true
-	s.idle, s.starved = len(open) == 0, false
-	s.wake.idle.Store(s.idle)
+	s.starved = false
+	s.wake.idle.Store(len(open) == 0)
 	now := s.g.opts.Now()
 	openIDs := make(map[string]bool, len(open))
 	for _, c := range open {

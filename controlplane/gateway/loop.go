@@ -112,7 +112,7 @@ func (s *session) run(ctx context.Context) error {
 					return err
 				}
 			}
-			if s.replayed && s.idle {
+			if s.replayed && s.wake.idle.Load() {
 				continue // the gateway's sweep stands in for its poll (sweepIdle)
 			}
 			if err := s.sync(ctx); err != nil {

@@ -53,8 +53,7 @@ type session struct {
 	// tick tries again rather than waiting for a new generation.
 	specDue  bool
 	replayed bool // the session's first read of the open commands succeeded and was replayed
-	idle     bool // the last read found none: the session does not poll (see sweepIdle)
-	starved  bool // that read left a pending command for want of credit
+	starved  bool // the last read left a pending command for want of credit; wake.idle says it found none
 
 	// held keeps the reports (and the last status) not yet stored because
 	// the database was unreachable, retried until they are.
