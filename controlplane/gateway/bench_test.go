@@ -197,7 +197,8 @@ func measureSessions(b *testing.B, n int) *sessionFigures {
 // perSession is memory per idle session.
 type perSession struct{ total, heap float64 }
 
-// It collects twice, and the second time also returns the freed pages to
+// inUse reads this process's heap and stacks in use. It collects twice,
+// and the second time also returns the freed pages to
 // the system (debug.FreeOSMemory), so that the idle window after it does
 // not count the runtime's background scavenger returning them (a fifth of
 // the gateway's idle CPU at 10,000 sessions): a gateway that was never

@@ -49,8 +49,8 @@ type Options struct {
 	// whose last read found none, which does not poll on its own. Only a
 	// lost NOTIFY could leave such a session work, and a reconnected
 	// listener wakes every session anyway. A poll of each idle session
-	// cost 330 reads a second at 10,000 sessions, and a third of the
-	// gateway's idle CPU (BenchmarkSessions).
+	// cost 330 reads a second at 10,000 sessions, and a quarter of the
+	// gateway's idle CPU (BenchmarkSessions, its idle profile).
 	IdlePoll time.Duration
 	// CancelResend is how often Cancel is sent again until the node reports
 	// a terminal state (default 2s).
