@@ -56,6 +56,7 @@ type sessionFigures struct {
 	gwBytes, bareBytes   float64       // heap+stack per idle session
 	gwHeap, bareHeap     float64       // heap alone per idle session
 	idleCPU, idleQPS     float64       // gateway CPU share and database transactions/s with every session idle
+	fanoutCPU            fanoutCPU     // CPU each process spent in the fan-out's window
 	connect, bareConnect time.Duration
 }
 
@@ -72,7 +73,11 @@ var (
 //     p99; a few hundred commands, one at a time to random nodes), beside a
 //     bare gRPC round trip on loopback over the same mTLS;
 //   - the time for one command fanned out to every node to settle (all
-//     terminal in the database), beside N bare round trips 64 at a time;
+//     terminal in the database), beside N bare round trips 64 at a time,
+//     and the CPU the gateway, PostgreSQL and bc-sim each spent over it
+//     (with the share of the machine's cores they kept busy: near 100%,
+//     the fan-out is bound by this machine's CPU, and only spending less
+//     of it a node makes it faster);
 //   - memory per idle session (this process's HeapInuse+StackInuse delta
 //     over N sessions), beside an idle Bare session (Hello, Welcome, nothing
 //     else) over the same mTLS;
@@ -123,6 +128,9 @@ func BenchmarkSessions(b *testing.B) {
 			b.ReportMetric(f.gwBytes/f.bareBytes, "ratio-mem")
 			b.ReportMetric(f.idleCPU, "idle-cpu-%")
 			b.ReportMetric(f.idleQPS, "idle-db-tx/s")
+			b.ReportMetric(float64(f.fanoutCPU.gateway), "fanout-cpu-gateway-ns")
+			b.ReportMetric(float64(f.fanoutCPU.postgres), "fanout-cpu-postgres-ns")
+			b.ReportMetric(float64(f.fanoutCPU.sim), "fanout-cpu-sim-ns")
 		})
 	}
 }
@@ -167,7 +175,8 @@ func measureSessions(b *testing.B, n int) *sessionFigures {
 	addr, stop, err = sim.Serve(gw, ca)
 	require.NoError(b, err)
 	defer stop()
-	idle := func() {
+	var cpu *cpuSampler
+	idle := func(simPID int) {
 		// BC_BENCH_CPUPROFILE=dir profiles the idle window too, as
 		// gateway-idle-N.pprof: what holding N quiet sessions costs.
 		if dir := os.Getenv("BC_BENCH_CPUPROFILE"); dir != "" {
@@ -177,6 +186,9 @@ func measureSessions(b *testing.B, n int) *sessionFigures {
 			defer func() { pprof.StopCPUProfile(); _ = pf.Close() }()
 		}
 		f.idleCPU, f.idleQPS = idleLoad(b, pool, 5*time.Second)
+		// From here to bc-sim's exit: what the gateway, bc-sim and
+		// PostgreSQL each spend, read back over the fan-out's window.
+		cpu = startCPUSampler(simPID, 50*time.Millisecond)
 	}
 	rep, mem = runSim(b, bin, n, gw.Sessions, idle, "--gateway", addr, "--ca", caDir, "--workload", "both",
 		"--database-url", "dbname="+pool.Config().ConnConfig.Database, "--commands", "300", "--timeout", "2m")
@@ -184,12 +196,20 @@ func measureSessions(b *testing.B, n int) *sessionFigures {
 	require.NotNil(b, rep.Steady)
 	require.Len(b, rep.Fanouts, 1)
 	f.dispatch, f.lost, f.fanout = rep.Steady.Dispatch, rep.Steady.Lost, rep.Fanouts[0]
+	cpu.close()
+	f.fanoutCPU = cpu.window(f.fanout.CommittedAt, f.fanout.CommittedAt.Add(f.fanout.Settled))
+	// The share of the machine's cores the three kept busy over the
+	// fan-out: near 1, the fan-out is bound by this machine's CPU, and its
+	// time falls only with the CPU it costs.
+	busy := f.fanoutCPU.total().Seconds() / (f.fanout.Settled.Seconds() * float64(runtime.NumCPU()))
 	require.Zero(b, f.lost, "every command reached its node")
 	require.Equal(b, n, f.fanout.Succeeded, "every fanned-out command succeeded")
-	b.Logf("nodes=%d: sessions open in %s (bare %s); dispatch p50 %s p99 %s max %s (floor rtt p50 %s p99 %s); fan-out received %s, settled %s (floor %s); %.1f KiB/session (heap %.1f KiB; bare %.1f KiB); idle: gateway CPU %.0f%%, %.0f db tx/s; %d sessions ended",
+	b.Logf("nodes=%d: sessions open in %s (bare %s); dispatch p50 %s p99 %s max %s (floor rtt p50 %s p99 %s); fan-out received p50 %s max %s, settled %s (floor %s); %.1f KiB/session (heap %.1f KiB; bare %.1f KiB); idle: gateway CPU %.0f%%, %.0f db tx/s; %d sessions ended; fan-out CPU: gateway %s, postgres %s, bc-sim %s (%.0f µs a node in all; %.0f%% of %d cores busy over its window)",
 		n, f.connect.Round(time.Millisecond), f.bareConnect.Round(time.Millisecond), f.dispatch.P50, f.dispatch.P99, f.dispatch.Max, f.rtt.P50, f.rtt.P99,
-		f.fanout.Received.Round(time.Millisecond), f.fanout.Settled.Round(time.Millisecond), f.fanoutFloor.Round(time.Millisecond),
-		f.gwBytes/1024, f.gwHeap/1024, f.bareBytes/1024, f.idleCPU, f.idleQPS, rep.SessionsEnded)
+		f.fanout.Receipt.P50.Round(time.Millisecond), f.fanout.Received.Round(time.Millisecond), f.fanout.Settled.Round(time.Millisecond), f.fanoutFloor.Round(time.Millisecond),
+		f.gwBytes/1024, f.gwHeap/1024, f.bareBytes/1024, f.idleCPU, f.idleQPS, rep.SessionsEnded,
+		f.fanoutCPU.gateway.Round(10*time.Millisecond), f.fanoutCPU.postgres.Round(10*time.Millisecond), f.fanoutCPU.sim.Round(10*time.Millisecond),
+		float64(f.fanoutCPU.total().Microseconds())/float64(n), 100*busy, runtime.NumCPU())
 	figures[n] = f
 	return f
 }
@@ -215,7 +235,7 @@ func inUse() (heap, total uint64) {
 // sessions, it measures this process's memory delta per session, runs idle
 // (if any) while the fleet is idle, then lets bc-sim run its workload and
 // reads its JSON report.
-func runSim(b *testing.B, bin string, n int, sessions func() int, idle func(), args ...string) (simReport, perSession) {
+func runSim(b *testing.B, bin string, n int, sessions func() int, idle func(simPID int), args ...string) (simReport, perSession) {
 	b.Helper()
 	h0, t0 := inUse()
 	args = append(args, "--nodes", strconv.Itoa(n), "--json", "--wait-stdin")
@@ -245,7 +265,7 @@ func runSim(b *testing.B, bin string, n int, sessions func() int, idle func(), a
 	h1, t1 := inUse()
 	mem := perSession{total: float64(int64(t1)-int64(t0)) / float64(n), heap: float64(int64(h1)-int64(h0)) / float64(n)}
 	if idle != nil {
-		idle()
+		idle(cmd.Process.Pid)
 	}
 	// BC_BENCH_CPUPROFILE=dir profiles the workload alone (not the
 	// sessions' handshakes): this process as gateway-N.pprof, bc-sim's

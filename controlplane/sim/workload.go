@@ -184,6 +184,10 @@ type FanoutResult struct {
 	// Settled is from COMMIT sent to every command being terminal in the
 	// database.
 	Settled time.Duration `json:"settledNs"`
+	// CommittedAt is when the COMMIT was sent (the wall clock): with
+	// Settled, the fan-out's window, in which a caller may account the CPU
+	// each process spent (BenchmarkSessions).
+	CommittedAt time.Time `json:"committedAt"`
 	// Succeeded counts the commands that settled as succeeded.
 	Succeeded int `json:"succeeded"`
 }
@@ -214,7 +218,7 @@ func Fanout(ctx context.Context, t Target, timeout time.Duration) (FanoutResult,
 	if err := tx.Commit(ctx); err != nil {
 		return FanoutResult{}, fmt.Errorf("commit: %w", err)
 	}
-	res := FanoutResult{Nodes: len(nodes), Enqueue: time.Since(t0)}
+	res := FanoutResult{Nodes: len(nodes), Enqueue: time.Since(t0), CommittedAt: tc}
 	wctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	receipts := make([]time.Duration, 0, len(nodes))
