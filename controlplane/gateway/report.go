@@ -77,15 +77,27 @@ func (s *session) landCovers(ctx context.Context, r report) error {
 	return nil
 }
 
-// ack acknowledges r and the updates it covers.
+// ack acknowledges r and the updates it covers. An acknowledgement covers
+// its command's updates up to its update_seq (the node drops them all:
+// bcd/session's ack), so a covered update of a seq no higher than r's needs
+// no message of its own: a node that sent acked, running and succeeded
+// back to back gets one acknowledgement, not three (a fan-out to 10,000
+// nodes sends 20,000 fewer messages).
 func (s *session) ack(r report) error {
-	for _, u := range append(r.covers, r.update) {
-		if err := s.send(&agentv1.GatewayMessage{Msg: &agentv1.GatewayMessage_Ack{Ack: &agentv1.UpdateAck{
-			CommandId: u.GetCommandId(), UpdateSeq: u.GetUpdateSeq()}}}); err != nil {
+	for _, u := range r.covers {
+		if u.GetUpdateSeq() <= r.update.GetUpdateSeq() {
+			continue
+		}
+		if err := s.sendAck(u); err != nil {
 			return err
 		}
 	}
-	return nil
+	return s.sendAck(r.update)
+}
+
+func (s *session) sendAck(u *agentv1.CommandUpdate) error {
+	return s.send(&agentv1.GatewayMessage{Msg: &agentv1.GatewayMessage_Ack{Ack: &agentv1.UpdateAck{
+		CommandId: u.GetCommandId(), UpdateSeq: u.GetUpdateSeq()}}})
 }
 
 // land stores one report: a BUSY refusal requeues the command; any other

@@ -137,13 +137,15 @@ func (q *Queue) transitionRound(ctx context.Context, tx pgx.Tx, ts []Transition,
 	b := &pgx.Batch{}
 	b.Queue(transitionSetSQL, ids, states, reasons, results, sums, sigs, rebooted, epochs, progress, nodes, messages, resultBytes, versions).Query(func(rows pgx.Rows) error {
 		settled = settled[:0]
+		var (
+			cmd     Command // one for every row, each copied out
+			ord     int64
+			changed bool
+		)
 		for rows.Next() {
-			var (
-				ord     int64
-				changed bool
-			)
-			cmd, err := scanCommand(rows, &ord, &changed)
-			if err != nil {
+			// Zeroed first: no slice of the last row's is reused.
+			cmd = Command{}
+			if err := scanCommandInto(rows, &cmd, &ord, &changed); err != nil {
 				return err
 			}
 			if ord < 1 || int(ord) > n {
@@ -153,7 +155,9 @@ func (q *Queue) transitionRound(ctx context.Context, tx pgx.Tx, ts []Transition,
 			out[i] = TransitionResult{Command: cmd, Changed: changed, Found: true}
 			if changed && cmd.State.Terminal() {
 				settled = append(settled, cmd)
-				q.logger.Debug("command settled", "command_id", cmd.ID, "node_id", cmd.NodeID, "state", cmd.State, "reason", cmd.Reason)
+				if q.logger.IsDebug() {
+					q.logger.Debug("command settled", "command_id", cmd.ID, "node_id", cmd.NodeID, "state", cmd.State, "reason", cmd.Reason)
+				}
 			}
 		}
 		return rows.Err()

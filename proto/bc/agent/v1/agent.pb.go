@@ -841,7 +841,10 @@ func (x *CommandUpdate) GetMessage() string {
 	return ""
 }
 
-// UpdateAck tells the node an update is stored and need not be resent.
+// UpdateAck tells the node an update is stored and need not be resent. It
+// covers the command's earlier updates too (those of a lower or equal
+// update_seq): a gateway that stored a later update of a command in place of
+// earlier ones acknowledges only the later one.
 type UpdateAck struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	CommandId     string                 `protobuf:"bytes,1,opt,name=command_id,json=commandId,proto3" json:"command_id,omitempty"`
