@@ -15,6 +15,7 @@ import (
 	"runtime/debug"
 	"runtime/pprof"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -158,7 +159,7 @@ func measureSessions(b *testing.B, n int) *sessionFigures {
 	bare := &sim.Bare{}
 	addr, stop, err := sim.Serve(bare, ca)
 	require.NoError(b, err)
-	rep, mem := runSim(b, bin, n, bare.Sessions, nil, "--gateway", addr, "--ca", caDir, "--workload", "idle")
+	rep, mem := runSim(b, bin, n, bare.Sessions, nil, nil, "--gateway", addr, "--ca", caDir, "--workload", "idle")
 	stop()
 	f.bareBytes, f.bareHeap, f.bareConnect = mem.total, mem.heap, rep.ConnectNs
 
@@ -175,8 +176,7 @@ func measureSessions(b *testing.B, n int) *sessionFigures {
 	addr, stop, err = sim.Serve(gw, ca)
 	require.NoError(b, err)
 	defer stop()
-	var cpu *cpuSampler
-	idle := func(simPID int) {
+	idle := func() {
 		// BC_BENCH_CPUPROFILE=dir profiles the idle window too, as
 		// gateway-idle-N.pprof: what holding N quiet sessions costs.
 		if dir := os.Getenv("BC_BENCH_CPUPROFILE"); dir != "" {
@@ -186,18 +186,27 @@ func measureSessions(b *testing.B, n int) *sessionFigures {
 			defer func() { pprof.StopCPUProfile(); _ = pf.Close() }()
 		}
 		f.idleCPU, f.idleQPS = idleLoad(b, pool, 5*time.Second)
-		// From here to bc-sim's exit: what the gateway, bc-sim and
-		// PostgreSQL each spend, read back over the fan-out's window.
-		cpu = startCPUSampler(simPID, 50*time.Millisecond)
 	}
-	rep, mem = runSim(b, bin, n, gw.Sessions, idle, "--gateway", addr, "--ca", caDir, "--workload", "both",
+	// What the gateway, bc-sim and PostgreSQL each spend over the fan-out,
+	// from snapshots taken as bc-sim marks its commit and its settling
+	// (read once bc-sim exited: its stderr is copied to the end by then).
+	var atCommit, atSettle cpuSnapshot
+	mark := func(name string, simPID int) {
+		switch name {
+		case "fanout-committed":
+			atCommit = takeCPUSnapshot(simPID)
+		case "fanout-settled":
+			atSettle = takeCPUSnapshot(simPID)
+		}
+	}
+	rep, mem = runSim(b, bin, n, gw.Sessions, idle, mark, "--marks", "--gateway", addr, "--ca", caDir, "--workload", "both",
 		"--database-url", "dbname="+pool.Config().ConnConfig.Database, "--commands", "300", "--timeout", "2m")
 	f.gwBytes, f.gwHeap, f.connect = mem.total, mem.heap, rep.ConnectNs
 	require.NotNil(b, rep.Steady)
 	require.Len(b, rep.Fanouts, 1)
 	f.dispatch, f.lost, f.fanout = rep.Steady.Dispatch, rep.Steady.Lost, rep.Fanouts[0]
-	cpu.close()
-	f.fanoutCPU = cpu.window(f.fanout.CommittedAt, f.fanout.CommittedAt.Add(f.fanout.Settled))
+	require.NotNil(b, atSettle.pg, "bc-sim marked the fan-out's settling")
+	f.fanoutCPU = atCommit.spentUntil(atSettle)
 	// The share of the machine's cores the three kept busy over the
 	// fan-out: near 1, the fan-out is bound by this machine's CPU, and its
 	// time falls only with the CPU it costs.
@@ -235,7 +244,7 @@ func inUse() (heap, total uint64) {
 // sessions, it measures this process's memory delta per session, runs idle
 // (if any) while the fleet is idle, then lets bc-sim run its workload and
 // reads its JSON report.
-func runSim(b *testing.B, bin string, n int, sessions func() int, idle func(simPID int), args ...string) (simReport, perSession) {
+func runSim(b *testing.B, bin string, n int, sessions func() int, idle func(), mark func(name string, simPID int), args ...string) (simReport, perSession) {
 	b.Helper()
 	h0, t0 := inUse()
 	args = append(args, "--nodes", strconv.Itoa(n), "--json", "--wait-stdin")
@@ -243,11 +252,15 @@ func runSim(b *testing.B, bin string, n int, sessions func() int, idle func(simP
 		args = append(args, "--cpuprofile", filepath.Join(dir, fmt.Sprintf("sim-%d.pprof", n)))
 	}
 	cmd := exec.Command(bin, args...)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	var stdout bytes.Buffer
+	stderr := &markWriter{}
+	cmd.Stdout, cmd.Stderr = &stdout, stderr
 	stdin, err := cmd.StdinPipe()
 	require.NoError(b, err)
 	require.NoError(b, cmd.Start())
+	if mark != nil {
+		stderr.setMark(func(name string) { mark(name, cmd.Process.Pid) })
+	}
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
 	deadline := time.Now().Add(3 * time.Minute)
@@ -265,7 +278,7 @@ func runSim(b *testing.B, bin string, n int, sessions func() int, idle func(simP
 	h1, t1 := inUse()
 	mem := perSession{total: float64(int64(t1)-int64(t0)) / float64(n), heap: float64(int64(h1)-int64(h0)) / float64(n)}
 	if idle != nil {
-		idle(cmd.Process.Pid)
+		idle()
 	}
 	// BC_BENCH_CPUPROFILE=dir profiles the workload alone (not the
 	// sessions' handshakes): this process as gateway-N.pprof, bc-sim's
@@ -289,6 +302,44 @@ func runSim(b *testing.B, bin string, n int, sessions func() int, idle func(simP
 	require.NoError(b, json.Unmarshal(stdout.Bytes(), &rep), "bc-sim output: %s\n%s", stdout.String(), stderr.String())
 	require.Equal(b, n, rep.Nodes)
 	return rep, mem
+}
+
+// markWriter keeps bc-sim's stderr, and calls its mark function for each
+// line "mark <name>" as it arrives (bc-sim --marks).
+type markWriter struct {
+	lock sync.Mutex
+	buf  bytes.Buffer
+	line []byte
+	mark func(name string)
+}
+
+func (w *markWriter) setMark(mark func(name string)) {
+	w.lock.Lock()
+	defer w.lock.Unlock()
+	w.mark = mark
+}
+
+func (w *markWriter) Write(p []byte) (int, error) {
+	w.lock.Lock()
+	defer w.lock.Unlock()
+	w.buf.Write(p)
+	w.line = append(w.line, p...)
+	for {
+		i := bytes.IndexByte(w.line, '\n')
+		if i < 0 {
+			return len(p), nil
+		}
+		if name, ok := strings.CutPrefix(string(w.line[:i]), "mark "); ok && w.mark != nil {
+			w.mark(name)
+		}
+		w.line = append(w.line[:0], w.line[i+1:]...)
+	}
+}
+
+func (w *markWriter) String() string {
+	w.lock.Lock()
+	defer w.lock.Unlock()
+	return w.buf.String()
 }
 
 // idleLoad measures, over window with every session idle, this process's

@@ -5,7 +5,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -17,25 +16,15 @@ import (
 // 100 on every architecture Go supports on Linux.
 const clockTicks = 100
 
-// cpuSampler records, every interval, the CPU time (user+system) spent so
-// far by this process (the gateway), by one child (bc-sim) and by every
-// process named postgres on this machine (with-postgres's cluster), so that
-// what each spent inside a window known only afterwards (the fan-out's,
-// from bc-sim's report) can be read back: where a fan-out's time goes when
-// the three share a machine's cores. A PostgreSQL on another machine shows
-// as zero. The sampler's own reads of /proc count toward this process.
-type cpuSampler struct {
-	child    int
-	interval time.Duration
-	stop     chan struct{}
-	done     chan struct{}
-
-	lock    sync.Mutex
-	samples []cpuSample
-}
-
-type cpuSample struct {
-	at    time.Time
+// cpuSnapshot is the CPU time (user+system) spent so far by this process
+// (the gateway), by one child (bc-sim) and by every process named postgres
+// on this machine (with-postgres's cluster; one on another machine shows
+// as zero). Two of them, taken when bc-sim marks the fan-out's commit and
+// its settling, say what each spent in between: where a fan-out's time
+// goes when the three share a machine's cores. Taken only at the marks, so
+// that the measuring costs the measured nothing (a sampler reading /proc
+// every 50 ms took a quarter of the gateway's CPU).
+type cpuSnapshot struct {
 	self  time.Duration
 	child time.Duration
 	pg    map[int]time.Duration // pid -> CPU so far
@@ -48,44 +37,23 @@ type fanoutCPU struct {
 
 func (c fanoutCPU) total() time.Duration { return c.gateway + c.postgres + c.sim }
 
-func startCPUSampler(child int, interval time.Duration) *cpuSampler {
-	s := &cpuSampler{child: child, interval: interval, stop: make(chan struct{}), done: make(chan struct{})}
-	s.sample()
-	go func() {
-		defer close(s.done)
-		t := time.NewTicker(interval)
-		defer t.Stop()
-		for {
-			select {
-			case <-s.stop:
-				s.sample()
-				return
-			case <-t.C:
-				s.sample()
-			}
-		}
-	}()
-	return s
-}
-
-// close takes a last sample and stops.
-func (s *cpuSampler) close() {
-	close(s.stop)
-	<-s.done
-}
-
-func (s *cpuSampler) sample() {
-	c := cpuSample{at: time.Now(), pg: map[int]time.Duration{}}
+func takeCPUSnapshot(child int) cpuSnapshot {
+	c := cpuSnapshot{pg: map[int]time.Duration{}}
 	var ru syscall.Rusage
 	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) == nil {
 		c.self = time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 	}
-	if cpu, _, ok := procCPU(s.child); ok {
+	if cpu, _, ok := procCPU(child); ok {
 		c.child = cpu
 	}
-	dirs, _ := os.ReadDir("/proc")
-	for _, d := range dirs {
-		pid, err := strconv.Atoi(d.Name())
+	d, err := os.Open("/proc")
+	if err != nil {
+		return c
+	}
+	names, _ := d.Readdirnames(-1)
+	_ = d.Close()
+	for _, name := range names {
+		pid, err := strconv.Atoi(name)
 		if err != nil {
 			continue
 		}
@@ -93,9 +61,18 @@ func (s *cpuSampler) sample() {
 			c.pg[pid] = cpu
 		}
 	}
-	s.lock.Lock()
-	s.samples = append(s.samples, c)
-	s.lock.Unlock()
+	return c
+}
+
+// spentUntil is what each process spent from a to z. A postgres process
+// that started in between counts whole; one that ended in between, not at
+// all (a short autovacuum worker's share is missed).
+func (a cpuSnapshot) spentUntil(z cpuSnapshot) fanoutCPU {
+	out := fanoutCPU{gateway: z.self - a.self, sim: z.child - a.child}
+	for pid, cpu := range z.pg {
+		out.postgres += cpu - a.pg[pid]
+	}
+	return out
 }
 
 // procCPU reads a process's CPU time so far and its command name from
@@ -124,61 +101,17 @@ func procCPU(pid int) (time.Duration, string, bool) {
 	return time.Duration(utime+stime) * time.Second / clockTicks, line[open+1 : end], true
 }
 
-// window is what each process spent between from and to, read from the
-// samples around them (to within one interval). A postgres process that
-// started inside the window counts whole; one that ended inside it counts
-// up to its last sample.
-func (s *cpuSampler) window(from, to time.Time) fanoutCPU {
-	s.lock.Lock()
-	defer s.lock.Unlock()
-	if len(s.samples) == 0 {
-		return fanoutCPU{}
-	}
-	i0, i1 := 0, len(s.samples)-1
-	for i, c := range s.samples {
-		if !c.at.After(from) {
-			i0 = i
-		}
-	}
-	for i := len(s.samples) - 1; i >= i0; i-- {
-		if !s.samples[i].at.Before(to) {
-			i1 = i
-		}
-	}
-	a, z := s.samples[i0], s.samples[i1]
-	out := fanoutCPU{gateway: z.self - a.self, sim: z.child - a.child}
-	last := map[int]time.Duration{}
-	for _, c := range s.samples[i0 : i1+1] {
-		for pid, cpu := range c.pg {
-			last[pid] = cpu
-		}
-	}
-	for pid, cpu := range last {
-		out.postgres += cpu - a.pg[pid]
-	}
-	return out
-}
-
-// The fan-out's CPU split is read from samples around its window: each
-// process's time at the first sample at or after the window's end, less
-// its time at the last sample at or before its start; a postgres process
-// that began inside counts whole, one that ended inside up to its last.
-func TestCPUSamplerWindowCountsEachProcessInsideIt(t *testing.T) {
-	t0 := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+// The fan-out's CPU split is the difference of two snapshots: each
+// process's time at the second less its time at the first; a postgres
+// process that began in between counts whole, one that ended counts not.
+func TestCPUSnapshotsSayWhatEachProcessSpentBetweenThem(t *testing.T) {
 	ms := time.Millisecond
-	s := &cpuSampler{samples: []cpuSample{
-		{at: t0, self: 100 * ms, child: 50 * ms, pg: map[int]time.Duration{1: 10 * ms, 2: 5 * ms}},
-		{at: t0.Add(50 * ms), self: 110 * ms, child: 60 * ms, pg: map[int]time.Duration{1: 20 * ms, 2: 7 * ms}},
-		{at: t0.Add(100 * ms), self: 150 * ms, child: 80 * ms, pg: map[int]time.Duration{1: 40 * ms, 3: 30 * ms}},
-		{at: t0.Add(150 * ms), self: 190 * ms, child: 90 * ms, pg: map[int]time.Duration{1: 70 * ms, 3: 45 * ms}},
-		{at: t0.Add(200 * ms), self: 300 * ms, child: 200 * ms, pg: map[int]time.Duration{1: 90 * ms, 3: 50 * ms}},
-	}}
-	got := s.window(t0.Add(60*ms), t0.Add(140*ms))
-	// From the sample at 50ms to the one at 150ms: pid 1 from 20 to 70,
-	// pid 2 (gone after 50ms) nothing more, pid 3 (new) 45 whole.
+	a := cpuSnapshot{self: 100 * ms, child: 50 * ms, pg: map[int]time.Duration{1: 20 * ms, 2: 7 * ms}}
+	z := cpuSnapshot{self: 180 * ms, child: 80 * ms, pg: map[int]time.Duration{1: 70 * ms, 3: 45 * ms}}
+	got := a.spentUntil(z)
 	require.Equal(t, fanoutCPU{gateway: 80 * ms, sim: 30 * ms, postgres: 50*ms + 45*ms}, got)
 	require.Equal(t, 205*ms, got.total())
-	require.Equal(t, fanoutCPU{}, (&cpuSampler{}).window(t0, t0.Add(time.Second)), "no samples, nothing spent")
+	require.Equal(t, fanoutCPU{}, z.spentUntil(z), "nothing between a snapshot and itself")
 }
 
 // procCPU reads this very process: its name as the kernel keeps it (the

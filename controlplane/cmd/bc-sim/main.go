@@ -46,7 +46,7 @@ type options struct {
 	gateway, caDir, serverCA, serverName, databaseURL, workload, logLevel, cpuProfile string
 	nodes, commands, concurrency, fanouts                                             int
 	duration, timeout                                                                 time.Duration
-	jsonOut, waitStdin                                                                bool
+	jsonOut, waitStdin, marks                                                         bool
 }
 
 // Report is what a run measured; --json prints it as one object.
@@ -84,6 +84,7 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fs.DurationVar(&o.duration, "duration", 0, "steady: how long to send; idle: how long to hold the sessions (0 with idle: until interrupted)")
 	fs.DurationVar(&o.timeout, "timeout", 2*time.Minute, "fanout: how long one fan-out may take to settle")
 	fs.BoolVar(&o.jsonOut, "json", false, "print the report as one JSON object")
+	fs.BoolVar(&o.marks, "marks", false, "write a line to stderr when the fan-out commits and when it settles (mark fanout-committed, mark fanout-settled), for a caller that measures what each process spends in between")
 	fs.BoolVar(&o.waitStdin, "wait-stdin", false, "after every session is open, wait for a line on stdin before the workload (a benchmark measures the idle fleet meanwhile)")
 	fs.StringVar(&o.logLevel, "log-level", "warn", "log level on stderr")
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the workload (from the end of the idle wait to the report) to this file, for go tool pprof")
@@ -119,7 +120,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	logger := hclog.New(&hclog.LoggerOptions{Name: "bc-sim", Level: hclog.LevelFromString(o.logLevel), Output: stderr})
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	rep, err := simulate(ctx, o, stdin, logger)
+	rep, err := simulate(ctx, o, stdin, stderr, logger)
 	if err != nil {
 		fmt.Fprintln(stderr, "bc-sim:", err)
 		return 1
@@ -137,7 +138,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	return 0
 }
 
-func simulate(ctx context.Context, o options, stdin io.Reader, logger hclog.Logger) (Report, error) {
+func simulate(ctx context.Context, o options, stdin io.Reader, stderr io.Writer, logger hclog.Logger) (Report, error) {
 	rep := Report{Workload: o.workload, Nodes: o.nodes}
 	if lim, err := sim.RaiseFileLimit(); err != nil {
 		logger.Warn("open-file limit", "error", err)
@@ -232,6 +233,11 @@ func simulate(ctx context.Context, o options, stdin io.Reader, logger hclog.Logg
 		defer pprof.StopCPUProfile()
 	}
 	target := sim.Target{Pool: pool, Queue: q, TenantID: tenantID, Fleet: fleet}
+	if o.marks {
+		// One write a line: a pipe's reader sees it whole, between the
+		// logger's lines.
+		target.Mark = func(name string) { _, _ = io.WriteString(stderr, "mark "+name+"\n") }
+	}
 	if o.workload == "steady" || o.workload == "both" {
 		res, err := sim.Steady(ctx, target, sim.SteadyOptions{Commands: o.commands, Duration: o.duration, Concurrency: o.concurrency})
 		if err != nil {
