@@ -41,12 +41,15 @@ type Options struct {
 	Secrets SecretExchanger
 	// Credits per lane; DefaultCredits when nil.
 	Credits map[kind.Lane]int
-	// Poll is the fallback wake-up when no NOTIFY arrives (default 2s).
+	// Poll is the fallback wake-up when no NOTIFY arrives (default 2s), for
+	// a session whose last read found a pending command or a cancel to
+	// resend; any other session waits for a wake-up (waitsForWake).
 	Poll time.Duration
 	// IdlePoll is how often the gateway reads, in one statement for
 	// thousands of its sessions, which of their nodes have open commands,
 	// and wakes those sessions (default 30s): the fallback for a session
-	// whose last read found none, which does not poll on its own. Only a
+	// whose last read found none, or only commands in flight, which does
+	// not poll on its own. Only a
 	// lost NOTIFY could leave such a session work, and a reconnected
 	// listener wakes every session anyway. A poll of each idle session
 	// cost 330 reads a second at 10,000 sessions, and a quarter of the
@@ -194,8 +197,9 @@ func (g *Gateway) MaxOutstanding(nodeID string) map[kind.Lane]int {
 // Sessions is the number of sessions this gateway holds.
 func (g *Gateway) Sessions() int { return g.hub.count() }
 
-// IdleSessions is the number of sessions whose last read found no open
-// command: those that wait for a wake-up and do not poll (sweepIdle).
+// IdleSessions is the number of sessions whose last read left them nothing
+// to do on a timer (no open command, or only commands in flight): those
+// that wait for a wake-up and do not poll (sweepIdle).
 func (g *Gateway) IdleSessions() int {
 	_, idle := g.hub.nodes()
 	return len(idle)

@@ -561,3 +561,25 @@ func TestGateway_ACommandWhoseWakeUpWasLostReachesAnIdleSession(t *testing.T) {
 	e.waitState(lost.ID, queue.Succeeded)
 	require.Equal(t, 1, d.Runs(lost.ID))
 }
+
+// A command in flight only waits for its node's report: a session whose
+// commands are all in flight waits for a wake-up instead of polling (in a
+// fan-out to 19,500 nodes their polls were most of the database's work),
+// and what would give it work still reaches it: a cancel request wakes it,
+// and the node gets Cancel. Poll and IdlePoll are an hour here, so only the
+// wake-up can bring it.
+func TestGateway_ASessionWithOnlyCommandsInFlightWaitsAndACancelWakesIt(t *testing.T) {
+	e := setupWith(t, setupOptions{gateways: 1, poll: time.Hour, idlePoll: time.Hour})
+	d := fakedaemon.New(e.node.ID)
+	d.Script = func(*agentv1.Command) fakedaemon.Action { return fakedaemon.Action{Kind: fakedaemon.Hang} }
+	defer e.run(d, e.dial(trust.Identity{NodeID: e.node.ID}, 0))()
+	c := e.enqueue("test.ctl", "in-flight")
+	e.waitState(c.ID, queue.Running)
+	testutil.WaitFor(t, 10*time.Second, "the session, its command in flight, to wait for wake-ups", func() bool { return e.gws[0].IdleSessions() == 1 })
+	require.NoError(t, pgx.BeginFunc(e.ctx, e.pool, func(tx pgx.Tx) error {
+		_, err := e.q.Cancel(e.ctx, tx, e.node.ID, c.ID)
+		return err
+	}))
+	e.waitState(c.ID, queue.Cancelled)
+	require.Contains(t, d.Cancels(), c.ID)
+}

@@ -28,9 +28,10 @@ type waker struct {
 	// certs says the node's certificates changed: the session checks its
 	// own again and closes when it was superseded or revoked.
 	certs atomic.Bool
-	// idle says the session's last read found no open command: it does
-	// not poll, and only the gateway's sweep (sweepIdle) looks for a
-	// command whose wake-up was lost.
+	// idle says the session's last read left it nothing to do on a timer
+	// (waitsForWake: no open command, or only commands in flight): it does
+	// not poll, and only the gateway's sweep (sweepIdle) looks for work
+	// whose wake-up was lost.
 	idle atomic.Bool
 }
 

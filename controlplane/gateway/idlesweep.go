@@ -9,10 +9,11 @@ import (
 const sweepChunk = 5000
 
 // sweepIdle wakes, every IdlePoll until ctx ends, the sessions whose nodes
-// have open commands. A session whose last read found none does not poll:
-// it waits for its node's NOTIFY, and this sweep is what brings it a
-// command whose wake-up was lost, in one statement for thousands of
-// sessions. Sessions with open commands poll on their own (Poll); waking
+// have open commands. A session whose last read found none, or only
+// commands in flight, does not poll (waitsForWake): it waits for its
+// node's NOTIFY, and this sweep is what brings it work whose wake-up was
+// lost, in one statement for thousands of sessions. Sessions with a
+// pending command or a cancel to resend poll on their own (Poll); waking
 // them here too costs them one read.
 func (g *Gateway) sweepIdle(ctx context.Context) {
 	t := time.NewTicker(g.opts.IdlePoll)
@@ -50,7 +51,7 @@ func (g *Gateway) sweepOnce(ctx context.Context) {
 		for _, id := range open {
 			if idle[id] {
 				// A lost NOTIFY, or one still on its way.
-				g.logger.Debug("waking an idle session whose node has an open command", "node_id", id)
+				g.logger.Debug("waking a session that waits for wake-ups; its node has an open command", "node_id", id)
 			}
 			g.hub.wake(id, false, false)
 		}
