@@ -7,7 +7,7 @@ import (
 )
 
 // The scan's destinations are sized from the select list: its items are
-// the commas outside parentheses, plus one, so a coalesce(x, ”) counts
+// the commas outside parentheses, plus one, so a coalesce(x, y) counts
 // once.
 func TestCountColumnsCountsTheItemsOfASelectList(t *testing.T) {
 	require.Equal(t, 1, countColumns("c.id"))
