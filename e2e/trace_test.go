@@ -8,6 +8,7 @@ import (
 	"os"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -19,6 +20,7 @@ import (
 	"github.com/better-compute/commands/controlplane/api"
 	"github.com/better-compute/commands/controlplane/gateway"
 	"github.com/better-compute/commands/controlplane/server"
+	"github.com/better-compute/commands/internal/testutil"
 )
 
 // collector is an OTLP/gRPC trace collector in the test process: bcd, a
@@ -105,13 +107,25 @@ func TestE2E_OneCommandOneTraceFromTheAPIToThePlugin(t *testing.T) {
 	// SIGTERM flushes bcd's exporter before it exits.
 	n.stop()
 
-	var spans []span
-	for _, s := range rec.Ended() {
-		spans = append(spans, span{name: s.Name(), traceID: s.SpanContext().TraceID().String(),
-			spanID: s.SpanContext().SpanID().String(), parent: s.Parent().SpanID().String()})
-	}
-	spans = append(spans, col.all()...)
 	trace := cmd.GetTraceId()
+	// The gateway ends gateway.settle just after the settle commits, so
+	// commands.get may show succeeded before the span has ended: wait for
+	// the span, not for the state.
+	var spans []span
+	testutil.WaitFor(t, 10*time.Second, "the gateway.settle span to end", func() bool {
+		spans = spans[:0]
+		for _, s := range rec.Ended() {
+			spans = append(spans, span{name: s.Name(), traceID: s.SpanContext().TraceID().String(),
+				spanID: s.SpanContext().SpanID().String(), parent: s.Parent().SpanID().String()})
+		}
+		for _, s := range spans {
+			if s.traceID == trace && s.name == gateway.SpanSettle {
+				return true
+			}
+		}
+		return false
+	})
+	spans = append(spans, col.all()...)
 
 	run := byName(t, spans, trace, api.SpanRun)
 	require.Equal(t, byName(t, spans, trace, api.SpanEnqueue).parent, run.spanID)
