@@ -167,10 +167,15 @@ func measureSessions(b *testing.B, n int) *sessionFigures {
 	// sessions sharing few connections (max_connections=300 in with-postgres).
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	pool := pgtest.DBConfig(b, func(c *pgxpool.Config) { c.MaxConns = 32 })
 	reg, err := kinds.NewRegistry(sim.Kind)
 	require.NoError(b, err)
 	q := queue.New(reg, hclog.NewNullLogger())
+	pool := pgtest.DBConfig(b, func(c *pgxpool.Config) {
+		c.MaxConns = 32
+		// As bc-server's pool: a new connection runs the gateway's
+		// statements once before it serves a dispatch.
+		c.AfterConnect = queue.WarmConn
+	})
 	gw := gateway.New(pool, q, hclog.NewNullLogger(), gateway.Options{})
 	go gw.Run(ctx)
 	addr, stop, err = sim.Serve(gw, ca)

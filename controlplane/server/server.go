@@ -141,6 +141,10 @@ func New(ctx context.Context, cfg Config, reg *kinds.Registry, logger hclog.Logg
 	if poolCfg.MaxConns <= 0 {
 		poolCfg.MaxConns = int32(max(8, 4*runtime.GOMAXPROCS(0)))
 	}
+	// A new connection runs the gateway's statements once before it
+	// serves anyone: a backend's first run of a statement costs far more
+	// than the next (queue.Warm).
+	poolCfg.AfterConnect = queue.WarmConn
 	pool, err := store.OpenConfig(ctx, poolCfg, logger)
 	if err != nil {
 		return nil, err

@@ -8,6 +8,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -36,9 +37,21 @@ func Open(ctx context.Context, dsn string, logger hclog.Logger) (*pgxpool.Pool, 
 }
 
 // OpenConfig is Open with a parsed pool configuration, to which it applies
-// ConfigurePool.
+// ConfigurePool. The configuration's AfterConnect, when set, runs on each
+// new connection only once the schema is migrated (it may prepare
+// statements over the tables: queue.Warm), so the connections made before,
+// the migration's, are closed once it is done.
 func OpenConfig(ctx context.Context, cfg *pgxpool.Config, logger hclog.Logger) (*pgxpool.Pool, error) {
 	ConfigurePool(cfg)
+	var migrated atomic.Bool
+	if after := cfg.AfterConnect; after != nil {
+		cfg.AfterConnect = func(ctx context.Context, c *pgx.Conn) error {
+			if !migrated.Load() {
+				return nil
+			}
+			return after(ctx, c)
+		}
+	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("connecting to postgres: %w", err)
@@ -46,6 +59,10 @@ func OpenConfig(ctx context.Context, cfg *pgxpool.Config, logger hclog.Logger) (
 	if err := Migrate(ctx, pool, logger); err != nil {
 		pool.Close()
 		return nil, err
+	}
+	migrated.Store(true)
+	if cfg.AfterConnect != nil {
+		pool.Reset()
 	}
 	return pool, nil
 }
