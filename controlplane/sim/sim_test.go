@@ -78,8 +78,12 @@ func TestSteady_MeasuresEveryCommand(t *testing.T) {
 	t.Parallel()
 	cp := startControlPlane(t)
 	target, f := cp.fleet(t, 10)
+	// The marks bracket the run (BenchmarkSessions samples between them).
+	var marks []string
+	target.Mark = func(name string) { marks = append(marks, name) }
 	res, err := sim.Steady(context.Background(), target, sim.SteadyOptions{Commands: 30, Concurrency: 3})
 	require.NoError(t, err)
+	require.Equal(t, []string{"steady-started", "steady-finished"}, marks)
 	require.Equal(t, 30, res.Dispatch.Count)
 	require.Zero(t, res.Lost)
 	require.Positive(t, res.Dispatch.P50)
@@ -98,8 +102,11 @@ func TestFanout_EveryNodeSettles(t *testing.T) {
 	t.Parallel()
 	cp := startControlPlane(t)
 	target, f := cp.fleet(t, 20)
+	var marks []string
+	target.Mark = func(name string) { marks = append(marks, name) }
 	res, err := sim.Fanout(context.Background(), target, time.Minute)
 	require.NoError(t, err)
+	require.Equal(t, []string{"fanout-committed", "fanout-settled"}, marks)
 	require.Equal(t, 20, res.Nodes)
 	require.Equal(t, 20, res.Succeeded)
 	require.Equal(t, 20, res.Receipt.Count)

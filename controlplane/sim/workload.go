@@ -22,10 +22,11 @@ type Target struct {
 	Queue    *queue.Queue
 	TenantID string
 	Fleet    *Fleet
-	// Mark, when set, is told when a fan-out committed
-	// ("fanout-committed") and when it settled ("fanout-settled"): a
-	// caller measuring what each process spends in between (bc-sim
-	// --marks, BenchmarkSessions) acts on the event itself.
+	// Mark, when set, is told when the steady workload starts
+	// ("steady-started") and ends ("steady-finished"), when a fan-out
+	// committed ("fanout-committed") and when it settled
+	// ("fanout-settled"): a caller measuring what happens in between
+	// (bc-sim --marks, BenchmarkSessions) acts on the event itself.
 	Mark func(name string)
 }
 
@@ -108,6 +109,8 @@ func Steady(ctx context.Context, t Target, o SteadyOptions) (SteadyResult, error
 		wg       sync.WaitGroup
 	)
 	nodes := t.Fleet.Daemons
+	t.mark("steady-started")
+	defer t.mark("steady-finished")
 	start := time.Now()
 	for w := 0; w < o.Concurrency; w++ {
 		wg.Add(1)

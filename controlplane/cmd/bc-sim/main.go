@@ -84,7 +84,7 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fs.DurationVar(&o.duration, "duration", 0, "steady: how long to send; idle: how long to hold the sessions (0 with idle: until interrupted)")
 	fs.DurationVar(&o.timeout, "timeout", 2*time.Minute, "fanout: how long one fan-out may take to settle")
 	fs.BoolVar(&o.jsonOut, "json", false, "print the report as one JSON object")
-	fs.BoolVar(&o.marks, "marks", false, "write a line to stderr when the fan-out commits and when it settles (mark fanout-committed, mark fanout-settled), for a caller that measures what each process spends in between")
+	fs.BoolVar(&o.marks, "marks", false, "write a line to stderr when the steady workload starts and ends (mark steady-started, mark steady-finished) and when the fan-out commits and settles (mark fanout-committed, mark fanout-settled), for a caller that measures what happens in between")
 	fs.BoolVar(&o.waitStdin, "wait-stdin", false, "after every session is open, wait for a line on stdin before the workload (a benchmark measures the idle fleet meanwhile)")
 	fs.StringVar(&o.logLevel, "log-level", "warn", "log level on stderr")
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the workload (from the end of the idle wait to the report) to this file, for go tool pprof")
