@@ -260,12 +260,13 @@ func startLateSampler(period time.Duration) *lateSampler {
 	go func() {
 		defer close(l.done)
 		for {
-			t0 := time.Now()
 			select {
 			case <-l.stop:
 				return
-			case <-time.After(l.period):
+			default:
 			}
+			t0 := time.Now()
+			time.Sleep(l.period)
 			l.late = append(l.late, time.Since(t0)-l.period)
 		}
 	}()

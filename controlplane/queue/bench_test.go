@@ -16,6 +16,7 @@ import (
 	"github.com/better-compute/commands/internal/trust"
 	"github.com/hashicorp/go-hclog"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 )
 
@@ -35,14 +36,7 @@ SELECT pg_notify('bc_events', id) FROM ins`
 // ceiling p50 (1.0 is as fast as the ceiling).
 func BenchmarkEnqueue(b *testing.B) {
 	ctx := context.Background()
-	pool := pgtest.DB(b)
-	reg, err := kinds.NewRegistry(refreshKind)
-	require.NoError(b, err)
-	q := queue.New(reg, hclog.NewNullLogger())
-	ten, err := q.CreateTenant(ctx, pool, queue.Tenant{})
-	require.NoError(b, err)
-	node, err := q.CreateNode(ctx, pool, queue.Node{TenantID: ten.ID})
-	require.NoError(b, err)
+	pool, q, ten, node := benchNode(b)
 	floorNode, err := q.CreateNode(ctx, pool, queue.Node{TenantID: ten.ID})
 	require.NoError(b, err)
 	payload := json.RawMessage(`{"sections":["gpus"],"rescan":true}`)
@@ -83,6 +77,22 @@ func BenchmarkEnqueue(b *testing.B) {
 	b.ReportMetric(float64(f50.Nanoseconds()), "floor-p50-ns")
 	b.ReportMetric(float64(f99.Nanoseconds()), "floor-p99-ns")
 	b.ReportMetric(float64(p50)/float64(f50), "ratio")
+}
+
+// benchNode is a benchmark's database of its own, a queue of refreshKind,
+// and one tenant with one node.
+func benchNode(b *testing.B) (*pgxpool.Pool, *queue.Queue, queue.Tenant, queue.Node) {
+	b.Helper()
+	ctx := context.Background()
+	pool := pgtest.DB(b)
+	reg, err := kinds.NewRegistry(refreshKind)
+	require.NoError(b, err)
+	q := queue.New(reg, hclog.NewNullLogger())
+	ten, err := q.CreateTenant(ctx, pool, queue.Tenant{})
+	require.NoError(b, err)
+	node, err := q.CreateNode(ctx, pool, queue.Node{TenantID: ten.ID})
+	require.NoError(b, err)
+	return pool, q, ten, node
 }
 
 func percentiles(d []time.Duration) (p50, p99 time.Duration) {

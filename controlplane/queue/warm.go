@@ -43,19 +43,24 @@ func WarmConn(ctx context.Context, conn *pgx.Conn) error {
 // store.OpenConfig runs it once the schema is migrated), a new connection
 // pays that once, before it serves anyone.
 func (q *Queue) Warm(ctx context.Context, conn *pgx.Conn) error {
-	tx, err := conn.Begin(ctx)
-	if err != nil {
-		return fmt.Errorf("warming a connection: %w", err)
-	}
-	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
-	if _, err := q.ListOpenMany(ctx, tx, []string{warmNode}); err != nil {
-		return fmt.Errorf("warming a connection: %w", err)
-	}
-	if _, err := q.NodesWithOpen(ctx, tx, []string{warmNode}); err != nil {
-		return fmt.Errorf("warming a connection: %w", err)
-	}
-	if _, err := q.TransitionSet(ctx, tx, []Transition{{CommandID: warmCommand, NodeID: warmNode, To: Dispatched}}); err != nil {
+	if err := q.warm(ctx, conn); err != nil {
 		return fmt.Errorf("warming a connection: %w", err)
 	}
 	return nil
+}
+
+func (q *Queue) warm(ctx context.Context, conn *pgx.Conn) error {
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	if _, err := q.ListOpenMany(ctx, tx, []string{warmNode}); err != nil {
+		return err
+	}
+	if _, err := q.NodesWithOpen(ctx, tx, []string{warmNode}); err != nil {
+		return err
+	}
+	_, err = q.TransitionSet(ctx, tx, []Transition{{CommandID: warmCommand, NodeID: warmNode, To: Dispatched}})
+	return err
 }

@@ -2,17 +2,13 @@ package queue_test
 
 import (
 	"context"
-	"fmt"
 	"testing"
 	"time"
 
-	"github.com/hashicorp/go-hclog"
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
-	"github.com/better-compute/commands/controlplane/kinds"
 	"github.com/better-compute/commands/controlplane/queue"
-	"github.com/better-compute/commands/internal/pgtest"
 )
 
 // BenchmarkFirstDispatchOnANewConnection measures the first dispatch (BEGIN,
@@ -25,14 +21,7 @@ import (
 // runs however large b.N is (make bench's 2000x).
 func BenchmarkFirstDispatchOnANewConnection(b *testing.B) {
 	ctx := context.Background()
-	pool := pgtest.DB(b)
-	reg, err := kinds.NewRegistry(refreshKind)
-	require.NoError(b, err)
-	q := queue.New(reg, hclog.NewNullLogger())
-	ten, err := q.CreateTenant(ctx, pool, queue.Tenant{})
-	require.NoError(b, err)
-	node, err := q.CreateNode(ctx, pool, queue.Node{TenantID: ten.ID})
-	require.NoError(b, err)
+	pool, q, ten, node := benchNode(b)
 	epoch, err := q.BeginSession(ctx, pool, node.ID)
 	require.NoError(b, err)
 	var c queue.Command
@@ -84,5 +73,5 @@ func BenchmarkFirstDispatchOnANewConnection(b *testing.B) {
 	b.ReportMetric(float64(f50.Nanoseconds()), "floor-p50-ns")
 	b.ReportMetric(float64(c50)/float64(f50), "ratio-cold")
 	b.ReportMetric(float64(w50)/float64(f50), "ratio-warmed")
-	b.Log(fmt.Sprintf("first dispatch on a new connection: cold %s, warmed %s; on a used one %s", c50, w50, f50))
+	b.Logf("first dispatch on a new connection: cold %s, warmed %s; on a used one %s", c50, w50, f50)
 }
