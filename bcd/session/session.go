@@ -33,6 +33,7 @@ import (
 	"github.com/better-compute/commands/bcd/daemon"
 	"github.com/better-compute/commands/bcd/secrets"
 	"github.com/better-compute/commands/bcd/truststore"
+	"github.com/better-compute/commands/internal/sessiongrpc"
 	agentv1 "github.com/better-compute/commands/proto/bc/agent/v1"
 	"github.com/better-compute/commands/sdk/kind"
 )
@@ -231,7 +232,7 @@ func (c *Client) Run(ctx context.Context) error {
 	defer c.Close()
 	go c.forward(ctx)
 	creds := grpc.WithTransportCredentials(credentials.NewTLS(c.cfg.TLS))
-	opts := append([]grpc.DialOption{}, c.cfg.DialOptions...)
+	opts := append(sessiongrpc.DialOptions(), c.cfg.DialOptions...)
 	if c.cfg.TLS != nil {
 		opts = append(opts, creds)
 	}

@@ -71,7 +71,11 @@ func TestSession_AStaleSpecIsReportedAsNotApplied(t *testing.T) {
 	push(3)
 	push(2)
 	push(4)
-	testutil.WaitFor(t, 30*time.Second, "generation 4 to be applied", func() bool { return r.state.Generation() == 4 })
+	// The daemon logs an applied spec just after it stores it: wait for the
+	// line, not only for the state, before reading the log.
+	testutil.WaitFor(t, 30*time.Second, "generation 4 to be applied and logged", func() bool {
+		return r.state.Generation() == 4 && strings.Contains(logs.String(), "node spec applied: generation=4 ")
+	})
 	out := logs.String()
 	require.Equal(t, 2, strings.Count(out, "node spec applied"), "generations 3 and 4, never 2:\n%s", out)
 	require.Contains(t, out, "node spec not applied: generation=2 applied_generation=3 reason=stale")

@@ -35,6 +35,7 @@ import (
 	"github.com/better-compute/commands/controlplane/queue"
 	"github.com/better-compute/commands/controlplane/sim"
 	"github.com/better-compute/commands/internal/pgtest"
+	"github.com/better-compute/commands/internal/sessiongrpc"
 	"github.com/better-compute/commands/internal/testutil"
 )
 
@@ -433,9 +434,11 @@ func bareRoundTrips(b *testing.B, ca *pki.CA, n int) (sim.Latency, time.Duration
 	require.NoError(b, err)
 	scert, err := tls.X509KeyPair(certPEM, keyPEM)
 	require.NoError(b, err)
-	srv := grpc.NewServer(grpc.Creds(credentials.NewTLS(&tls.Config{
+	// The sessions' transport settings, so that the floor differs from a
+	// session only by what the gateway does.
+	srv := grpc.NewServer(append([]grpc.ServerOption{grpc.Creds(credentials.NewTLS(&tls.Config{
 		Certificates: []tls.Certificate{scert}, ClientAuth: tls.RequireAndVerifyClientCert, ClientCAs: ca.Pool(), MinVersion: tls.VersionTLS13,
-	})))
+	}))}, sessiongrpc.ServerOptions()...)...)
 	healthpb.RegisterHealthServer(srv, health.NewServer())
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(b, err)
@@ -443,9 +446,9 @@ func bareRoundTrips(b *testing.B, ca *pki.CA, n int) (sim.Latency, time.Duration
 	defer srv.Stop()
 	certs, err := sim.IssueCerts(ca, []string{"node_floor"})
 	require.NoError(b, err)
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{
+	conn, err := grpc.NewClient(lis.Addr().String(), append([]grpc.DialOption{grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{
 		Certificates: certs, RootCAs: ca.Pool(), MinVersion: tls.VersionTLS13,
-	})))
+	}))}, sessiongrpc.DialOptions()...)...)
 	require.NoError(b, err)
 	defer conn.Close()
 	client := healthpb.NewHealthClient(conn)

@@ -42,6 +42,7 @@ import (
 	"github.com/better-compute/commands/controlplane/store"
 	"github.com/better-compute/commands/controlplane/sweeper"
 	"github.com/better-compute/commands/controlplane/trustbundle"
+	"github.com/better-compute/commands/internal/sessiongrpc"
 	"github.com/better-compute/commands/internal/tracing"
 	"github.com/better-compute/commands/internal/version"
 	agentv1 "github.com/better-compute/commands/proto/bc/agent/v1"
@@ -324,10 +325,10 @@ func (s *Server) newGateway(gc GatewayConfig) error {
 	})
 	s.join = join.New(s.pool, s.queue, ca, s.trust, s.logger)
 	s.sessions = newNodeSessions(s.pool, s.queue, s.logger)
-	s.gwGRPC = grpc.NewServer(grpc.Creds(credentials.NewTLS(&tls.Config{
+	s.gwGRPC = grpc.NewServer(append([]grpc.ServerOption{grpc.Creds(credentials.NewTLS(&tls.Config{
 		Certificates: []tls.Certificate{pair}, ClientCAs: ca.Pool(),
 		ClientAuth: tls.VerifyClientCertIfGiven, MinVersion: tls.VersionTLS12,
-	})), grpc.ChainStreamInterceptor(s.sessions.interceptor()))
+	})), grpc.ChainStreamInterceptor(s.sessions.interceptor())}, sessiongrpc.ServerOptions()...)...)
 	agentv1.RegisterSessionServer(s.gwGRPC, s.gateway)
 	agentv1.RegisterJoinServer(s.gwGRPC, s.join)
 	if s.gwLis, err = net.Listen("tcp", gc.Listen); err != nil {

@@ -12,7 +12,6 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
-	"github.com/better-compute/commands/internal/trust"
 	"sync"
 	"time"
 
@@ -24,6 +23,8 @@ import (
 	"github.com/better-compute/commands/controlplane/fakedaemon"
 	"github.com/better-compute/commands/controlplane/pki"
 	"github.com/better-compute/commands/controlplane/queue"
+	"github.com/better-compute/commands/internal/sessiongrpc"
+	"github.com/better-compute/commands/internal/trust"
 	agentv1 "github.com/better-compute/commands/proto/bc/agent/v1"
 	"github.com/better-compute/commands/sdk/kind"
 )
@@ -161,9 +162,9 @@ func StartFleet(ctx context.Context, cfg FleetConfig) (*Fleet, error) {
 	cctx, ccancel := context.WithTimeout(ctx, cfg.ConnectTimeout)
 	defer ccancel()
 	for i, id := range cfg.NodeIDs {
-		conn, err := grpc.NewClient(cfg.Addr, grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{
+		conn, err := grpc.NewClient(cfg.Addr, append([]grpc.DialOption{grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{
 			Certificates: []tls.Certificate{cfg.Certs[i]}, RootCAs: cfg.RootCAs, ServerName: cfg.ServerName, MinVersion: tls.VersionTLS13,
-		})))
+		}))}, sessiongrpc.DialOptions()...)...)
 		if err != nil {
 			f.Close()
 			return nil, fmt.Errorf("fleet: client for %s: %w", id, err)

@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc/credentials"
 
 	"github.com/better-compute/commands/controlplane/pki"
+	"github.com/better-compute/commands/internal/sessiongrpc"
 	agentv1 "github.com/better-compute/commands/proto/bc/agent/v1"
 )
 
@@ -25,9 +26,9 @@ func Serve(srv agentv1.SessionServer, ca *pki.CA) (addr string, stop func(), err
 	if err != nil {
 		return "", nil, fmt.Errorf("serving key pair: %w", err)
 	}
-	gs := grpc.NewServer(grpc.Creds(credentials.NewTLS(&tls.Config{
+	gs := grpc.NewServer(append([]grpc.ServerOption{grpc.Creds(credentials.NewTLS(&tls.Config{
 		Certificates: []tls.Certificate{cert}, ClientAuth: tls.RequireAndVerifyClientCert, ClientCAs: ca.Pool(), MinVersion: tls.VersionTLS13,
-	})))
+	}))}, sessiongrpc.ServerOptions()...)...)
 	agentv1.RegisterSessionServer(gs, srv)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
