@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/better-compute/commands/controlplane/pgtx"
 )
@@ -16,7 +17,10 @@ import (
 // else nothing (not found). One statement then stores hundreds of nodes'
 // reports: PostgreSQL's per-statement work (parse, plan, executor start, the
 // outbox trigger and its NOTIFY) is paid once for all of them, which is what
-// a fan-out to 10,000 nodes needs (BenchmarkSessions). Every guard of
+// a fan-out to 10,000 nodes needs (BenchmarkSessions). The ids are also an
+// index condition on commands (c.id = ANY), and the rows it left unchanged
+// are found by a hashed NOT IN, not by comparing every row with every
+// updated one (TestTransitionSetReadsOnlyTheCommandsItNames). Every guard of
 // transitionCTE holds row by row; the same command twice in one statement
 // would be updated once, so TransitionSet never sends that.
 var transitionSetSQL = `
@@ -43,7 +47,7 @@ WITH t AS (
     next_attempt_at = NULL,
     updated_at = now()
   FROM t
-  WHERE c.id = t.id AND (t.node_id = '' OR c.node_id = t.node_id)
+  WHERE c.id = ANY($1::text[]) AND c.id = t.id AND (t.node_id = '' OR c.node_id = t.node_id)
     AND bc_state_rank(c.state) < bc_state_rank(t.to_state)
     AND (t.epoch = 0 OR EXISTS (SELECT 1 FROM nodes n WHERE n.id = c.node_id AND n.session_epoch = t.epoch))
   RETURNING ` + commandColumns("c") + `, t.ord
@@ -51,7 +55,7 @@ WITH t AS (
 SELECT *, true FROM u
 UNION ALL
 SELECT ` + commandColumns("c") + `, t.ord, false FROM t JOIN commands c ON c.id = t.id AND (t.node_id = '' OR c.node_id = t.node_id)
-WHERE NOT EXISTS (SELECT 1 FROM u WHERE u.ord = t.ord)`
+WHERE c.id = ANY($1::text[]) AND t.ord NOT IN (SELECT ord FROM u)`
 
 // TransitionSet applies many state reports in tx, each with the semantics
 // of Transition (a guarded UPDATE that lands only when its state ranks
@@ -79,7 +83,7 @@ func (q *Queue) TransitionSet(ctx context.Context, tx pgx.Tx, ts []Transition) (
 		// unless a settle hook may have statements to add after it: for
 		// what an earlier statement settled, or what this one may.
 		final := k == len(rs)-1 && (q.hook() == nil || (len(settled) == 0 && !anyTerminal(ts, round)))
-		s, err := q.transitionRound(ctx, tx, ts, round, out, final)
+		s, err := q.transitionRound(ctx, tx, ts, round, out, k == 0, k == len(rs)-1, final)
 		if err != nil {
 			return nil, err
 		}
@@ -105,10 +109,12 @@ func anyTerminal(ts []Transition, round []int) bool {
 }
 
 // transitionRound sends the transitions ts[round...] (no command twice) in
-// one statement, fills their out entries and returns what it settled. With
-// final, the statement goes through pgtx.SendFinal: with the transaction's
-// COMMIT when ctx carries its Final.
-func (q *Queue) transitionRound(ctx context.Context, tx pgx.Tx, ts []Transition, round []int, out []TransitionResult, final bool) ([]Command, error) {
+// one statement, fills their out entries and returns what it settled. The
+// first round turns indexed reads on ahead of its statement, in the same
+// round trip, and the last turns them off again after its own, so that no
+// later statement of the caller's transaction runs with them (indexedReads). With final, the statement goes through pgtx.SendFinal:
+// with the transaction's COMMIT when ctx carries its Final.
+func (q *Queue) transitionRound(ctx context.Context, tx pgx.Tx, ts []Transition, round []int, out []TransitionResult, first, last, final bool) ([]Command, error) {
 	n := len(round)
 	var (
 		ids, states, reasons, progress, nodes, messages, versions = make([]string, n), make([]string, n), make([]string, n), make([]*string, n), make([]string, n), make([]string, n), make([]string, n)
@@ -135,6 +141,9 @@ func (q *Queue) transitionRound(ctx context.Context, tx pgx.Tx, ts []Transition,
 	// pgtx) sends both in one round trip.
 	var settled []Command
 	b := &pgx.Batch{}
+	if first {
+		indexedReads(b, true)
+	}
 	b.Queue(transitionSetSQL, ids, states, reasons, results, sums, sigs, rebooted, epochs, progress, nodes, messages, resultBytes, versions).Query(func(rows pgx.Rows) error {
 		settled = settled[:0]
 		var (
@@ -162,6 +171,9 @@ func (q *Queue) transitionRound(ctx context.Context, tx pgx.Tx, ts []Transition,
 		}
 		return rows.Err()
 	})
+	if last {
+		indexedReads(b, false)
+	}
 	send := func() error { return tx.SendBatch(ctx, b).Close() }
 	if final {
 		send = func() error { return pgtx.SendFinal(ctx, tx, b) }
@@ -171,6 +183,27 @@ func (q *Queue) transitionRound(ctx context.Context, tx pgx.Tx, ts []Transition,
 	}
 	// An entry the database did not answer stays zero: not found.
 	return settled, nil
+}
+
+// indexedReads queues, on b, the statement that makes the transaction's
+// next statements read tables through their indexes (on), or as the session
+// would again (off). A group of transitions names its commands by id, a few
+// hundred at most; PostgreSQL, counting an index probe as four page reads,
+// would rather read the whole commands table once the group has more than a
+// few dozen (and, given the ids as a parameter, test each row against every
+// id): 3 ms a statement with 8,000 commands kept, growing with every
+// command kept, in each of the hundreds of groups that a fan-out to 10,000
+// nodes stores (TestTransitionSetReadsOnlyTheCommandsItNames).
+func indexedReads(b *pgx.Batch, on bool) {
+	b.Queue(indexedReadSetting(on)).Exec(func(pgconn.CommandTag) error { return nil })
+}
+
+// indexedReadSetting is indexedReads' statement.
+func indexedReadSetting(on bool) string {
+	if on {
+		return `SELECT set_config('enable_seqscan', 'off', true)`
+	}
+	return `SET LOCAL enable_seqscan TO DEFAULT`
 }
 
 // rounds splits the indexes 0..n-1 into rounds in which no key appears
