@@ -112,8 +112,9 @@ func anyTerminal(ts []Transition, round []int) bool {
 // one statement, fills their out entries and returns what it settled. The
 // first round turns indexed reads on ahead of its statement, in the same
 // round trip, and the last turns them off again after its own, so that no
-// later statement of the caller's transaction runs with them (indexedReads). With final, the statement goes through pgtx.SendFinal:
-// with the transaction's COMMIT when ctx carries its Final.
+// later statement of the caller's transaction runs with them
+// (indexedReads). With final, the batch goes through pgtx.SendFinal: with
+// the transaction's COMMIT when ctx carries its Final.
 func (q *Queue) transitionRound(ctx context.Context, tx pgx.Tx, ts []Transition, round []int, out []TransitionResult, first, last, final bool) ([]Command, error) {
 	n := len(round)
 	var (
