@@ -83,7 +83,7 @@ func (q *Queue) TransitionSet(ctx context.Context, tx pgx.Tx, ts []Transition) (
 		// unless a settle hook may have statements to add after it: for
 		// what an earlier statement settled, or what this one may.
 		final := k == len(rs)-1 && (q.hook() == nil || (len(settled) == 0 && !anyTerminal(ts, round)))
-		s, err := q.transitionRound(ctx, tx, ts, round, out, k == 0, k == len(rs)-1, final)
+		s, err := q.transitionRound(ctx, tx, ts, round, out, final)
 		if err != nil {
 			return nil, err
 		}
@@ -110,12 +110,12 @@ func anyTerminal(ts []Transition, round []int) bool {
 
 // transitionRound sends the transitions ts[round...] (no command twice) in
 // one statement, fills their out entries and returns what it settled. The
-// first round turns indexed reads on ahead of its statement, in the same
-// round trip, and the last turns them off again after its own, so that no
-// later statement of the caller's transaction runs with them
-// (indexedReads). With final, the batch goes through pgtx.SendFinal: with
-// the transaction's COMMIT when ctx carries its Final.
-func (q *Queue) transitionRound(ctx context.Context, tx pgx.Tx, ts []Transition, round []int, out []TransitionResult, first, last, final bool) ([]Command, error) {
+// statement runs with indexed reads, turned on just before it and off just
+// after, in the same round trip (indexedReads): no other statement of the
+// caller's transaction runs with them, even after an error here. With
+// final, the batch goes through pgtx.SendFinal: with the transaction's
+// COMMIT when ctx carries its Final.
+func (q *Queue) transitionRound(ctx context.Context, tx pgx.Tx, ts []Transition, round []int, out []TransitionResult, final bool) ([]Command, error) {
 	n := len(round)
 	var (
 		ids, states, reasons, progress, nodes, messages, versions = make([]string, n), make([]string, n), make([]string, n), make([]*string, n), make([]string, n), make([]string, n), make([]string, n)
@@ -142,9 +142,7 @@ func (q *Queue) transitionRound(ctx context.Context, tx pgx.Tx, ts []Transition,
 	// pgtx) sends both in one round trip.
 	var settled []Command
 	b := &pgx.Batch{}
-	if first {
-		indexedReads(b, true)
-	}
+	indexedReads(b, true)
 	b.Queue(transitionSetSQL, ids, states, reasons, results, sums, sigs, rebooted, epochs, progress, nodes, messages, resultBytes, versions).Query(func(rows pgx.Rows) error {
 		settled = settled[:0]
 		var (
@@ -172,9 +170,7 @@ func (q *Queue) transitionRound(ctx context.Context, tx pgx.Tx, ts []Transition,
 		}
 		return rows.Err()
 	})
-	if last {
-		indexedReads(b, false)
-	}
+	indexedReads(b, false)
 	send := func() error { return tx.SendBatch(ctx, b).Close() }
 	if final {
 		send = func() error { return pgtx.SendFinal(ctx, tx, b) }

@@ -1,10 +1,12 @@
 package sessiongrpc_test
 
 import (
+	"bytes"
 	"context"
 	"net"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
@@ -127,4 +129,31 @@ func TestAQuietSessionsExchangeCostsOneWriteAnEnd(t *testing.T) {
 	t.Logf("dynamic windows: server %.2f writes %.1f bytes, client %.2f writes %.1f bytes an exchange", dserver.writes, dserver.bytes, dclient.writes, dclient.bytes)
 	require.Greater(t, dserver.bytes, server.bytes, "server bytes an exchange: gRPC's defaults add PINGs")
 	require.Greater(t, dclient.bytes, client.bytes, "client bytes an exchange: gRPC's defaults add PING answers")
+}
+
+// A message larger than the window (a result near gRPC's 4 MiB limit)
+// still crosses a session, the receiver granting its size as it reads it.
+func TestAReportLargerThanTheWindowStillFlows(t *testing.T) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	srv := grpc.NewServer(sessiongrpc.ServerOptions()...)
+	agentv1.RegisterSessionServer(srv, acker{})
+	go func() { _ = srv.Serve(lis) }()
+	t.Cleanup(srv.Stop)
+	conn, err := grpc.NewClient(lis.Addr().String(), append(sessiongrpc.DialOptions(),
+		grpc.WithTransportCredentials(insecure.NewCredentials()))...)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = conn.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	stream, err := agentv1.NewSessionClient(conn).Connect(ctx)
+	require.NoError(t, err)
+	result := bytes.Repeat([]byte("x"), 4*sessiongrpc.Window)
+	for seq := int64(1); seq <= 3; seq++ {
+		require.NoError(t, stream.Send(&agentv1.NodeMessage{Msg: &agentv1.NodeMessage_Update{Update: &agentv1.CommandUpdate{
+			CommandId: "c", UpdateSeq: seq, State: agentv1.CommandState_COMMAND_STATE_SUCCEEDED, Result: result}}}))
+		m, err := stream.Recv()
+		require.NoError(t, err)
+		require.Equal(t, seq, m.GetAck().GetUpdateSeq())
+	}
 }
