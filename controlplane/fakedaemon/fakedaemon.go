@@ -100,6 +100,11 @@ type Daemon struct {
 	secretResponses []*agentv1.SecretResponse
 	onCommand       func(*agentv1.Command)
 	envelopes       []*agentv1.CommandEnvelope
+	// seqs is each command's last update_seq; terminalSeq the seq of its
+	// terminal update until the gateway acknowledges it (onTerminalAck).
+	seqs          map[string]int64
+	terminalSeq   map[string]int64
+	onTerminalAck func(commandID string)
 }
 
 // New returns a fake node with fresh journal and boot ids.
@@ -113,6 +118,9 @@ func New(nodeID string) *Daemon {
 		running:   map[string]context.CancelFunc{},
 		runs:      map[string]int{},
 		acks:      map[string]int{},
+		seqs:      map[string]int64{},
+
+		terminalSeq: map[string]int64{},
 	}
 }
 
@@ -137,6 +145,25 @@ func (d *Daemon) OnCommand(f func(*agentv1.Command)) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.onCommand = f
+}
+
+// OnTerminalAck sets a hook called when the gateway acknowledges a
+// command's terminal update (again for a terminal update replayed from the
+// journal): "UpdateAck tells the node an update is stored", so the command
+// is settled in the database by then, unless the session was fenced (a
+// fleet simulator times a fan-out's settling by it, and reads the database
+// once at the end).
+func (d *Daemon) OnTerminalAck(f func(commandID string)) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.onTerminalAck = f
+}
+
+// nextSeq is command id's next update_seq, as bcd numbers a command's
+// updates; d.mu is held.
+func (d *Daemon) nextSeq(id string) int64 {
+	d.seqs[id]++
+	return d.seqs[id]
 }
 
 // SecretResponses returns every SecretResponse the gateway sent so far.
@@ -276,9 +303,19 @@ func (d *Daemon) Run(ctx context.Context, conn grpc.ClientConnInterface) error {
 			d.specs = append(d.specs, m.Spec)
 			d.mu.Unlock()
 		case *agentv1.GatewayMessage_Ack:
+			id := m.Ack.GetCommandId()
 			d.mu.Lock()
-			d.acks[m.Ack.GetCommandId()]++
+			d.acks[id]++
+			var hook func(string)
+			// An acknowledgement covers its command's updates up to its seq.
+			if ts, ok := d.terminalSeq[id]; ok && m.Ack.GetUpdateSeq() >= ts {
+				delete(d.terminalSeq, id)
+				hook = d.onTerminalAck
+			}
 			d.mu.Unlock()
+			if hook != nil {
+				hook(id)
+			}
 		case *agentv1.GatewayMessage_SecretResponse:
 			d.mu.Lock()
 			d.secretResponses = append(d.secretResponses, m.SecretResponse)
@@ -305,6 +342,14 @@ func (d *Daemon) handle(ctx context.Context, cmd *agentv1.Command, env *agentv1.
 	update := func(u *agentv1.CommandUpdate) {
 		u.CommandId = cmd.GetId()
 		u.SessionEpoch = epoch
+		d.mu.Lock()
+		if u.UpdateSeq == 0 {
+			u.UpdateSeq = d.nextSeq(cmd.GetId())
+		}
+		if stateTerminal(u.GetState()) && u.GetRejectCode() != agentv1.RejectCode_REJECT_CODE_BUSY {
+			d.terminalSeq[cmd.GetId()] = u.UpdateSeq
+		}
+		d.mu.Unlock()
 		_ = send(&agentv1.NodeMessage{Msg: &agentv1.NodeMessage_Update{Update: u}})
 	}
 	d.mu.Lock()
@@ -330,7 +375,8 @@ func (d *Daemon) handle(ctx context.Context, cmd *agentv1.Command, env *agentv1.
 	if d.Verify != nil {
 		if err := d.Verify(env); err != nil {
 			u := &agentv1.CommandUpdate{CommandId: cmd.GetId(), State: agentv1.CommandState_COMMAND_STATE_REJECTED,
-				RejectCode: agentv1.RejectCode_REJECT_CODE_BAD_SIGNATURE, Reason: "BAD_SIGNATURE", Message: err.Error()}
+				RejectCode: agentv1.RejectCode_REJECT_CODE_BAD_SIGNATURE, Reason: "BAD_SIGNATURE", Message: err.Error(),
+				UpdateSeq: d.nextSeq(cmd.GetId())}
 			d.journal[cmd.GetId()] = u
 			d.mu.Unlock()
 			if hook != nil {
@@ -371,6 +417,8 @@ func (d *Daemon) handle(ctx context.Context, cmd *agentv1.Command, env *agentv1.
 		}
 		d.mu.Lock()
 		delete(d.running, cmd.GetId())
+		// Numbered before it is journaled: a replay resends the same seq.
+		u.UpdateSeq = d.nextSeq(cmd.GetId())
 		if u.GetRejectCode() != agentv1.RejectCode_REJECT_CODE_BUSY {
 			d.journal[cmd.GetId()] = u
 		}
@@ -439,4 +487,15 @@ func (d *Daemon) handle(ctx context.Context, cmd *agentv1.Command, env *agentv1.
 		res = json.RawMessage(`{"ok":true}`)
 	}
 	finish(&agentv1.CommandUpdate{State: agentv1.CommandState_COMMAND_STATE_SUCCEEDED, Result: res})
+}
+
+// stateTerminal reports whether st ends a command.
+func stateTerminal(st agentv1.CommandState) bool {
+	switch st {
+	case agentv1.CommandState_COMMAND_STATE_SUCCEEDED, agentv1.CommandState_COMMAND_STATE_FAILED,
+		agentv1.CommandState_COMMAND_STATE_REJECTED, agentv1.CommandState_COMMAND_STATE_EXPIRED,
+		agentv1.CommandState_COMMAND_STATE_CANCELLED:
+		return true
+	}
+	return false
 }

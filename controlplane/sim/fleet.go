@@ -127,10 +127,11 @@ type Fleet struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
-	// mu guards waiters and early.
-	mu      sync.Mutex
-	waiters map[string]chan time.Time
-	early   map[string]time.Time
+	// mu guards receipts, settles and ended.
+	mu sync.Mutex
+	// receipts are when commands first reached their nodes; settles when
+	// the gateway first acknowledged their terminal updates.
+	receipts, settles arrivals
 	// ended counts sessions that ended before Close.
 	ended int
 }
@@ -153,7 +154,7 @@ func StartFleet(ctx context.Context, cfg FleetConfig) (*Fleet, error) {
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	f := &Fleet{
 		logger: cfg.Logger.Named("fleet"), cancel: cancel,
-		waiters: map[string]chan time.Time{}, early: map[string]time.Time{},
+		receipts: newArrivals(), settles: newArrivals(),
 	}
 	start := time.Now()
 	sem := make(chan struct{}, cfg.Connecting)
@@ -172,6 +173,7 @@ func StartFleet(ctx context.Context, cfg FleetConfig) (*Fleet, error) {
 		f.conns = append(f.conns, conn)
 		d := fakedaemon.New(id)
 		d.OnCommand(f.received)
+		d.OnTerminalAck(f.settled)
 		f.Daemons = append(f.Daemons, d)
 		select {
 		case sem <- struct{}{}:
@@ -234,40 +236,80 @@ func waitWelcome(ctx context.Context, d *fakedaemon.Daemon, ended <-chan error) 
 
 // received is every daemon's command hook: it timestamps the first receipt.
 func (f *Fleet) received(cmd *agentv1.Command) {
-	now := time.Now()
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if ch, ok := f.waiters[cmd.GetId()]; ok {
-		delete(f.waiters, cmd.GetId())
-		ch <- now
-		return
-	}
-	if _, seen := f.early[cmd.GetId()]; !seen {
-		f.early[cmd.GetId()] = now
-	}
+	f.receipts.mark(cmd.GetId(), time.Now())
+}
+
+// settled is every daemon's terminal-acknowledgement hook: it timestamps the
+// first.
+func (f *Fleet) settled(commandID string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.settles.mark(commandID, time.Now())
 }
 
 // Expect returns a channel that receives the time the command first reached
 // its node. Call it before the command's transaction commits.
 func (f *Fleet) Expect(commandID string) <-chan time.Time {
-	ch := make(chan time.Time, 1)
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if t, ok := f.early[commandID]; ok {
-		delete(f.early, commandID)
-		ch <- t
-		return ch
-	}
-	f.waiters[commandID] = ch
-	return ch
+	return f.receipts.expect(commandID)
 }
 
-// Forget drops the expectation of a command (one that timed out).
+// ExpectSettled returns a channel that receives the time the gateway first
+// acknowledged the command's terminal update to its node: it was stored
+// (settled) by then. Call it before the command's transaction commits.
+func (f *Fleet) ExpectSettled(commandID string) <-chan time.Time {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.settles.expect(commandID)
+}
+
+// Forget drops the expectations of a command (one that timed out).
 func (f *Fleet) Forget(commandID string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	delete(f.waiters, commandID)
-	delete(f.early, commandID)
+	f.receipts.forget(commandID)
+	f.settles.forget(commandID)
+}
+
+// arrivals are the first times events happened to commands, handed to
+// whoever expects them: an event may come before its expectation.
+type arrivals struct {
+	waiters map[string]chan time.Time
+	early   map[string]time.Time
+}
+
+func newArrivals() arrivals {
+	return arrivals{waiters: map[string]chan time.Time{}, early: map[string]time.Time{}}
+}
+
+func (a arrivals) mark(id string, at time.Time) {
+	if ch, ok := a.waiters[id]; ok {
+		delete(a.waiters, id)
+		ch <- at
+		return
+	}
+	if _, seen := a.early[id]; !seen {
+		a.early[id] = at
+	}
+}
+
+func (a arrivals) expect(id string) <-chan time.Time {
+	ch := make(chan time.Time, 1)
+	if at, ok := a.early[id]; ok {
+		delete(a.early, id)
+		ch <- at
+		return ch
+	}
+	a.waiters[id] = ch
+	return ch
+}
+
+func (a arrivals) forget(id string) {
+	delete(a.waiters, id)
+	delete(a.early, id)
 }
 
 // Ended reports how many sessions ended on their own (the gateway closed
