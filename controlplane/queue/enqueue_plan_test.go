@@ -70,17 +70,7 @@ func TestEnqueueSetsGenericPlansBuiltOnEmptyTablesStillProbeTheirKeys(t *testing
 	require.NoError(t, err)
 
 	explain := func(tx pgx.Tx, stmt string) string {
-		rows, err := tx.Query(ctx, `EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) EXECUTE `+stmt, pgx.QueryExecModeSimpleProtocol)
-		require.NoError(t, err)
-		defer rows.Close()
-		var lines []string
-		for rows.Next() {
-			var l string
-			require.NoError(t, rows.Scan(&l))
-			lines = append(lines, l)
-		}
-		require.NoError(t, rows.Err())
-		return strings.Join(lines, "\n")
+		return explainAnalyze(t, tx, `EXECUTE `+stmt, pgx.QueryExecModeSimpleProtocol)
 	}
 	inGenericPlans(func(tx pgx.Tx) {
 		for _, stmt := range []string{`bykey` + keyArgs, `seq` + seqArgs} {
@@ -93,4 +83,21 @@ func TestEnqueueSetsGenericPlansBuiltOnEmptyTablesStillProbeTheirKeys(t *testing
 			require.NotContains(t, plan, "Rows Removed by Filter: 5", "%s:\n%s", stmt, plan)
 		}
 	})
+}
+
+// explainAnalyze is EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) of stmt in tx,
+// its lines joined: the plan as it ran, without the figures that vary.
+func explainAnalyze(t *testing.T, tx pgx.Tx, stmt string, args ...any) string {
+	t.Helper()
+	rows, err := tx.Query(context.Background(), `EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) `+stmt, args...)
+	require.NoError(t, err)
+	defer rows.Close()
+	var lines []string
+	for rows.Next() {
+		var l string
+		require.NoError(t, rows.Scan(&l))
+		lines = append(lines, l)
+	}
+	require.NoError(t, rows.Err())
+	return strings.Join(lines, "\n")
 }

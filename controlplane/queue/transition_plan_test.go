@@ -66,16 +66,7 @@ func TestTransitionSetReadsOnlyTheCommandsItNames(t *testing.T) {
 			_, err = tx.Exec(ctx, indexedReadSetting(true))
 			require.NoError(t, err)
 			// EXPLAIN EXECUTE takes no parameters: the arrays go as literals.
-			rows, err := tx.Query(ctx, `EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) EXECUTE `+name+`(`+arrayLiterals(group, ids, states, nodes)+`)`)
-			require.NoError(t, err)
-			var lines []string
-			for rows.Next() {
-				var l string
-				require.NoError(t, rows.Scan(&l))
-				lines = append(lines, l)
-			}
-			require.NoError(t, rows.Err())
-			plan := strings.Join(lines, "\n")
+			plan := explainAnalyze(t, tx, `EXECUTE `+name+`(`+arrayLiterals(group, ids, states, nodes)+`)`)
 			require.NotContains(t, plan, "Seq Scan on commands", "the group reads every command:\n%s", plan)
 			require.Regexp(t, `Index Scan (using|on) commands_pkey`, plan, "the group reads its commands by id:\n%s", plan)
 			require.NotContains(t, plan, "Rows Removed by Join Filter", "the group compares rows pairwise:\n%s", plan)
