@@ -30,3 +30,14 @@ func (g *Gateway) HoldGroups(t *testing.T) (release func()) {
 
 // GroupWaiting is how many stores wait for a group-commit worker.
 func (g *Gateway) GroupWaiting() int { return g.group.Waiting() }
+
+// Ticks is how often the timers of nodeID's sessions on this gateway fired.
+func (g *Gateway) Ticks(nodeID string) int64 {
+	g.hub.lock.Lock()
+	defer g.hub.lock.Unlock()
+	var n int64
+	for w := range g.hub.sessions[nodeID] {
+		n += w.ticks.Load()
+	}
+	return n
+}

@@ -43,7 +43,9 @@ type Options struct {
 	Credits map[kind.Lane]int
 	// Poll is the fallback wake-up when no NOTIFY arrives (default 2s), for
 	// a session whose last read found a pending command or a cancel to
-	// resend; any other session waits for a wake-up (waitsForWake).
+	// resend; any other session waits for a wake-up (waitsForWake) and
+	// holds no timer (needsTick). The gateway also looks for a newer trust
+	// bundle every Poll, for all its sessions (watchTrust).
 	Poll time.Duration
 	// IdlePoll is how often the gateway reads, in one statement for
 	// thousands of its sessions, which of their nodes have open commands,
@@ -175,10 +177,11 @@ func New(pool *pgxpool.Pool, q *queue.Queue, logger hclog.Logger, opts Options) 
 	}
 }
 
-// Run listens for dispatch wake-ups, and sweeps the idle sessions every
-// IdlePoll, until ctx ends.
+// Run listens for dispatch wake-ups, sweeps the idle sessions every
+// IdlePoll, and looks for a newer trust bundle every Poll, until ctx ends.
 func (g *Gateway) Run(ctx context.Context) {
 	go g.sweepIdle(ctx)
+	go g.watchTrust(ctx)
 	g.hub.listen(ctx, g.pool, g.logger, g.outage)
 }
 

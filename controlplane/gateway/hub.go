@@ -28,6 +28,14 @@ type waker struct {
 	// certs says the node's certificates changed: the session checks its
 	// own again and closes when it was superseded or revoked.
 	certs atomic.Bool
+	// trust says a newer trust bundle was published: the session sends it
+	// in another Welcome (refreshTrust).
+	trust atomic.Bool
+	// read says the session should read its open commands: set by every
+	// wake-up but the trust bundle's.
+	read atomic.Bool
+	// ticks counts the session's timer firings (needsTick; tests).
+	ticks atomic.Int64
 	// idle says the session's last read left it nothing to do on a timer
 	// (waitsForWake: no open command, or only commands in flight): it does
 	// not poll, and only the gateway's sweep (sweepIdle) looks for work
@@ -97,9 +105,26 @@ func (h *hub) wake(nodeID string, spec, certs bool) {
 		if certs {
 			w.certs.Store(true)
 		}
+		w.read.Store(true)
 		select {
 		case w.ch <- struct{}{}:
 		default:
+		}
+	}
+}
+
+// wakeTrust signals every session to send the newest trust bundle, and
+// nothing else.
+func (h *hub) wakeTrust() {
+	h.lock.Lock()
+	defer h.lock.Unlock()
+	for _, s := range h.sessions {
+		for w := range s {
+			w.trust.Store(true)
+			select {
+			case w.ch <- struct{}{}:
+			default:
+			}
 		}
 	}
 }
@@ -113,6 +138,8 @@ func (h *hub) wakeAll() {
 			// change among them.
 			w.spec.Store(true)
 			w.certs.Store(true)
+			w.trust.Store(true)
+			w.read.Store(true)
 			select {
 			case w.ch <- struct{}{}:
 			default:

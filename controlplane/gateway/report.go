@@ -149,6 +149,7 @@ func (s *session) creditBack() {
 	if !s.starved {
 		return
 	}
+	s.wake.read.Store(true)
 	select {
 	case s.wake.ch <- struct{}{}:
 	default:

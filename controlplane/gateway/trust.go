@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"time"
 
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -28,4 +29,34 @@ func (s *session) refreshTrust(ctx context.Context) error {
 	}
 	s.trustSent = tb.GetVersion()
 	return nil
+}
+
+// watchTrust reads the newest trust bundle every Poll until ctx ends and,
+// when a newer one was published, wakes every session to send it
+// (refreshTrust): one read a period for the whole gateway, where each idle
+// session used to look on a timer of its own.
+func (g *Gateway) watchTrust(ctx context.Context) {
+	if g.opts.TrustBundle == nil {
+		return
+	}
+	var seen int64
+	if tb, err := g.opts.TrustBundle.Current(ctx); err == nil {
+		seen = tb.GetVersion()
+	}
+	t := time.NewTicker(g.opts.Poll)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		tb, err := g.opts.TrustBundle.Current(ctx)
+		if err != nil || tb.GetVersion() <= seen {
+			continue // a failed read: the next period tries again
+		}
+		seen = tb.GetVersion()
+		g.logger.Info("a newer trust bundle was published; sending it to every session", "trust_version", seen)
+		g.hub.wakeTrust()
+	}
 }
