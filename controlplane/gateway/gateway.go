@@ -144,6 +144,9 @@ type Gateway struct {
 	transitions *groupcommit.Set[queue.Transition, queue.TransitionResult]
 	// lister reads sessions' open commands in shared statements.
 	lister *lister
+	// tracingOff says Options.Tracer is the no-op one: the gateway then
+	// builds no span at all (startSpan).
+	tracingOff bool
 
 	// statsLock guards maxOutstanding and dispatched.
 	statsLock      sync.Mutex
@@ -174,6 +177,7 @@ func New(pool *pgxpool.Pool, q *queue.Queue, logger hclog.Logger, opts Options) 
 			return q.TransitionSet(ctx, tx, ts)
 		}),
 		maxOutstanding: map[string]map[kind.Lane]int{},
+		tracingOff:     isNoopTracer(opts.Tracer),
 	}
 }
 

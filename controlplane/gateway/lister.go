@@ -49,7 +49,13 @@ func (l *lister) listOpen(ctx context.Context, nodeID string) ([]queue.Command, 
 	r := &listRequest{nodeID: nodeID, done: make(chan listResult, 1)}
 	l.lock.Lock()
 	l.waiting = append(l.waiting, r)
-	if l.busy < l.workers {
+	// One read in flight gathers the next: the sessions a fan-out wakes
+	// arrive over the tens of milliseconds the listener takes to hand out
+	// their NOTIFYs, and a read started for each of the first few left the
+	// rest to reads of three or four nodes (pg_stat_statements: 8,928
+	// reads for 30,300 wake-ups). Another read starts beside it only once
+	// a whole read's worth waits.
+	if l.busy == 0 || (len(l.waiting) >= l.max && l.busy < l.workers) {
 		l.busy++
 		go l.work()
 	}
@@ -93,13 +99,20 @@ func (l *lister) read(batch []*listRequest) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	open, err := l.queue.ListOpenMany(ctx, l.pool, ids)
+	handed := make(map[string]bool, len(ids))
 	for _, r := range batch {
 		if err != nil {
 			r.done <- listResult{err: err}
 			continue
 		}
 		// Each session owns what it gets: two sessions of one node (a
-		// reconnect, a stale one about to be fenced) must not share it.
-		r.done <- listResult{open: slices.Clone(open[r.nodeID])}
+		// reconnect, a stale one about to be fenced) must not share it,
+		// so a node's second reader in a batch gets a copy.
+		cmds := open[r.nodeID]
+		if handed[r.nodeID] {
+			cmds = slices.Clone(cmds)
+		}
+		handed[r.nodeID] = true
+		r.done <- listResult{open: cmds}
 	}
 }

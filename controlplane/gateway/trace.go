@@ -7,6 +7,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/better-compute/commands/controlplane/queue"
 	"github.com/better-compute/commands/internal/tracing"
@@ -22,8 +23,14 @@ const (
 	SpanSettle = "gateway.settle"
 )
 
-// startSpan starts name in c's trace; a root span when c has none.
+// startSpan starts name in c's trace; a root span when c has none. With
+// tracing off (the no-op tracer, the default) it builds nothing: a span
+// that records nothing, whose traceparent is the stored one's
+// (traceParentOf).
 func (s *session) startSpan(c queue.Command, name string, opts ...trace.SpanStartOption) trace.Span {
+	if s.g.tracingOff {
+		return trace.SpanFromContext(context.Background())
+	}
 	ctx := tracing.WithParent(context.Background(), c.TraceParent)
 	opts = append(opts, trace.WithSpanKind(trace.SpanKindProducer), trace.WithAttributes(
 		attribute.String("bc.command_id", c.ID), attribute.String("bc.node_id", c.NodeID),
@@ -57,4 +64,14 @@ func endSpan(span trace.Span, err error) {
 		span.SetStatus(codes.Error, err.Error())
 	}
 	span.End()
+}
+
+// isNoopTracer reports whether t is OpenTelemetry's no-op tracer, what
+// tracing.New hands out when no OTLP endpoint is configured.
+func isNoopTracer(t trace.Tracer) bool {
+	switch t.(type) {
+	case noop.Tracer, *noop.Tracer:
+		return true
+	}
+	return false
 }

@@ -18,15 +18,17 @@ const (
 const UnregisteredKindTimeout = 15 * time.Minute
 
 // expireSQL expires pending commands past not_after. The inner SELECT walks
-// the partial not_after index and skips rows another sweeper or a report
-// holds; the outer UPDATE re-checks the state, so a command dispatched in
-// between is left alone.
+// the partial not_after index (commands_unsettled_by_not_after, whose
+// predicate settled_at IS NULL only the sweeper's statements name: see
+// migration 0080) and skips rows another sweeper or a report holds; the
+// outer UPDATE re-checks the state, so a command dispatched in between is
+// left alone.
 var expireSQL = `
 WITH u AS (
   UPDATE commands c SET state = 'expired', reason = '` + ReasonNotAfter + `', settled_at = now(), updated_at = now()
   WHERE c.id IN (
     SELECT id FROM commands
-    WHERE state = 'pending' AND not_after < now()
+    WHERE settled_at IS NULL AND state = 'pending' AND not_after < now()
     ORDER BY not_after LIMIT $1
     FOR UPDATE SKIP LOCKED)
   AND c.state = 'pending'
@@ -44,7 +46,7 @@ WITH t AS (
   UPDATE commands c SET state = 'failed', reason = '` + ReasonTimeout + `', settled_at = now(), updated_at = now()
   WHERE c.id IN (
     SELECT o.id FROM commands o LEFT JOIN t ON t.kind = o.kind
-    WHERE o.state IN ('dispatched', 'acked', 'running') AND o.not_after < now()
+    WHERE o.settled_at IS NULL AND o.state IN ('dispatched', 'acked', 'running') AND o.not_after < now()
       AND o.not_after + coalesce(t.timeout_us, $4) * interval '1 microsecond' < now()
     ORDER BY o.not_after LIMIT $1
     FOR UPDATE OF o SKIP LOCKED)

@@ -149,11 +149,12 @@ func (q *Queue) transitionRound(ctx context.Context, tx pgx.Tx, ts []Transition,
 			cmd     Command // one for every row, each copied out
 			ord     int64
 			changed bool
+			sc      commandScanner
 		)
 		for rows.Next() {
 			// Zeroed first: no slice of the last row's is reused.
 			cmd = Command{}
-			if err := scanCommandInto(rows, &cmd, &ord, &changed); err != nil {
+			if err := sc.scan(rows, &cmd, &ord, &changed); err != nil {
 				return err
 			}
 			if ord < 1 || int(ord) > n {
