@@ -88,3 +88,24 @@ func publishAgain(t *testing.T, e *signedEnv) int64 {
 	require.Greater(t, tb.GetVersion(), e.bundle.Version)
 	return tb.GetVersion()
 }
+
+// With tracing off (the default: no OTLP endpoint) the gateway builds no
+// span, and the node gets the trace parent the command was queued under,
+// as stored, so that its own spans still join the caller's trace when the
+// node exports them.
+func TestGateway_WithTracingOffTheNodeGetsTheStoredTraceParent(t *testing.T) {
+	e := setup(t, 1)
+	d := fakedaemon.New(e.node.ID)
+	defer e.run(d, e.dial(trust.Identity{NodeID: e.node.ID}, 0))()
+	const parent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	var c queue.Command
+	require.NoError(t, pgx.BeginFunc(e.ctx, e.pool, func(tx pgx.Tx) error {
+		var err error
+		c, _, err = e.q.Enqueue(e.ctx, tx, queue.EnqueueParams{TenantID: e.node.TenantID, NodeID: e.node.ID, Kind: "test.ctl", IdempotencyKey: "traced", TraceParent: parent})
+		return err
+	}))
+	e.waitState(c.ID, queue.Succeeded)
+	envs := d.Envelopes()
+	require.Len(t, envs, 1)
+	require.Equal(t, parent, envs[0].GetTraceParent())
+}
