@@ -192,3 +192,33 @@ func TestRecordProgress(t *testing.T) {
 	_, err = b.q.RecordProgress(b.ctx, b.pool, ids.NewCommand(), 0, []byte(`{}`))
 	requireCode(t, err, queue.NotFound)
 }
+
+// The forward-only trigger's function is not called for a move that is
+// allowed on its face (migration 0081): a command's way from pending to
+// succeeded makes no call, while a move back still reaches it and is
+// refused.
+func TestForwardOnlyTriggerRunsOnlyForAMoveItMayRefuse(t *testing.T) {
+	b := setup(t)
+	cmd, _ := b.enqueue(t, b.params("k"))
+	tx, err := b.pool.Begin(b.ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(b.ctx) }()
+	_, err = tx.Exec(b.ctx, `SET LOCAL track_functions = 'pl'`)
+	require.NoError(t, err)
+	calls := func() int64 {
+		var n int64
+		require.NoError(t, tx.QueryRow(b.ctx, `SELECT coalesce(sum(calls), 0)::bigint FROM pg_stat_xact_user_functions WHERE funcname = 'bc_commands_forward_only'`).Scan(&n))
+		return n
+	}
+	for _, to := range []queue.State{queue.Dispatched, queue.Acked, queue.Running, queue.Succeeded} {
+		_, changed, err := b.q.Transition(b.ctx, tx, queue.Transition{CommandID: cmd.ID, To: to})
+		require.NoError(t, err)
+		require.True(t, changed, "to %s", to)
+	}
+	require.Zero(t, calls(), "the trigger's function ran for a move up")
+	// (The CHECK on settled_at holds for this row: the refusal is the
+	// function's own.)
+	_, err = tx.Exec(b.ctx, `UPDATE commands SET state = 'running', settled_at = NULL WHERE id = $1`, cmd.ID)
+	requireCheckViolation(t, err)
+	require.ErrorContains(t, err, "is terminal; refusing running", "the move back reached the trigger's function")
+}
