@@ -102,12 +102,13 @@ func (q *Queue) ListOpenMany(ctx context.Context, db DBTX, nodeIDs []string) (ma
 	}
 	var err error
 	if b, ok := db.(batchSender); ok {
-		// With indexed reads, in one round trip: a statement of one
-		// batch runs in one transaction, so the setting ends with it.
+		// On its generic plan, built with indexed reads (genericPlans),
+		// in one round trip: the statements of one batch run in one
+		// transaction, so the settings end with it.
 		batch := &pgx.Batch{}
-		indexedReads(batch, true)
+		genericPlans(batch, true)
 		batch.Queue(listOpenManySQL, nodeIDs).Query(read)
-		indexedReads(batch, false)
+		genericPlans(batch, false)
 		err = b.SendBatch(ctx, batch).Close()
 	} else {
 		var rows pgx.Rows

@@ -54,7 +54,7 @@ func TestListOpenManyReadsOnlyTheNodesItNames(t *testing.T) {
 			name := "lom_" + mode
 			_, err = tx.Exec(ctx, `PREPARE `+name+` AS `+listOpenManySQL)
 			require.NoError(t, err)
-			_, err = tx.Exec(ctx, indexedReadSetting(true))
+			_, err = tx.Exec(ctx, `SELECT set_config('enable_seqscan', 'off', true)`)
 			require.NoError(t, err)
 			plan := explainAnalyze(t, tx, `EXECUTE `+name+`(ARRAY['`+strings.Join(ids, "','")+`'])`)
 			require.NotContains(t, plan, "Seq Scan on commands", "the read scans the table:\n%s", plan)

@@ -63,7 +63,7 @@ func TestTransitionSetReadsOnlyTheCommandsItNames(t *testing.T) {
 			name := "tset_" + mode
 			_, err = tx.Exec(ctx, `PREPARE `+name+` AS `+transitionSetSQL)
 			require.NoError(t, err)
-			_, err = tx.Exec(ctx, indexedReadSetting(true))
+			_, err = tx.Exec(ctx, `SELECT set_config('enable_seqscan', 'off', true)`)
 			require.NoError(t, err)
 			// EXPLAIN EXECUTE takes no parameters: the arrays go as literals.
 			plan := explainAnalyze(t, tx, `EXECUTE `+name+`(`+arrayLiterals(group, ids, states, nodes)+`)`)
@@ -72,7 +72,7 @@ func TestTransitionSetReadsOnlyTheCommandsItNames(t *testing.T) {
 			require.NotContains(t, plan, "Rows Removed by Join Filter", "the group compares rows pairwise:\n%s", plan)
 			// (PostgreSQL 18 prints row counts with two decimals.)
 			require.Regexp(t, fmt.Sprintf(`Update on commands c_1 \(actual rows=%d(\.00)? `, group), plan, "every command of the group moved:\n%s", plan)
-			_, err = tx.Exec(ctx, indexedReadSetting(false))
+			_, err = tx.Exec(ctx, `SET LOCAL enable_seqscan TO DEFAULT`)
 			require.NoError(t, err)
 			_, err = tx.Exec(ctx, `DEALLOCATE `+name)
 			require.NoError(t, err)
@@ -94,12 +94,21 @@ func TestTransitionSetReadsOnlyTheCommandsItNames(t *testing.T) {
 				require.True(t, r.Changed, "transition %d", i)
 			}
 			var seqScans, idxScans int64
-			var setting string
-			require.NoError(t, tx.QueryRow(ctx, `SELECT seq_scan, coalesce(idx_scan, 0), current_setting('enable_seqscan')
-				FROM pg_stat_xact_user_tables WHERE relname = 'commands'`).Scan(&seqScans, &idxScans, &setting))
+			var seqscan, planMode string
+			require.NoError(t, tx.QueryRow(ctx, `SELECT seq_scan, coalesce(idx_scan, 0), current_setting('enable_seqscan'), current_setting('plan_cache_mode')
+				FROM pg_stat_xact_user_tables WHERE relname = 'commands'`).Scan(&seqScans, &idxScans, &seqscan, &planMode))
 			require.Equal(t, seqBefore, seqScans, "reads of the whole commands table")
 			require.Greater(t, idxScans, idxBefore, "reads of commands through an index")
-			require.Equal(t, "on", setting, "the setting ends with the group's statement")
+			require.Equal(t, "on", seqscan, "the settings end with the group's statement")
+			require.Equal(t, "auto", planMode, "the settings end with the group's statement")
+			// It ran on its generic plan, whatever the transaction's mode:
+			// a group is not planned afresh. (The pool may hand both modes
+			// one connection, and pgx's prepared statement with it.)
+			var generic, custom int64
+			require.NoError(t, tx.QueryRow(ctx, `SELECT generic_plans, custom_plans FROM pg_prepared_statements
+				WHERE statement LIKE '%UPDATE commands c SET%' AND statement LIKE '%WITH ORDINALITY AS t(id, to_state%'`).Scan(&generic, &custom))
+			require.Positive(t, generic, "runs on the generic plan")
+			require.Zero(t, custom, "runs on a custom plan")
 		})
 	}
 }

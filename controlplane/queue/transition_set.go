@@ -5,7 +5,6 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/better-compute/commands/controlplane/pgtx"
 )
@@ -110,9 +109,14 @@ func anyTerminal(ts []Transition, round []int) bool {
 
 // transitionRound sends the transitions ts[round...] (no command twice) in
 // one statement, fills their out entries and returns what it settled. The
-// statement runs with indexed reads, turned on just before it and off just
-// after, in the same round trip (indexedReads): no other statement of the
-// caller's transaction runs with them, even after an error here. With
+// statement runs on its generic plan, built with indexed reads, and those
+// settings are turned on just before it and off just after, in the same
+// round trip (genericPlans): no other statement of the caller's
+// transaction runs with them, even after an error here. A group's
+// statement was planned afresh each time, which cost PostgreSQL more than
+// running it (pg_stat_statements over BenchmarkSessions: 1.4 s of planning
+// for 953 groups); its generic plan reads by key as its custom plans do
+// (TestTransitionSetReadsOnlyTheCommandsItNames). With
 // final, the batch goes through pgtx.SendFinal: with the transaction's
 // COMMIT when ctx carries its Final.
 func (q *Queue) transitionRound(ctx context.Context, tx pgx.Tx, ts []Transition, round []int, out []TransitionResult, final bool) ([]Command, error) {
@@ -142,7 +146,7 @@ func (q *Queue) transitionRound(ctx context.Context, tx pgx.Tx, ts []Transition,
 	// pgtx) sends both in one round trip.
 	var settled []Command
 	b := &pgx.Batch{}
-	indexedReads(b, true)
+	genericPlans(b, true)
 	b.Queue(transitionSetSQL, ids, states, reasons, results, sums, sigs, rebooted, epochs, progress, nodes, messages, resultBytes, versions).Query(func(rows pgx.Rows) error {
 		settled = settled[:0]
 		var (
@@ -171,7 +175,7 @@ func (q *Queue) transitionRound(ctx context.Context, tx pgx.Tx, ts []Transition,
 		}
 		return rows.Err()
 	})
-	indexedReads(b, false)
+	genericPlans(b, false)
 	send := func() error { return tx.SendBatch(ctx, b).Close() }
 	if final {
 		send = func() error { return pgtx.SendFinal(ctx, tx, b) }
@@ -181,27 +185,6 @@ func (q *Queue) transitionRound(ctx context.Context, tx pgx.Tx, ts []Transition,
 	}
 	// An entry the database did not answer stays zero: not found.
 	return settled, nil
-}
-
-// indexedReads queues, on b, the statement that makes the transaction's
-// next statements read tables through their indexes (on), or as the session
-// would again (off). A group of transitions names its commands by id, a few
-// hundred at most; PostgreSQL, counting an index probe as four page reads,
-// would rather read the whole commands table once the group has more than a
-// few dozen (and, given the ids as a parameter, test each row against every
-// id): 3 ms a statement with 8,000 commands kept, growing with every
-// command kept, in each of the hundreds of groups that a fan-out to 10,000
-// nodes stores (TestTransitionSetReadsOnlyTheCommandsItNames).
-func indexedReads(b *pgx.Batch, on bool) {
-	b.Queue(indexedReadSetting(on)).Exec(func(pgconn.CommandTag) error { return nil })
-}
-
-// indexedReadSetting is indexedReads' statement.
-func indexedReadSetting(on bool) string {
-	if on {
-		return `SELECT set_config('enable_seqscan', 'off', true)`
-	}
-	return `SET LOCAL enable_seqscan TO DEFAULT`
 }
 
 // rounds splits the indexes 0..n-1 into rounds in which no key appears
