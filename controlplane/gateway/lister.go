@@ -23,10 +23,17 @@ type lister struct {
 	workers int
 	max     int
 
-	// lock guards waiting and busy.
+	// spill starts a read beside the one in flight once that one has run
+	// this long: a read held up (a slow database, a failover) holds no
+	// session's read for longer.
+	spill time.Duration
+
+	// lock guards waiting, busy and began.
 	lock    sync.Mutex
 	waiting []*listRequest
 	busy    int
+	// began is when the newest read in flight was sent.
+	began time.Time
 }
 
 type listRequest struct {
@@ -40,7 +47,7 @@ type listResult struct {
 }
 
 func newLister(pool *pgxpool.Pool, q *queue.Queue) *lister {
-	return &lister{pool: pool, queue: q, workers: 4, max: 512}
+	return &lister{pool: pool, queue: q, workers: 4, max: 512, spill: 10 * time.Millisecond}
 }
 
 // listOpen returns nodeID's open commands in seq order, read in a
@@ -54,8 +61,8 @@ func (l *lister) listOpen(ctx context.Context, nodeID string) ([]queue.Command, 
 	// their NOTIFYs, and a read started for each of the first few left the
 	// rest to reads of three or four nodes (pg_stat_statements: 8,928
 	// reads for 30,300 wake-ups). Another read starts beside it only once
-	// a whole read's worth waits.
-	if l.busy == 0 || (len(l.waiting) >= l.max && l.busy < l.workers) {
+	// a whole read's worth waits, or the one in flight has run for spill.
+	if l.busy == 0 || (l.busy < l.workers && (len(l.waiting) >= l.max || time.Since(l.began) >= l.spill)) {
 		l.busy++
 		go l.work()
 	}
@@ -82,6 +89,7 @@ func (l *lister) work() {
 		rest := copy(l.waiting, l.waiting[n:])
 		clear(l.waiting[rest:])
 		l.waiting = l.waiting[:rest]
+		l.began = time.Now()
 		l.lock.Unlock()
 		l.read(batch)
 	}

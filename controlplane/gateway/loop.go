@@ -90,16 +90,8 @@ func (s *session) run(ctx context.Context) error {
 				return nil
 			}
 		case <-s.wake.ch:
-			if s.wake.certs.Swap(false) {
-				if err := s.g.checkCert(ctx, s.id.NodeID, s.cert); err != nil {
-					if _, ok := status.FromError(err); ok {
-						s.logger.Warn("closing the session: its certificate no longer works", "serial", nodecerts.Serial(s.cert), "error", err)
-						return err
-					}
-					// The database could not answer: check again on the
-					// next wake-up.
-					s.wake.certs.Store(true)
-				}
+			if err := s.recheckCert(ctx); err != nil {
+				return err
 			}
 			if s.wake.spec.Swap(false) {
 				if err := s.sendSpec(ctx, s.specSent); err != nil {
@@ -125,6 +117,12 @@ func (s *session) run(ctx context.Context) error {
 		case <-tick.C:
 			armed = false
 			s.wake.ticks.Add(1)
+			// What a wake-up left for want of the database is tried
+			// again (needsTick kept the timer for it).
+			if err := s.recheckCert(ctx); err != nil {
+				return err
+			}
+			s.wake.trust.Store(false)
 			if err := s.refreshTrust(ctx); err != nil {
 				return err
 			}
@@ -192,13 +190,35 @@ func (s *session) handle(ctx context.Context, m *agentv1.NodeMessage) error {
 
 // needsTick reports whether the session has work on a timer: a read to
 // repeat (the first, or one that left a pending command it did not send or
-// a cancel to resend), throttled progress to write, or a spec push to try
-// again. Nothing else does: a new command, a cancel request, a spec, a
+// a cancel to resend), throttled progress to write, a spec push to try
+// again, or a certificate check or trust bundle read that the database did
+// not answer. Nothing else does: a new command, a cancel request, a spec, a
 // certificate change and a newer trust bundle arrive as wake-ups (the
 // hub's NOTIFY listener, the gateway's trust watch), and a lost NOTIFY is
 // the gateway's sweep's to find (sweepIdle).
 func (s *session) needsTick() bool {
-	return !s.replayed || !s.wake.idle.Load() || len(s.progressDue) > 0 || s.specDue
+	return !s.replayed || !s.wake.idle.Load() || len(s.progressDue) > 0 || s.specDue ||
+		s.wake.certs.Load() || s.wake.trust.Load()
+}
+
+// recheckCert checks the session's certificate again when a wake-up said
+// the node's certificates changed: an error ends the session when the
+// certificate was superseded or revoked; when the database could not
+// answer, the check waits for the next tick (needsTick).
+func (s *session) recheckCert(ctx context.Context) error {
+	if !s.wake.certs.Swap(false) {
+		return nil
+	}
+	err := s.g.checkCert(ctx, s.id.NodeID, s.cert)
+	if err == nil {
+		return nil
+	}
+	if _, ok := status.FromError(err); ok {
+		s.logger.Warn("closing the session: its certificate no longer works", "serial", nodecerts.Serial(s.cert), "error", err)
+		return err
+	}
+	s.wake.certs.Store(true)
+	return nil
 }
 
 func (s *session) tickEvery() time.Duration {

@@ -17,8 +17,14 @@ func (s *session) refreshTrust(ctx context.Context) error {
 	if s.g.opts.TrustBundle == nil {
 		return nil
 	}
+	// A failed read hands back the last bundle read, which is still good to
+	// send; with none, the next tick reads again (needsTick).
 	tb, err := s.g.opts.TrustBundle.Current(ctx)
-	if err != nil || tb == nil || tb.GetVersion() <= s.trustSent {
+	if err != nil && tb == nil {
+		s.wake.trust.Store(true)
+		return nil
+	}
+	if tb == nil || tb.GetVersion() <= s.trustSent {
 		return nil
 	}
 	s.logger.Info("sending the node a newer trust bundle", "trust_version", tb.GetVersion(), "previous", s.trustSent)

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/better-compute/commands/controlplane/kinds"
@@ -23,7 +24,8 @@ import (
 // 10,000 open commands and tested each against the 512 ids, in each of
 // the reads a fan-out makes: it fails this test.
 func TestListOpenManyReadsOnlyTheNodesItNames(t *testing.T) {
-	pool := pgtest.DB(t)
+	// One connection: the read below and the check of its plan share it.
+	pool := pgtest.DBConfig(t, func(c *pgxpool.Config) { c.MaxConns = 1 })
 	ctx := context.Background()
 	const nodes, read = 10000, 512
 	_, err := pool.Exec(ctx, fmt.Sprintf(`INSERT INTO tenants (id) VALUES ('t1');
@@ -65,14 +67,25 @@ func TestListOpenManyReadsOnlyTheNodesItNames(t *testing.T) {
 			require.NoError(t, err)
 		})
 	}
-	// And it answers: each named node's one open command.
+	// And ListOpenMany itself, on the pool (a batch outside any
+	// transaction), answers each named node's one open command, a node
+	// named twice included, on the generic plan, and leaves the
+	// connection's settings as they were.
 	reg, err := kinds.NewRegistry()
 	require.NoError(t, err)
-	open, err := New(reg, hclog.NewNullLogger()).ListOpenMany(ctx, pool, ids)
+	open, err := New(reg, hclog.NewNullLogger()).ListOpenMany(ctx, pool, append(ids, ids[0]))
 	require.NoError(t, err)
 	require.Len(t, open, read)
 	for _, id := range ids {
 		require.Len(t, open[id], 1, id)
 		require.Equal(t, "cmd_"+strings.TrimPrefix(id, "n"), open[id][0].ID)
 	}
+	var generic, custom int64
+	var seqscan, planMode string
+	require.NoError(t, pool.QueryRow(ctx, `SELECT generic_plans, custom_plans, current_setting('enable_seqscan'), current_setting('plan_cache_mode')
+		FROM pg_prepared_statements WHERE statement LIKE '%LATERAL (SELECT * FROM commands c WHERE c.node_id = n.id%'`).Scan(&generic, &custom, &seqscan, &planMode))
+	require.Equal(t, int64(1), generic, "read on the generic plan")
+	require.Zero(t, custom, "read on a custom plan")
+	require.Equal(t, "on", seqscan, "the settings ended with the read")
+	require.Equal(t, "auto", planMode, "the settings ended with the read")
 }
