@@ -116,30 +116,28 @@ func (h *hub) wake(nodeID string, spec, certs bool) {
 // wakeTrust signals every session to send the newest trust bundle, and
 // nothing else.
 func (h *hub) wakeTrust() {
-	h.lock.Lock()
-	defer h.lock.Unlock()
-	for _, s := range h.sessions {
-		for w := range s {
-			w.trust.Store(true)
-			select {
-			case w.ch <- struct{}{}:
-			default:
-			}
-		}
-	}
+	h.signalAll(func(w *waker) { w.trust.Store(true) })
 }
 
 func (h *hub) wakeAll() {
+	h.signalAll(func(w *waker) {
+		// Notifications may have been lost: a spec and a certificate
+		// change among them.
+		w.spec.Store(true)
+		w.certs.Store(true)
+		w.trust.Store(true)
+		w.read.Store(true)
+	})
+}
+
+// signalAll sets each session's reasons with mark and signals it without
+// blocking: a pending signal already covers this one.
+func (h *hub) signalAll(mark func(w *waker)) {
 	h.lock.Lock()
 	defer h.lock.Unlock()
 	for _, s := range h.sessions {
 		for w := range s {
-			// Notifications may have been lost: a spec and a certificate
-			// change among them.
-			w.spec.Store(true)
-			w.certs.Store(true)
-			w.trust.Store(true)
-			w.read.Store(true)
+			mark(w)
 			select {
 			case w.ch <- struct{}{}:
 			default:

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/better-compute/commands/internal/pgtest"
@@ -100,4 +101,37 @@ func explainAnalyze(t *testing.T, tx pgx.Tx, stmt string, args ...any) string {
 	}
 	require.NoError(t, rows.Err())
 	return strings.Join(lines, "\n")
+}
+
+// inPlanMode begins a transaction of pool in which PostgreSQL plans
+// prepared statements as mode says (force_custom_plan, force_generic_plan);
+// it is rolled back when the test ends.
+func inPlanMode(t *testing.T, pool *pgxpool.Pool, mode string) pgx.Tx {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = tx.Rollback(ctx) })
+	_, err = tx.Exec(ctx, `SELECT set_config('plan_cache_mode', $1, true)`, mode)
+	require.NoError(t, err)
+	return tx
+}
+
+// explainPrepared is the EXPLAIN (ANALYZE) of sql prepared as name (as pgx
+// runs it, so that a generic plan is built without the arguments' values)
+// and executed with args (SQL literals: EXPLAIN EXECUTE takes no
+// parameters), planned with indexed reads as genericPlans sets them.
+func explainPrepared(t *testing.T, tx pgx.Tx, name, sql, args string) string {
+	t.Helper()
+	ctx := context.Background()
+	_, err := tx.Exec(ctx, `PREPARE `+name+` AS `+sql)
+	require.NoError(t, err)
+	_, err = tx.Exec(ctx, `SELECT set_config('enable_seqscan', 'off', true)`)
+	require.NoError(t, err)
+	plan := explainAnalyze(t, tx, `EXECUTE `+name+`(`+args+`)`)
+	_, err = tx.Exec(ctx, `SET LOCAL enable_seqscan TO DEFAULT`)
+	require.NoError(t, err)
+	_, err = tx.Exec(ctx, `DEALLOCATE `+name)
+	require.NoError(t, err)
+	return plan
 }

@@ -48,23 +48,12 @@ func TestListOpenManyReadsOnlyTheNodesItNames(t *testing.T) {
 	}
 	for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
 		t.Run(mode, func(t *testing.T) {
-			tx, err := pool.Begin(ctx)
-			require.NoError(t, err)
-			defer func() { _ = tx.Rollback(ctx) }()
-			_, err = tx.Exec(ctx, `SELECT set_config('plan_cache_mode', $1, true)`, mode)
-			require.NoError(t, err)
-			name := "lom_" + mode
-			_, err = tx.Exec(ctx, `PREPARE `+name+` AS `+listOpenManySQL)
-			require.NoError(t, err)
-			_, err = tx.Exec(ctx, `SELECT set_config('enable_seqscan', 'off', true)`)
-			require.NoError(t, err)
-			plan := explainAnalyze(t, tx, `EXECUTE `+name+`(ARRAY['`+strings.Join(ids, "','")+`'])`)
+			tx := inPlanMode(t, pool, mode)
+			plan := explainPrepared(t, tx, "lom_"+mode, listOpenManySQL, `ARRAY['`+strings.Join(ids, "','")+`']`)
 			require.NotContains(t, plan, "Seq Scan on commands", "the read scans the table:\n%s", plan)
 			require.NotContains(t, plan, "Rows Removed by Filter", "the read tests commands of other nodes:\n%s", plan)
 			require.Regexp(t, fmt.Sprintf(`Index Scan using commands_open_by_node on commands c(_1)? \(actual rows=1(\.00)? loops=%d\)`, read), plan,
 				"the read looks each node up by key:\n%s", plan)
-			_, err = tx.Exec(ctx, `DEALLOCATE `+name)
-			require.NoError(t, err)
 		})
 	}
 	// And ListOpenMany itself, on the pool (a batch outside any

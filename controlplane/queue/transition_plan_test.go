@@ -52,30 +52,13 @@ func TestTransitionSetReadsOnlyTheCommandsItNames(t *testing.T) {
 	// Each mode in a transaction rolled back: the group stays pending.
 	for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
 		t.Run(mode, func(t *testing.T) {
-			tx, err := pool.Begin(ctx)
-			require.NoError(t, err)
-			defer func() { _ = tx.Rollback(ctx) }()
-			_, err = tx.Exec(ctx, `SELECT set_config('plan_cache_mode', $1, true)`, mode)
-			require.NoError(t, err)
-
-			// The plan: a prepared statement, as pgx runs it, so that the
-			// generic mode plans it without the arrays' values.
-			name := "tset_" + mode
-			_, err = tx.Exec(ctx, `PREPARE `+name+` AS `+transitionSetSQL)
-			require.NoError(t, err)
-			_, err = tx.Exec(ctx, `SELECT set_config('enable_seqscan', 'off', true)`)
-			require.NoError(t, err)
-			// EXPLAIN EXECUTE takes no parameters: the arrays go as literals.
-			plan := explainAnalyze(t, tx, `EXECUTE `+name+`(`+arrayLiterals(group, ids, states, nodes)+`)`)
+			tx := inPlanMode(t, pool, mode)
+			plan := explainPrepared(t, tx, "tset_"+mode, transitionSetSQL, arrayLiterals(group, ids, states, nodes))
 			require.NotContains(t, plan, "Seq Scan on commands", "the group reads every command:\n%s", plan)
 			require.Regexp(t, `Index Scan (using|on) commands_pkey`, plan, "the group reads its commands by id:\n%s", plan)
 			require.NotContains(t, plan, "Rows Removed by Join Filter", "the group compares rows pairwise:\n%s", plan)
 			// (PostgreSQL 18 prints row counts with two decimals.)
 			require.Regexp(t, fmt.Sprintf(`Update on commands c_1 \(actual rows=%d(\.00)? `, group), plan, "every command of the group moved:\n%s", plan)
-			_, err = tx.Exec(ctx, `SET LOCAL enable_seqscan TO DEFAULT`)
-			require.NoError(t, err)
-			_, err = tx.Exec(ctx, `DEALLOCATE `+name)
-			require.NoError(t, err)
 
 			// TransitionSet itself, in the same mode: the transaction's own
 			// statistics show no read of the whole table, and the setting
