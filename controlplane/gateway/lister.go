@@ -96,18 +96,15 @@ func (l *lister) work() {
 }
 
 func (l *lister) read(batch []*listRequest) {
-	ids := make([]string, 0, len(batch))
-	seen := make(map[string]bool, len(batch))
-	for _, r := range batch {
-		if !seen[r.nodeID] {
-			seen[r.nodeID] = true
-			ids = append(ids, r.nodeID)
-		}
+	// ListOpenMany reads a node named twice (two sessions of it) once.
+	ids := make([]string, len(batch))
+	for i, r := range batch {
+		ids[i] = r.nodeID
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	open, err := l.queue.ListOpenMany(ctx, l.pool, ids)
-	handed := make(map[string]bool, len(ids))
+	handed := make(map[string]bool, len(batch))
 	for _, r := range batch {
 		if err != nil {
 			r.done <- listResult{err: err}

@@ -93,7 +93,7 @@ func (q *Queue) ListOpen(ctx context.Context, db DBTX, nodeID string) ([]Command
 // absent). A gateway whose sessions all wake at once (a fan-out, the
 // listener's reconnect, the idle poll of thousands of sessions) reads them
 // in a few statements instead of one per session.
-func (q *Queue) ListOpenMany(ctx context.Context, db DBTX, nodeIDs []string) (map[string][]Command, error) {
+func (q *Queue) ListOpenMany(ctx context.Context, db BatchDBTX, nodeIDs []string) (map[string][]Command, error) {
 	// A node named twice is read once: the statement reads once per name.
 	if len(nodeIDs) > 1 {
 		seen := make(map[string]bool, len(nodeIDs))
@@ -106,31 +106,22 @@ func (q *Queue) ListOpenMany(ctx context.Context, db DBTX, nodeIDs []string) (ma
 		}
 		nodeIDs = unique
 	}
+	// On its generic plan, built with indexed reads (genericPlans), in one
+	// round trip. Outside a transaction the batch is one implicit
+	// transaction, whose end ends the settings; inside the caller's, they
+	// are turned off after the read.
 	var cmds []Command
-	read := func(rows pgx.Rows) error {
+	batch := &pgx.Batch{}
+	genericPlans(batch, true)
+	batch.Queue(listOpenManySQL, nodeIDs).Query(func(rows pgx.Rows) error {
 		var err error
 		cmds, err = scanCommands(rows)
 		return err
+	})
+	if _, inTx := db.(pgx.Tx); inTx {
+		genericPlans(batch, false)
 	}
-	var err error
-	if b, ok := db.(batchSender); ok {
-		// On its generic plan, built with indexed reads (genericPlans),
-		// in one round trip. Outside a transaction the batch is one
-		// implicit transaction, whose end ends the settings; inside the
-		// caller's, they are turned off after the read.
-		batch := &pgx.Batch{}
-		genericPlans(batch, true)
-		batch.Queue(listOpenManySQL, nodeIDs).Query(read)
-		if _, inTx := db.(pgx.Tx); inTx {
-			genericPlans(batch, false)
-		}
-		err = b.SendBatch(ctx, batch).Close()
-	} else {
-		var rows pgx.Rows
-		if rows, err = db.Query(ctx, listOpenManySQL, nodeIDs); err == nil {
-			err = read(rows)
-		}
-	}
+	err := db.SendBatch(ctx, batch).Close()
 	if err != nil {
 		return nil, fmt.Errorf("listing open commands of %d nodes: %w", len(nodeIDs), err)
 	}
@@ -163,9 +154,10 @@ var listOpenManySQL = `SELECT ` + commandColumns("c") + ` FROM unnest($1::text[]
   LATERAL (SELECT * FROM commands c WHERE c.node_id = n.id AND c.state IN ('pending', 'dispatched', 'acked', 'running') ORDER BY c.seq) c
 ORDER BY n.ord, c.seq`
 
-// batchSender is a DBTX that can send a batch (a pool, a connection, a
-// transaction).
-type batchSender interface {
+// BatchDBTX is a DBTX that can also send a batch: a pool, a connection, a
+// transaction.
+type BatchDBTX interface {
+	DBTX
 	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
 }
 
