@@ -92,14 +92,8 @@ func explainAnalyze(t *testing.T, tx pgx.Tx, stmt string, args ...any) string {
 	t.Helper()
 	rows, err := tx.Query(context.Background(), `EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) `+stmt, args...)
 	require.NoError(t, err)
-	defer rows.Close()
-	var lines []string
-	for rows.Next() {
-		var l string
-		require.NoError(t, rows.Scan(&l))
-		lines = append(lines, l)
-	}
-	require.NoError(t, rows.Err())
+	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
 	return strings.Join(lines, "\n")
 }
 

@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 )
 
@@ -28,14 +29,8 @@ func TestOpenQueriesUsePartialIndexes(t *testing.T) {
 	plan := func(sql string, args ...any) string {
 		rows, err := b.pool.Query(b.ctx, "EXPLAIN "+sql, args...)
 		require.NoError(t, err)
-		defer rows.Close()
-		var lines []string
-		for rows.Next() {
-			var l string
-			require.NoError(t, rows.Scan(&l))
-			lines = append(lines, l)
-		}
-		require.NoError(t, rows.Err())
+		lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		require.NoError(t, err)
 		return strings.Join(lines, "\n")
 	}
 	replay := plan(`SELECT id FROM commands WHERE node_id = $1 AND state IN ('pending', 'dispatched', 'acked', 'running') ORDER BY seq`, b.node.ID)
