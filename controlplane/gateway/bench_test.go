@@ -367,6 +367,11 @@ func runSim(b *testing.B, bin string, n int, sessions func() int, idle func(), m
 		require.NoError(b, err)
 		require.NoError(b, pprof.StartCPUProfile(f))
 		defer func() { pprof.StopCPUProfile(); _ = f.Close() }()
+		// And what it allocated: gateway-N.allocs-before.pprof and
+		// gateway-N.allocs.pprof, for go tool pprof -sample_index=alloc_space
+		// -base (the allocation profile counts from the process's start).
+		writeAllocs(b, filepath.Join(dir, fmt.Sprintf("gateway-%d.allocs-before.pprof", n)))
+		defer writeAllocs(b, filepath.Join(dir, fmt.Sprintf("gateway-%d.allocs.pprof", n)))
 	}
 	_, err = io.WriteString(stdin, "go\n")
 	require.NoError(b, err)
@@ -503,4 +508,15 @@ func bareRoundTrips(b *testing.B, ca *pki.CA, n int) (sim.Latency, time.Duration
 	}
 	wg.Wait()
 	return sim.Summarise(rtts), time.Since(t0)
+}
+
+// writeAllocs writes this process's allocation profile to path, after a
+// collection: the profile stands as of the last one, and a gateway holding
+// thousands of sessions may finish none in a whole workload.
+func writeAllocs(b *testing.B, path string) {
+	runtime.GC()
+	f, err := os.Create(path)
+	require.NoError(b, err)
+	defer f.Close()
+	require.NoError(b, pprof.Lookup("allocs").WriteTo(f, 0))
 }

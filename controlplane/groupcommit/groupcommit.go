@@ -107,11 +107,11 @@ type worker struct{ _ byte }
 type request struct {
 	ctx context.Context
 	fn  Func
-	// set and item: one item of a Set, run with the group's other items
-	// of that Set in one call; out is where the Set writes its outcome.
+	// set and item: one item of a Set (a *setItem, which also holds
+	// where the Set writes its outcome), run with the group's other items
+	// of that Set in one call.
 	set  setRunner
 	item any
-	out  any
 	done chan error // buffered: a worker never blocks on a caller gone
 }
 

@@ -39,13 +39,23 @@ func NewSet[I, O any](c *Committer, fn SetFunc[I, O]) *Set[I, O] {
 // returns ctx's error: the item may still commit, but it was not
 // acknowledged.
 func (s *Set[I, O]) Do(ctx context.Context, item I) (O, error) {
-	r := &request{ctx: ctx, set: s, item: item, done: make(chan error, 1)}
-	var zero O
+	si := &setItem[I, O]{item: item}
+	r := &request{ctx: ctx, set: s, item: si, done: make(chan error, 1)}
 	if err := s.c.do(ctx, r); err != nil {
+		var zero O
 		return zero, err
 	}
-	out, _ := r.out.(O)
-	return out, nil
+	return si.out, nil
+}
+
+// setItem is one caller's item of a Set and the place its outcome is
+// written, held by the request as a pointer: an item or outcome stored in
+// an interface value of its own was copied to the heap at each Do and each
+// run (a dispatch's outcome is a whole command row), a twentieth of the
+// gateway's CPU in a fan-out to 10,000 nodes.
+type setItem[I, O any] struct {
+	item I
+	out  O
 }
 
 // setRunner is a Set without its type parameters, for the worker.
@@ -56,7 +66,7 @@ type setRunner interface {
 func (s *Set[I, O]) runSet(ctx context.Context, tx pgx.Tx, reqs []*request) error {
 	items := make([]I, len(reqs))
 	for i, r := range reqs {
-		items[i] = r.item.(I)
+		items[i] = r.item.(*setItem[I, O]).item
 	}
 	outs, err := s.fn(ctx, tx, items)
 	if err != nil {
@@ -66,11 +76,10 @@ func (s *Set[I, O]) runSet(ctx context.Context, tx pgx.Tx, reqs []*request) erro
 		return fmt.Errorf("a set function answered %d of %d items", len(outs), len(items))
 	}
 	for i, r := range reqs {
-		r.out = outs[i] // assigned, not accumulated: a group may run again
+		r.item.(*setItem[I, O]).out = outs[i] // assigned, not accumulated: a group may run again
 	}
 	return nil
 }
-
 // runSets runs the group's Set items, one call per Set, in the order each
 // Set first appears in the group; the last call gets lastCtx (which may
 // carry the transaction's pgtx.Final).

@@ -115,7 +115,8 @@ func (q *Queue) ListOpenMany(ctx context.Context, db BatchDBTX, nodeIDs []string
 	genericPlans(batch, true)
 	batch.Queue(listOpenManySQL, nodeIDs).Query(func(rows pgx.Rows) error {
 		var err error
-		cmds, err = scanCommands(rows)
+		// Most nodes read have one open command: the one that woke them.
+		cmds, err = scanCommandsSized(rows, len(nodeIDs))
 		return err
 	})
 	if _, inTx := db.(pgx.Tx); inTx {

@@ -112,9 +112,16 @@ func (s *commandScanner) scan(row pgx.Row, c *Command, extra ...any) error {
 }
 
 func scanCommands(rows pgx.Rows) ([]Command, error) {
+	return scanCommandsSized(rows, 0)
+}
+
+// scanCommandsSized is scanCommands with room for hint rows made at once:
+// a read of hundreds of nodes' open commands grew its slice of whole rows
+// a doubling at a time.
+func scanCommandsSized(rows pgx.Rows, hint int) ([]Command, error) {
 	defer rows.Close()
 	var (
-		out []Command
+		out = make([]Command, 0, hint)
 		sc  commandScanner
 	)
 	for rows.Next() {

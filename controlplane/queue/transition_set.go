@@ -144,7 +144,11 @@ func (q *Queue) transitionRound(ctx context.Context, tx pgx.Tx, ts []Transition,
 	// Sent as a batch of one with its rows read by a callback: a
 	// transaction whose BEGIN waits for its first statement (controlplane/
 	// pgtx) sends both in one round trip.
+	// What it settled is collected only for a settle hook: a group's
+	// settled commands copied into a slice that nothing reads were a
+	// slice of whole rows grown one row at a time.
 	var settled []Command
+	hooked := q.hook() != nil
 	b := &pgx.Batch{}
 	genericPlans(b, true)
 	b.Queue(transitionSetSQL, ids, states, reasons, results, sums, sigs, rebooted, epochs, progress, nodes, messages, resultBytes, versions).Query(func(rows pgx.Rows) error {
@@ -167,7 +171,9 @@ func (q *Queue) transitionRound(ctx context.Context, tx pgx.Tx, ts []Transition,
 			i := round[ord-1]
 			out[i] = TransitionResult{Command: cmd, Changed: changed, Found: true}
 			if changed && cmd.State.Terminal() {
-				settled = append(settled, cmd)
+				if hooked {
+					settled = append(settled, cmd)
+				}
 				if q.logger.IsDebug() {
 					q.logger.Debug("command settled", "command_id", cmd.ID, "node_id", cmd.NodeID, "state", cmd.State, "reason", cmd.Reason)
 				}
