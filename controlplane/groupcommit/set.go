@@ -80,6 +80,7 @@ func (s *Set[I, O]) runSet(ctx context.Context, tx pgx.Tx, reqs []*request) erro
 	}
 	return nil
 }
+
 // runSets runs the group's Set items, one call per Set, in the order each
 // Set first appears in the group; the last call gets lastCtx (which may
 // carry the transaction's pgtx.Final).
