@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -35,9 +36,15 @@ func grpcFloor(b *testing.B, n int) []time.Duration {
 	cmd := exec.Command(bin, sock)
 	require.NoError(b, cmd.Start())
 	b.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	testutil.WaitFor(b, 30*time.Second, "the floor server's socket", func() bool {
-		_, err := os.Stat(sock)
-		return err == nil
+	// Until the server listens: its socket file appears at bind, a moment
+	// before listen, and a dial in between is refused.
+	testutil.WaitFor(b, 30*time.Second, "the floor server's socket to accept", func() bool {
+		c, err := net.Dial("unix", sock)
+		if err != nil {
+			return false
+		}
+		_ = c.Close()
+		return true
 	})
 	conn, err := grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	require.NoError(b, err)
