@@ -242,9 +242,10 @@ func measureSessions(b *testing.B, n int) *sessionFigures {
 		fo := rep.Fanouts[i]
 		require.Equal(b, n, fo.Succeeded, "every command of fan-out %d succeeded", i+1)
 		cpu := atCommit[i].spentUntil(atSettle[i])
-		b.Logf("nodes=%d: fan-out %d of %d: received p50 %s max %s, settled %s; CPU gateway %s, postgres %s, bc-sim %s",
+		b.Logf("nodes=%d: fan-out %d of %d: received p50 %s max %s, settled %s; CPU gateway %s (system %s, %d minor page faults), postgres %s, bc-sim %s",
 			n, i+1, fanouts, fo.Receipt.P50.Round(time.Millisecond), fo.Received.Round(time.Millisecond), fo.Settled.Round(time.Millisecond),
-			cpu.gateway.Round(10*time.Millisecond), cpu.postgres.Round(10*time.Millisecond), cpu.sim.Round(10*time.Millisecond))
+			cpu.gateway.Round(10*time.Millisecond), cpu.gatewaySys.Round(10*time.Millisecond), cpu.gatewayFaults,
+			cpu.postgres.Round(10*time.Millisecond), cpu.sim.Round(10*time.Millisecond))
 	}
 	sort.Slice(order, func(i, j int) bool { return rep.Fanouts[order[i]].Settled < rep.Fanouts[order[j]].Settled })
 	med := order[fanouts/2]

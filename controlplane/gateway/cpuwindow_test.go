@@ -28,11 +28,18 @@ type cpuSnapshot struct {
 	self  time.Duration
 	child time.Duration
 	pg    map[int]time.Duration // pid -> CPU so far
+	// selfSys and selfFaults are the system part of self and this
+	// process's minor page faults so far: a gateway whose heap grows
+	// through fresh pages pays a fault for each, in system time.
+	selfSys    time.Duration
+	selfFaults int64
 }
 
 // fanoutCPU is what each process spent in a window.
 type fanoutCPU struct {
 	gateway, postgres, sim time.Duration
+	gatewaySys             time.Duration // the system part of gateway
+	gatewayFaults          int64         // the gateway's minor page faults
 }
 
 func (c fanoutCPU) total() time.Duration { return c.gateway + c.postgres + c.sim }
@@ -42,6 +49,7 @@ func takeCPUSnapshot(child int) cpuSnapshot {
 	var ru syscall.Rusage
 	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) == nil {
 		c.self = time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+		c.selfSys, c.selfFaults = time.Duration(ru.Stime.Nano()), ru.Minflt
 	}
 	if cpu, _, ok := procCPU(child); ok {
 		c.child = cpu
@@ -68,7 +76,8 @@ func takeCPUSnapshot(child int) cpuSnapshot {
 // that started in between counts whole; one that ended in between, not at
 // all (a short autovacuum worker's share is missed).
 func (a cpuSnapshot) spentUntil(z cpuSnapshot) fanoutCPU {
-	out := fanoutCPU{gateway: z.self - a.self, sim: z.child - a.child}
+	out := fanoutCPU{gateway: z.self - a.self, sim: z.child - a.child,
+		gatewaySys: z.selfSys - a.selfSys, gatewayFaults: z.selfFaults - a.selfFaults}
 	for pid, cpu := range z.pg {
 		out.postgres += cpu - a.pg[pid]
 	}
@@ -106,10 +115,10 @@ func procCPU(pid int) (time.Duration, string, bool) {
 // process that began in between counts whole, one that ended counts not.
 func TestCPUSnapshotsSayWhatEachProcessSpentBetweenThem(t *testing.T) {
 	ms := time.Millisecond
-	a := cpuSnapshot{self: 100 * ms, child: 50 * ms, pg: map[int]time.Duration{1: 20 * ms, 2: 7 * ms}}
-	z := cpuSnapshot{self: 180 * ms, child: 80 * ms, pg: map[int]time.Duration{1: 70 * ms, 3: 45 * ms}}
+	a := cpuSnapshot{self: 100 * ms, child: 50 * ms, pg: map[int]time.Duration{1: 20 * ms, 2: 7 * ms}, selfSys: 40 * ms, selfFaults: 1000}
+	z := cpuSnapshot{self: 180 * ms, child: 80 * ms, pg: map[int]time.Duration{1: 70 * ms, 3: 45 * ms}, selfSys: 65 * ms, selfFaults: 1700}
 	got := a.spentUntil(z)
-	require.Equal(t, fanoutCPU{gateway: 80 * ms, sim: 30 * ms, postgres: 50*ms + 45*ms}, got)
+	require.Equal(t, fanoutCPU{gateway: 80 * ms, sim: 30 * ms, postgres: 50*ms + 45*ms, gatewaySys: 25 * ms, gatewayFaults: 700}, got)
 	require.Equal(t, 205*ms, got.total())
 	require.Equal(t, fanoutCPU{}, z.spentUntil(z), "nothing between a snapshot and itself")
 }
