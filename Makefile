@@ -136,7 +136,7 @@ docs-check:
 	  { diff -u docs/reference/kinds.md .cache/docs-check/kinds.md | head -20; echo "docs/reference/kinds.md is stale: run 'make docs' and commit it"; rm -rf .cache/docs-check; exit 1; }
 	@rm -rf .cache/docs-check
 
-## bench: benchmarks, each beside a floor measured in the same run (BenchmarkSessions runs bc-sim fleets of 1,000, 10,000 and 30,000 nodes; BC_SIM_NODES=N runs one size, BC_SIM_FANOUTS=N that many fan-outs; BC_BENCH_CPUPROFILE=dir profiles its workload, gateway and bc-sim, and writes the gateway's allocation profiles)
+## bench: benchmarks, each beside a floor measured in the same run (BenchmarkSessions runs bc-sim fleets of 1,000, 10,000 and 30,000 nodes; BC_SIM_NODES=N runs one size, BC_SIM_FANOUTS=N that many fan-outs; BC_BENCH_CPUPROFILE=dir profiles its workload, gateway and bc-sim, and writes the gateway's allocation profiles; BC_BENCH_GATEWAY_LOG=path keeps the gateway's log)
 bench:
 	scripts/with-postgres $(GO) test -run '^$$' -bench . -benchtime 2000x -timeout 60m $(PKGS)
 	cd $(SDK) && $(GO) test -run '^$$' -bench . -benchtime 2000x $(SDK_PKGS)

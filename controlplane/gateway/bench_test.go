@@ -31,7 +31,6 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/better-compute/commands/controlplane/gateway"
-	"github.com/better-compute/commands/controlplane/gctune"
 	"github.com/better-compute/commands/controlplane/kinds"
 	"github.com/better-compute/commands/controlplane/pki"
 	"github.com/better-compute/commands/controlplane/queue"
@@ -66,13 +65,14 @@ type sessionFigures struct {
 	connect, bareConnect time.Duration
 }
 
-// defaultFanouts is how many fan-outs a fleet size runs; the median is reported,
-// and the first beside it. The first two after the fleet connects also pay
-// for the gateway's heap growing to its first collections (pages faulted
-// in fresh: 50,000 minor faults in the first at 10,000 nodes, 300 by the
-// third), which a gateway that has served fan-outs before no longer does;
-// five put the median among fan-outs past that, and the first is still
-// reported (fanout-first-settle-ns) and each is logged.
+// defaultFanouts is how many fan-outs a fleet size runs; the median is
+// reported, and the first beside it. The first few after the fleet connects
+// also pay for the gateway's heap growing to its first collection target:
+// pages faulted in fresh, 30,000-50,000 minor faults a fan-out at 10,000
+// nodes, against about 300 once collections run (at GOGC=100 from the
+// fifth fan-out on; see the operator guide's "Memory and garbage
+// collection"). Each is logged with its faults, and BC_SIM_FANOUTS runs
+// more.
 const defaultFanouts = 5
 
 var (
@@ -110,9 +110,13 @@ var (
 // under 20% of one core. It is heavy: it runs only
 // with -bench, skips with -short, measures once per fleet size however large
 // b.N is, and BC_SIM_NODES (comma-free single count) replaces the sizes.
+// BC_SIM_FANOUTS replaces the number of fan-outs (five; with an even
+// number the reported median is the slower of the middle two).
 // BC_BENCH_CPUPROFILE=dir writes CPU profiles of the workload alone (the
-// gateway, this process, and bc-sim) and of the gateway's idle window, for
-// go tool pprof.
+// gateway, this process, and bc-sim) and of the gateway's idle window, and
+// the gateway's allocation profiles before and after the workload, for go
+// tool pprof. BC_BENCH_GATEWAY_LOG=path writes the gateway's log (info and
+// above) there.
 func BenchmarkSessions(b *testing.B) {
 	if testing.Short() {
 		b.Skip("heavy: thousands of sessions")
@@ -165,10 +169,6 @@ func measureSessions(b *testing.B, n int) *sessionFigures {
 	if f, ok := figures[n]; ok {
 		return f
 	}
-	// This process is the gateway, so it runs with bc-server's collector
-	// target (and so does the bare floor's server, which it also holds).
-	defer debug.SetGCPercent(debug.SetGCPercent(100))
-	gctune.Apply()
 	if lim, err := sim.RaiseFileLimit(); err == nil && lim < uint64(n)+256 {
 		b.Skipf("open-file limit %d is too low for %d sessions", lim, n)
 	}
@@ -208,7 +208,16 @@ func measureSessions(b *testing.B, n int) *sessionFigures {
 		// statements once before it serves a dispatch.
 		c.AfterConnect = queue.WarmConn
 	})
-	gw := gateway.New(pool, q, hclog.NewNullLogger(), gateway.Options{})
+	// BC_BENCH_GATEWAY_LOG=path writes the gateway's log there (info and
+	// above): why sessions ended, outages.
+	gwLog := hclog.NewNullLogger()
+	if path := os.Getenv("BC_BENCH_GATEWAY_LOG"); path != "" {
+		lf, err := os.Create(path)
+		require.NoError(b, err)
+		defer lf.Close()
+		gwLog = hclog.New(&hclog.LoggerOptions{Name: "gateway", Level: hclog.Info, Output: lf})
+	}
+	gw := gateway.New(pool, q, gwLog, gateway.Options{})
 	go gw.Run(ctx)
 	addr, stop, err = sim.Serve(gw, ca)
 	require.NoError(b, err)
@@ -386,15 +395,18 @@ func runSim(b *testing.B, bin string, n int, sessions func() int, idle func(), m
 	// sessions' handshakes): this process as gateway-N.pprof, bc-sim's
 	// own run as sim-N.pprof.
 	if dir := os.Getenv("BC_BENCH_CPUPROFILE"); dir != "" && idle != nil {
+		// And what it allocated: gateway-N.allocs-before.pprof and
+		// gateway-N.allocs.pprof, for go tool pprof -sample_index=alloc_space
+		// -base (the allocation profile counts from the process's start).
+		// Each write collects first, so a profiled run's first fan-out
+		// starts from a collected heap: compare its faults and time with
+		// other profiled runs only.
+		writeAllocs(b, filepath.Join(dir, fmt.Sprintf("gateway-%d.allocs-before.pprof", n)))
+		defer writeAllocs(b, filepath.Join(dir, fmt.Sprintf("gateway-%d.allocs.pprof", n)))
 		f, err := os.Create(filepath.Join(dir, fmt.Sprintf("gateway-%d.pprof", n)))
 		require.NoError(b, err)
 		require.NoError(b, pprof.StartCPUProfile(f))
 		defer func() { pprof.StopCPUProfile(); _ = f.Close() }()
-		// And what it allocated: gateway-N.allocs-before.pprof and
-		// gateway-N.allocs.pprof, for go tool pprof -sample_index=alloc_space
-		// -base (the allocation profile counts from the process's start).
-		writeAllocs(b, filepath.Join(dir, fmt.Sprintf("gateway-%d.allocs-before.pprof", n)))
-		defer writeAllocs(b, filepath.Join(dir, fmt.Sprintf("gateway-%d.allocs.pprof", n)))
 	}
 	_, err = io.WriteString(stdin, "go\n")
 	require.NoError(b, err)
@@ -540,6 +552,6 @@ func writeAllocs(b *testing.B, path string) {
 	runtime.GC()
 	f, err := os.Create(path)
 	require.NoError(b, err)
-	defer f.Close()
 	require.NoError(b, pprof.Lookup("allocs").WriteTo(f, 0))
+	require.NoError(b, f.Close())
 }

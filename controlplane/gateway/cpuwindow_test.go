@@ -49,7 +49,7 @@ func takeCPUSnapshot(child int) cpuSnapshot {
 	var ru syscall.Rusage
 	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) == nil {
 		c.self = time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-		c.selfSys, c.selfFaults = time.Duration(ru.Stime.Nano()), ru.Minflt
+		c.selfSys, c.selfFaults = time.Duration(ru.Stime.Nano()), int64(ru.Minflt) // int32 on 32-bit Linux
 	}
 	if cpu, _, ok := procCPU(child); ok {
 		c.child = cpu

@@ -115,7 +115,8 @@ func (q *Queue) ListOpenMany(ctx context.Context, db BatchDBTX, nodeIDs []string
 	genericPlans(batch, true)
 	batch.Queue(listOpenManySQL, nodeIDs).Query(func(rows pgx.Rows) error {
 		var err error
-		// Most nodes read have one open command: the one that woke them.
+		// Room for one row a node: a fan-out's reads find about that (the
+		// command that woke each node), a reconnect's mostly none.
 		cmds, err = scanCommandsSized(rows, len(nodeIDs))
 		return err
 	})

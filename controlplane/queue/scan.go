@@ -121,9 +121,12 @@ func scanCommands(rows pgx.Rows) ([]Command, error) {
 func scanCommandsSized(rows pgx.Rows, hint int) ([]Command, error) {
 	defer rows.Close()
 	var (
-		out = make([]Command, 0, hint)
+		out []Command // nil when no row came, as before hints
 		sc  commandScanner
 	)
+	if hint > 0 {
+		out = make([]Command, 0, hint)
+	}
 	for rows.Next() {
 		out = append(out, Command{})
 		if err := sc.scan(rows, &out[len(out)-1]); err != nil {

@@ -73,6 +73,9 @@ func (q *Queue) TransitionSet(ctx context.Context, tx pgx.Tx, ts []Transition) (
 		}
 	}
 	out := make([]TransitionResult, len(ts))
+	// Read once: the rounds and the call after them agree on whether there
+	// is a hook even if one is installed meanwhile.
+	hook := q.hook()
 	var settled []Command
 	// The k-th report of a command goes in statement k, so that no
 	// statement names a command twice and reports land in order.
@@ -81,15 +84,15 @@ func (q *Queue) TransitionSet(ctx context.Context, tx pgx.Tx, ts []Transition) (
 		// The last statement may carry the group's COMMIT (pgtx.SendFinal)
 		// unless a settle hook may have statements to add after it: for
 		// what an earlier statement settled, or what this one may.
-		final := k == len(rs)-1 && (q.hook() == nil || (len(settled) == 0 && !anyTerminal(ts, round)))
-		s, err := q.transitionRound(ctx, tx, ts, round, out, final)
+		final := k == len(rs)-1 && (hook == nil || (len(settled) == 0 && !anyTerminal(ts, round)))
+		s, err := q.transitionRound(ctx, tx, ts, round, out, final, hook != nil)
 		if err != nil {
 			return nil, err
 		}
 		settled = append(settled, s...)
 	}
-	if h := q.hook(); h != nil && len(settled) > 0 {
-		if err := h(ctx, tx, settled); err != nil {
+	if hook != nil && len(settled) > 0 {
+		if err := hook(ctx, tx, settled); err != nil {
 			return nil, fmt.Errorf("recording what settling %d command(s) wakes: %w", len(settled), err)
 		}
 	}
@@ -108,7 +111,10 @@ func anyTerminal(ts []Transition, round []int) bool {
 }
 
 // transitionRound sends the transitions ts[round...] (no command twice) in
-// one statement, fills their out entries and returns what it settled. The
+// one statement, fills their out entries and, when hooked (a settle hook
+// will be told), returns what it settled: otherwise nothing reads it, and
+// copying whole rows into a slice for nobody cost a fan-out's gateway a
+// slice of them per group. The
 // statement runs on its generic plan, built with indexed reads, and those
 // settings are turned on just before it and off just after, in the same
 // round trip (genericPlans): no other statement of the caller's
@@ -119,7 +125,7 @@ func anyTerminal(ts []Transition, round []int) bool {
 // (TestTransitionSetReadsOnlyTheCommandsItNames). With
 // final, the batch goes through pgtx.SendFinal: with the transaction's
 // COMMIT when ctx carries its Final.
-func (q *Queue) transitionRound(ctx context.Context, tx pgx.Tx, ts []Transition, round []int, out []TransitionResult, final bool) ([]Command, error) {
+func (q *Queue) transitionRound(ctx context.Context, tx pgx.Tx, ts []Transition, round []int, out []TransitionResult, final, hooked bool) ([]Command, error) {
 	n := len(round)
 	var (
 		ids, states, reasons, progress, nodes, messages, versions = make([]string, n), make([]string, n), make([]string, n), make([]*string, n), make([]string, n), make([]string, n), make([]string, n)
@@ -141,14 +147,10 @@ func (q *Queue) transitionRound(ctx context.Context, tx pgx.Tx, ts []Transition,
 		}
 		sums[j], sigs[j], resultBytes[j], rebooted[j], epochs[j] = t.ResultSHA256, t.NodeSig, t.ResultBytes, t.Rebooted, t.Epoch
 	}
+	var settled []Command
 	// Sent as a batch of one with its rows read by a callback: a
 	// transaction whose BEGIN waits for its first statement (controlplane/
 	// pgtx) sends both in one round trip.
-	// What it settled is collected only for a settle hook: a group's
-	// settled commands copied into a slice that nothing reads were a
-	// slice of whole rows grown one row at a time.
-	var settled []Command
-	hooked := q.hook() != nil
 	b := &pgx.Batch{}
 	genericPlans(b, true)
 	b.Queue(transitionSetSQL, ids, states, reasons, results, sums, sigs, rebooted, epochs, progress, nodes, messages, resultBytes, versions).Query(func(rows pgx.Rows) error {

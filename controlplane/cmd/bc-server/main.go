@@ -22,7 +22,6 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/spf13/pflag"
 
-	"github.com/better-compute/commands/controlplane/gctune"
 	"github.com/better-compute/commands/controlplane/server"
 	"github.com/better-compute/commands/internal/version"
 )
@@ -198,10 +197,6 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		Name: "bc-server", Level: hclog.LevelFromString(cfg.LogLevel), JSONFormat: cfg.LogJSON, Output: stderr,
 		TimeFormat: time.RFC3339,
 	})
-	// A process holding thousands of sessions collects sooner than Go's
-	// default, so that bursts reuse freed pages (gctune); GOGC overrides.
-	gcPercent, gcFromEnv := gctune.Apply()
-	logger.Debug("garbage collection target", "gc_percent", gcPercent, "from_GOGC", gcFromEnv)
 	startCtx, cancel := context.WithTimeout(ctx, time.Minute)
 	srv, err := server.New(startCtx, cfg, nil, logger)
 	cancel()

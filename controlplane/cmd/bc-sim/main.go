@@ -35,7 +35,6 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/better-compute/commands/controlplane/gctune"
 	"github.com/better-compute/commands/controlplane/kinds"
 	"github.com/better-compute/commands/controlplane/pki"
 	"github.com/better-compute/commands/controlplane/queue"
@@ -130,9 +129,6 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return 2
 	}
 	logger := hclog.New(&hclog.LoggerOptions{Name: "bc-sim", Level: hclog.LevelFromString(o.logLevel), Output: stderr})
-	// It holds the node end of thousands of sessions: the same heap shape
-	// as the gateway's, so the same collector target (GOGC overrides).
-	gctune.Apply()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	rep, err := simulate(ctx, o, stdin, stderr, logger)
