@@ -635,6 +635,90 @@ func (x *CommandBatch) GetThreshold() uint32 {
 	return 0
 }
 
+// SetNodeLabelsRequest changes a node's labels. A key is up to 63
+// characters of [A-Za-z0-9._-] starting and ending with a letter or digit,
+// optionally after a DNS-style prefix and a slash (site.example/rack); a
+// value is up to 63 of the same characters, or empty. A node carries at
+// most 64 labels.
+type SetNodeLabelsRequest struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	TenantId string                 `protobuf:"bytes,1,opt,name=tenant_id,json=tenantId,proto3" json:"tenant_id,omitempty"`
+	NodeId   string                 `protobuf:"bytes,2,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	// labels are set (added, or changed when the key exists).
+	Labels map[string]string `protobuf:"bytes,3,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// remove names keys to remove; a key both set and removed is INVALID_INPUT.
+	Remove []string `protobuf:"bytes,4,rep,name=remove,proto3" json:"remove,omitempty"`
+	// replace, when true, makes labels the node's whole label set.
+	Replace       bool `protobuf:"varint,5,opt,name=replace,proto3" json:"replace,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetNodeLabelsRequest) Reset() {
+	*x = SetNodeLabelsRequest{}
+	mi := &file_bc_api_v1_api_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetNodeLabelsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetNodeLabelsRequest) ProtoMessage() {}
+
+func (x *SetNodeLabelsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_bc_api_v1_api_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetNodeLabelsRequest.ProtoReflect.Descriptor instead.
+func (*SetNodeLabelsRequest) Descriptor() ([]byte, []int) {
+	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *SetNodeLabelsRequest) GetTenantId() string {
+	if x != nil {
+		return x.TenantId
+	}
+	return ""
+}
+
+func (x *SetNodeLabelsRequest) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *SetNodeLabelsRequest) GetLabels() map[string]string {
+	if x != nil {
+		return x.Labels
+	}
+	return nil
+}
+
+func (x *SetNodeLabelsRequest) GetRemove() []string {
+	if x != nil {
+		return x.Remove
+	}
+	return nil
+}
+
+func (x *SetNodeLabelsRequest) GetReplace() bool {
+	if x != nil {
+		return x.Replace
+	}
+	return false
+}
+
 // ListNodeCertificatesRequest names a node.
 type ListNodeCertificatesRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -646,7 +730,7 @@ type ListNodeCertificatesRequest struct {
 
 func (x *ListNodeCertificatesRequest) Reset() {
 	*x = ListNodeCertificatesRequest{}
-	mi := &file_bc_api_v1_api_proto_msgTypes[8]
+	mi := &file_bc_api_v1_api_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -658,7 +742,7 @@ func (x *ListNodeCertificatesRequest) String() string {
 func (*ListNodeCertificatesRequest) ProtoMessage() {}
 
 func (x *ListNodeCertificatesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_api_v1_api_proto_msgTypes[8]
+	mi := &file_bc_api_v1_api_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -671,7 +755,7 @@ func (x *ListNodeCertificatesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNodeCertificatesRequest.ProtoReflect.Descriptor instead.
 func (*ListNodeCertificatesRequest) Descriptor() ([]byte, []int) {
-	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{8}
+	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ListNodeCertificatesRequest) GetTenantId() string {
@@ -701,7 +785,7 @@ type RevokeNodeCertificatesRequest struct {
 
 func (x *RevokeNodeCertificatesRequest) Reset() {
 	*x = RevokeNodeCertificatesRequest{}
-	mi := &file_bc_api_v1_api_proto_msgTypes[9]
+	mi := &file_bc_api_v1_api_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -713,7 +797,7 @@ func (x *RevokeNodeCertificatesRequest) String() string {
 func (*RevokeNodeCertificatesRequest) ProtoMessage() {}
 
 func (x *RevokeNodeCertificatesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_api_v1_api_proto_msgTypes[9]
+	mi := &file_bc_api_v1_api_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -726,7 +810,7 @@ func (x *RevokeNodeCertificatesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeNodeCertificatesRequest.ProtoReflect.Descriptor instead.
 func (*RevokeNodeCertificatesRequest) Descriptor() ([]byte, []int) {
-	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{9}
+	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *RevokeNodeCertificatesRequest) GetTenantId() string {
@@ -772,7 +856,7 @@ type NodeCertificate struct {
 
 func (x *NodeCertificate) Reset() {
 	*x = NodeCertificate{}
-	mi := &file_bc_api_v1_api_proto_msgTypes[10]
+	mi := &file_bc_api_v1_api_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -784,7 +868,7 @@ func (x *NodeCertificate) String() string {
 func (*NodeCertificate) ProtoMessage() {}
 
 func (x *NodeCertificate) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_api_v1_api_proto_msgTypes[10]
+	mi := &file_bc_api_v1_api_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -797,7 +881,7 @@ func (x *NodeCertificate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeCertificate.ProtoReflect.Descriptor instead.
 func (*NodeCertificate) Descriptor() ([]byte, []int) {
-	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{10}
+	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *NodeCertificate) GetSerial() string {
@@ -882,7 +966,7 @@ type NodeCertificates struct {
 
 func (x *NodeCertificates) Reset() {
 	*x = NodeCertificates{}
-	mi := &file_bc_api_v1_api_proto_msgTypes[11]
+	mi := &file_bc_api_v1_api_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -894,7 +978,7 @@ func (x *NodeCertificates) String() string {
 func (*NodeCertificates) ProtoMessage() {}
 
 func (x *NodeCertificates) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_api_v1_api_proto_msgTypes[11]
+	mi := &file_bc_api_v1_api_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -907,7 +991,7 @@ func (x *NodeCertificates) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeCertificates.ProtoReflect.Descriptor instead.
 func (*NodeCertificates) Descriptor() ([]byte, []int) {
-	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{11}
+	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *NodeCertificates) GetCertificates() []*NodeCertificate {
@@ -935,7 +1019,7 @@ type ListAllocationBindingsRequest struct {
 
 func (x *ListAllocationBindingsRequest) Reset() {
 	*x = ListAllocationBindingsRequest{}
-	mi := &file_bc_api_v1_api_proto_msgTypes[12]
+	mi := &file_bc_api_v1_api_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -947,7 +1031,7 @@ func (x *ListAllocationBindingsRequest) String() string {
 func (*ListAllocationBindingsRequest) ProtoMessage() {}
 
 func (x *ListAllocationBindingsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_api_v1_api_proto_msgTypes[12]
+	mi := &file_bc_api_v1_api_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -960,7 +1044,7 @@ func (x *ListAllocationBindingsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAllocationBindingsRequest.ProtoReflect.Descriptor instead.
 func (*ListAllocationBindingsRequest) Descriptor() ([]byte, []int) {
-	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{12}
+	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ListAllocationBindingsRequest) GetTenantId() string {
@@ -997,7 +1081,7 @@ type AllocationBinding struct {
 
 func (x *AllocationBinding) Reset() {
 	*x = AllocationBinding{}
-	mi := &file_bc_api_v1_api_proto_msgTypes[13]
+	mi := &file_bc_api_v1_api_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1009,7 +1093,7 @@ func (x *AllocationBinding) String() string {
 func (*AllocationBinding) ProtoMessage() {}
 
 func (x *AllocationBinding) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_api_v1_api_proto_msgTypes[13]
+	mi := &file_bc_api_v1_api_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1022,7 +1106,7 @@ func (x *AllocationBinding) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AllocationBinding.ProtoReflect.Descriptor instead.
 func (*AllocationBinding) Descriptor() ([]byte, []int) {
-	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{13}
+	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *AllocationBinding) GetAllocation() string {
@@ -1091,7 +1175,7 @@ type AllocationBindings struct {
 
 func (x *AllocationBindings) Reset() {
 	*x = AllocationBindings{}
-	mi := &file_bc_api_v1_api_proto_msgTypes[14]
+	mi := &file_bc_api_v1_api_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1103,7 +1187,7 @@ func (x *AllocationBindings) String() string {
 func (*AllocationBindings) ProtoMessage() {}
 
 func (x *AllocationBindings) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_api_v1_api_proto_msgTypes[14]
+	mi := &file_bc_api_v1_api_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1116,7 +1200,7 @@ func (x *AllocationBindings) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AllocationBindings.ProtoReflect.Descriptor instead.
 func (*AllocationBindings) Descriptor() ([]byte, []int) {
-	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{14}
+	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *AllocationBindings) GetBindings() []*AllocationBinding {
@@ -1209,14 +1293,24 @@ type Command struct {
 	// command_bytes is the command exactly as it was stored and signed (a
 	// serialized bc.agent.v1.Command): a verifier recomputes commandSha256
 	// from it instead of trusting the digest the API hands over.
-	CommandBytes  []byte `protobuf:"bytes,33,opt,name=command_bytes,json=commandBytes,proto3" json:"command_bytes,omitempty"`
+	CommandBytes []byte `protobuf:"bytes,33,opt,name=command_bytes,json=commandBytes,proto3" json:"command_bytes,omitempty"`
+	// requester is who asked for the command: the API identity's principal,
+	// the MCP server's agent principal, or the platform component (a module's
+	// or the reconciler's own name). Set by the server, never by the caller;
+	// empty for a command queued before it was recorded.
+	Requester string `protobuf:"bytes,34,opt,name=requester,proto3" json:"requester,omitempty"`
+	// requested_via says how: api, mcp (an agent principal), module, or
+	// fleet-run (then run_id names the run).
+	RequestedVia string `protobuf:"bytes,35,opt,name=requested_via,json=requestedVia,proto3" json:"requested_via,omitempty"`
+	// run_id is the fleet run (run_…) that queued the command, if any.
+	RunId         string `protobuf:"bytes,36,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Command) Reset() {
 	*x = Command{}
-	mi := &file_bc_api_v1_api_proto_msgTypes[15]
+	mi := &file_bc_api_v1_api_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1228,7 +1322,7 @@ func (x *Command) String() string {
 func (*Command) ProtoMessage() {}
 
 func (x *Command) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_api_v1_api_proto_msgTypes[15]
+	mi := &file_bc_api_v1_api_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1241,7 +1335,7 @@ func (x *Command) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Command.ProtoReflect.Descriptor instead.
 func (*Command) Descriptor() ([]byte, []int) {
-	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{15}
+	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Command) GetId() string {
@@ -1482,6 +1576,27 @@ func (x *Command) GetCommandBytes() []byte {
 	return nil
 }
 
+func (x *Command) GetRequester() string {
+	if x != nil {
+		return x.Requester
+	}
+	return ""
+}
+
+func (x *Command) GetRequestedVia() string {
+	if x != nil {
+		return x.RequestedVia
+	}
+	return ""
+}
+
+func (x *Command) GetRunId() string {
+	if x != nil {
+		return x.RunId
+	}
+	return ""
+}
+
 // RunCommandRequest queues a command.
 type RunCommandRequest struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
@@ -1510,7 +1625,7 @@ type RunCommandRequest struct {
 
 func (x *RunCommandRequest) Reset() {
 	*x = RunCommandRequest{}
-	mi := &file_bc_api_v1_api_proto_msgTypes[16]
+	mi := &file_bc_api_v1_api_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1522,7 +1637,7 @@ func (x *RunCommandRequest) String() string {
 func (*RunCommandRequest) ProtoMessage() {}
 
 func (x *RunCommandRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_api_v1_api_proto_msgTypes[16]
+	mi := &file_bc_api_v1_api_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1535,7 +1650,7 @@ func (x *RunCommandRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunCommandRequest.ProtoReflect.Descriptor instead.
 func (*RunCommandRequest) Descriptor() ([]byte, []int) {
-	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{16}
+	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *RunCommandRequest) GetTenantId() string {
@@ -1596,17 +1711,19 @@ func (x *RunCommandRequest) GetSecretRefs() []string {
 
 // GetCommandRequest names one command.
 type GetCommandRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	TenantId      string                 `protobuf:"bytes,1,opt,name=tenant_id,json=tenantId,proto3" json:"tenant_id,omitempty"`
-	NodeId        string                 `protobuf:"bytes,2,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
-	CommandId     string                 `protobuf:"bytes,3,opt,name=command_id,json=commandId,proto3" json:"command_id,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	TenantId string                 `protobuf:"bytes,1,opt,name=tenant_id,json=tenantId,proto3" json:"tenant_id,omitempty"`
+	// node_id is optional: the command id alone finds the command in the
+	// tenant (the caller still needs compute:nodes:read on its node).
+	NodeId        string `protobuf:"bytes,2,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	CommandId     string `protobuf:"bytes,3,opt,name=command_id,json=commandId,proto3" json:"command_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *GetCommandRequest) Reset() {
 	*x = GetCommandRequest{}
-	mi := &file_bc_api_v1_api_proto_msgTypes[17]
+	mi := &file_bc_api_v1_api_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1618,7 +1735,7 @@ func (x *GetCommandRequest) String() string {
 func (*GetCommandRequest) ProtoMessage() {}
 
 func (x *GetCommandRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_api_v1_api_proto_msgTypes[17]
+	mi := &file_bc_api_v1_api_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1631,7 +1748,7 @@ func (x *GetCommandRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetCommandRequest.ProtoReflect.Descriptor instead.
 func (*GetCommandRequest) Descriptor() ([]byte, []int) {
-	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{17}
+	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *GetCommandRequest) GetTenantId() string {
@@ -1655,24 +1772,41 @@ func (x *GetCommandRequest) GetCommandId() string {
 	return ""
 }
 
-// ListCommandsRequest pages through a node's commands.
+// ListCommandsRequest pages through a node's commands, or, without
+// node_id, through the tenant's.
 type ListCommandsRequest struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	TenantId string                 `protobuf:"bytes,1,opt,name=tenant_id,json=tenantId,proto3" json:"tenant_id,omitempty"`
-	NodeId   string                 `protobuf:"bytes,2,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	// node_id, when set, lists that node's commands newest first by seq;
+	// empty lists the tenant's commands on every node the caller may read,
+	// newest first by creation.
+	NodeId string `protobuf:"bytes,2,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
 	// state filters by state; empty lists every state.
 	State string `protobuf:"bytes,3,opt,name=state,proto3" json:"state,omitempty"`
 	// limit is the page size: 100 by default, at most 200.
 	Limit *int32 `protobuf:"varint,4,opt,name=limit,proto3,oneof" json:"limit,omitempty"`
 	// cursor is next_cursor from the previous page; empty for the first page.
-	Cursor        string `protobuf:"bytes,5,opt,name=cursor,proto3" json:"cursor,omitempty"`
+	Cursor string `protobuf:"bytes,5,opt,name=cursor,proto3" json:"cursor,omitempty"`
+	// kind, reason, run_id, batch_id and requester filter by equality.
+	Kind      string `protobuf:"bytes,6,opt,name=kind,proto3" json:"kind,omitempty"`
+	Reason    string `protobuf:"bytes,7,opt,name=reason,proto3" json:"reason,omitempty"`
+	RunId     string `protobuf:"bytes,8,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
+	BatchId   string `protobuf:"bytes,9,opt,name=batch_id,json=batchId,proto3" json:"batch_id,omitempty"`
+	Requester string `protobuf:"bytes,10,opt,name=requester,proto3" json:"requester,omitempty"`
+	// since and until bound the commands' creation time (since inclusive,
+	// until exclusive).
+	Since *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=since,proto3" json:"since,omitempty"`
+	Until *timestamppb.Timestamp `protobuf:"bytes,12,opt,name=until,proto3" json:"until,omitempty"`
+	// settled_since keeps only commands that settled at or after it ("what
+	// failed in the last hour": state failed, settled_since an hour ago).
+	SettledSince  *timestamppb.Timestamp `protobuf:"bytes,13,opt,name=settled_since,json=settledSince,proto3" json:"settled_since,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ListCommandsRequest) Reset() {
 	*x = ListCommandsRequest{}
-	mi := &file_bc_api_v1_api_proto_msgTypes[18]
+	mi := &file_bc_api_v1_api_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1684,7 +1818,7 @@ func (x *ListCommandsRequest) String() string {
 func (*ListCommandsRequest) ProtoMessage() {}
 
 func (x *ListCommandsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_api_v1_api_proto_msgTypes[18]
+	mi := &file_bc_api_v1_api_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1697,7 +1831,7 @@ func (x *ListCommandsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCommandsRequest.ProtoReflect.Descriptor instead.
 func (*ListCommandsRequest) Descriptor() ([]byte, []int) {
-	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{18}
+	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ListCommandsRequest) GetTenantId() string {
@@ -1735,7 +1869,64 @@ func (x *ListCommandsRequest) GetCursor() string {
 	return ""
 }
 
-// ListCommandsResponse is one page, newest first by seq.
+func (x *ListCommandsRequest) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *ListCommandsRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *ListCommandsRequest) GetRunId() string {
+	if x != nil {
+		return x.RunId
+	}
+	return ""
+}
+
+func (x *ListCommandsRequest) GetBatchId() string {
+	if x != nil {
+		return x.BatchId
+	}
+	return ""
+}
+
+func (x *ListCommandsRequest) GetRequester() string {
+	if x != nil {
+		return x.Requester
+	}
+	return ""
+}
+
+func (x *ListCommandsRequest) GetSince() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Since
+	}
+	return nil
+}
+
+func (x *ListCommandsRequest) GetUntil() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Until
+	}
+	return nil
+}
+
+func (x *ListCommandsRequest) GetSettledSince() *timestamppb.Timestamp {
+	if x != nil {
+		return x.SettledSince
+	}
+	return nil
+}
+
+// ListCommandsResponse is one page, newest first by seq (one node) or by
+// creation (the tenant).
 type ListCommandsResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Items []*Command             `protobuf:"bytes,1,rep,name=items,proto3" json:"items,omitempty"`
@@ -1747,7 +1938,7 @@ type ListCommandsResponse struct {
 
 func (x *ListCommandsResponse) Reset() {
 	*x = ListCommandsResponse{}
-	mi := &file_bc_api_v1_api_proto_msgTypes[19]
+	mi := &file_bc_api_v1_api_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1759,7 +1950,7 @@ func (x *ListCommandsResponse) String() string {
 func (*ListCommandsResponse) ProtoMessage() {}
 
 func (x *ListCommandsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_api_v1_api_proto_msgTypes[19]
+	mi := &file_bc_api_v1_api_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1772,7 +1963,7 @@ func (x *ListCommandsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCommandsResponse.ProtoReflect.Descriptor instead.
 func (*ListCommandsResponse) Descriptor() ([]byte, []int) {
-	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{19}
+	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ListCommandsResponse) GetItems() []*Command {
@@ -1801,7 +1992,7 @@ type CancelCommandRequest struct {
 
 func (x *CancelCommandRequest) Reset() {
 	*x = CancelCommandRequest{}
-	mi := &file_bc_api_v1_api_proto_msgTypes[20]
+	mi := &file_bc_api_v1_api_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1813,7 +2004,7 @@ func (x *CancelCommandRequest) String() string {
 func (*CancelCommandRequest) ProtoMessage() {}
 
 func (x *CancelCommandRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_api_v1_api_proto_msgTypes[20]
+	mi := &file_bc_api_v1_api_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1826,7 +2017,7 @@ func (x *CancelCommandRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelCommandRequest.ProtoReflect.Descriptor instead.
 func (*CancelCommandRequest) Descriptor() ([]byte, []int) {
-	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{20}
+	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *CancelCommandRequest) GetTenantId() string {
@@ -1868,7 +2059,7 @@ type WatchEventsRequest struct {
 
 func (x *WatchEventsRequest) Reset() {
 	*x = WatchEventsRequest{}
-	mi := &file_bc_api_v1_api_proto_msgTypes[21]
+	mi := &file_bc_api_v1_api_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1880,7 +2071,7 @@ func (x *WatchEventsRequest) String() string {
 func (*WatchEventsRequest) ProtoMessage() {}
 
 func (x *WatchEventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_api_v1_api_proto_msgTypes[21]
+	mi := &file_bc_api_v1_api_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1893,7 +2084,7 @@ func (x *WatchEventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchEventsRequest.ProtoReflect.Descriptor instead.
 func (*WatchEventsRequest) Descriptor() ([]byte, []int) {
-	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{21}
+	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *WatchEventsRequest) GetTenantId() string {
@@ -1942,7 +2133,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_bc_api_v1_api_proto_msgTypes[22]
+	mi := &file_bc_api_v1_api_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1954,7 +2145,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_api_v1_api_proto_msgTypes[22]
+	mi := &file_bc_api_v1_api_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1967,7 +2158,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{22}
+	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *Event) GetCursor() string {
@@ -2023,7 +2214,7 @@ type GetNodeRequest struct {
 
 func (x *GetNodeRequest) Reset() {
 	*x = GetNodeRequest{}
-	mi := &file_bc_api_v1_api_proto_msgTypes[23]
+	mi := &file_bc_api_v1_api_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2035,7 +2226,7 @@ func (x *GetNodeRequest) String() string {
 func (*GetNodeRequest) ProtoMessage() {}
 
 func (x *GetNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_api_v1_api_proto_msgTypes[23]
+	mi := &file_bc_api_v1_api_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2048,7 +2239,7 @@ func (x *GetNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetNodeRequest.ProtoReflect.Descriptor instead.
 func (*GetNodeRequest) Descriptor() ([]byte, []int) {
-	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{23}
+	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *GetNodeRequest) GetTenantId() string {
@@ -2079,7 +2270,7 @@ type Condition struct {
 
 func (x *Condition) Reset() {
 	*x = Condition{}
-	mi := &file_bc_api_v1_api_proto_msgTypes[24]
+	mi := &file_bc_api_v1_api_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2091,7 +2282,7 @@ func (x *Condition) String() string {
 func (*Condition) ProtoMessage() {}
 
 func (x *Condition) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_api_v1_api_proto_msgTypes[24]
+	mi := &file_bc_api_v1_api_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2104,7 +2295,7 @@ func (x *Condition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Condition.ProtoReflect.Descriptor instead.
 func (*Condition) Descriptor() ([]byte, []int) {
-	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{24}
+	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *Condition) GetType() string {
@@ -2182,14 +2373,17 @@ type Node struct {
 	// node rebooted.
 	BootId string `protobuf:"bytes,166,opt,name=boot_id,json=bootId,proto3" json:"boot_id,omitempty"`
 	// session_epoch counts the node's sessions; each Hello begins a new one.
-	SessionEpoch  int64 `protobuf:"varint,167,opt,name=session_epoch,json=sessionEpoch,proto3" json:"session_epoch,omitempty"`
+	SessionEpoch int64 `protobuf:"varint,167,opt,name=session_epoch,json=sessionEpoch,proto3" json:"session_epoch,omitempty"`
+	// labels are the node's key=value labels (nodes.setLabels), which fleet
+	// runs select nodes by.
+	Labels        map[string]string `protobuf:"bytes,170,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Node) Reset() {
 	*x = Node{}
-	mi := &file_bc_api_v1_api_proto_msgTypes[25]
+	mi := &file_bc_api_v1_api_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2201,7 +2395,7 @@ func (x *Node) String() string {
 func (*Node) ProtoMessage() {}
 
 func (x *Node) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_api_v1_api_proto_msgTypes[25]
+	mi := &file_bc_api_v1_api_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2214,7 +2408,7 @@ func (x *Node) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Node.ProtoReflect.Descriptor instead.
 func (*Node) Descriptor() ([]byte, []int) {
-	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{25}
+	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *Node) GetId() string {
@@ -2343,6 +2537,13 @@ func (x *Node) GetSessionEpoch() int64 {
 	return 0
 }
 
+func (x *Node) GetLabels() map[string]string {
+	if x != nil {
+		return x.Labels
+	}
+	return nil
+}
+
 // ListNodesRequest asks for a page of a tenant's nodes.
 type ListNodesRequest struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
@@ -2352,14 +2553,17 @@ type ListNodesRequest struct {
 	// limit is the page size: 100 by default, at most 200.
 	Limit *int32 `protobuf:"varint,3,opt,name=limit,proto3,oneof" json:"limit,omitempty"`
 	// cursor is next_cursor from the previous page; empty for the first page.
-	Cursor        string `protobuf:"bytes,4,opt,name=cursor,proto3" json:"cursor,omitempty"`
+	Cursor string `protobuf:"bytes,4,opt,name=cursor,proto3" json:"cursor,omitempty"`
+	// selector, when set, keeps only the nodes whose labels match it
+	// (gpu=h200,rack in (r1,r2); see SetNodeLabelsRequest for the grammar).
+	Selector      string `protobuf:"bytes,5,opt,name=selector,proto3" json:"selector,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ListNodesRequest) Reset() {
 	*x = ListNodesRequest{}
-	mi := &file_bc_api_v1_api_proto_msgTypes[26]
+	mi := &file_bc_api_v1_api_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2371,7 +2575,7 @@ func (x *ListNodesRequest) String() string {
 func (*ListNodesRequest) ProtoMessage() {}
 
 func (x *ListNodesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_api_v1_api_proto_msgTypes[26]
+	mi := &file_bc_api_v1_api_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2384,7 +2588,7 @@ func (x *ListNodesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNodesRequest.ProtoReflect.Descriptor instead.
 func (*ListNodesRequest) Descriptor() ([]byte, []int) {
-	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{26}
+	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ListNodesRequest) GetTenantId() string {
@@ -2415,6 +2619,13 @@ func (x *ListNodesRequest) GetCursor() string {
 	return ""
 }
 
+func (x *ListNodesRequest) GetSelector() string {
+	if x != nil {
+		return x.Selector
+	}
+	return ""
+}
+
 // ListNodesResponse is one page of nodes, by id.
 type ListNodesResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -2427,7 +2638,7 @@ type ListNodesResponse struct {
 
 func (x *ListNodesResponse) Reset() {
 	*x = ListNodesResponse{}
-	mi := &file_bc_api_v1_api_proto_msgTypes[27]
+	mi := &file_bc_api_v1_api_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2439,7 +2650,7 @@ func (x *ListNodesResponse) String() string {
 func (*ListNodesResponse) ProtoMessage() {}
 
 func (x *ListNodesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_api_v1_api_proto_msgTypes[27]
+	mi := &file_bc_api_v1_api_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2452,7 +2663,7 @@ func (x *ListNodesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNodesResponse.ProtoReflect.Descriptor instead.
 func (*ListNodesResponse) Descriptor() ([]byte, []int) {
-	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{27}
+	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ListNodesResponse) GetItems() []*Node {
@@ -2481,7 +2692,7 @@ type CreateTenantRequest struct {
 
 func (x *CreateTenantRequest) Reset() {
 	*x = CreateTenantRequest{}
-	mi := &file_bc_api_v1_api_proto_msgTypes[28]
+	mi := &file_bc_api_v1_api_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2493,7 +2704,7 @@ func (x *CreateTenantRequest) String() string {
 func (*CreateTenantRequest) ProtoMessage() {}
 
 func (x *CreateTenantRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_api_v1_api_proto_msgTypes[28]
+	mi := &file_bc_api_v1_api_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2506,7 +2717,7 @@ func (x *CreateTenantRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTenantRequest.ProtoReflect.Descriptor instead.
 func (*CreateTenantRequest) Descriptor() ([]byte, []int) {
-	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{28}
+	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *CreateTenantRequest) GetTenantId() string {
@@ -2535,7 +2746,7 @@ type Tenant struct {
 
 func (x *Tenant) Reset() {
 	*x = Tenant{}
-	mi := &file_bc_api_v1_api_proto_msgTypes[29]
+	mi := &file_bc_api_v1_api_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2547,7 +2758,7 @@ func (x *Tenant) String() string {
 func (*Tenant) ProtoMessage() {}
 
 func (x *Tenant) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_api_v1_api_proto_msgTypes[29]
+	mi := &file_bc_api_v1_api_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2560,7 +2771,7 @@ func (x *Tenant) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Tenant.ProtoReflect.Descriptor instead.
 func (*Tenant) Descriptor() ([]byte, []int) {
-	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{29}
+	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *Tenant) GetId() string {
@@ -2602,7 +2813,7 @@ type CreateNodeRequest struct {
 
 func (x *CreateNodeRequest) Reset() {
 	*x = CreateNodeRequest{}
-	mi := &file_bc_api_v1_api_proto_msgTypes[30]
+	mi := &file_bc_api_v1_api_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2614,7 +2825,7 @@ func (x *CreateNodeRequest) String() string {
 func (*CreateNodeRequest) ProtoMessage() {}
 
 func (x *CreateNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_api_v1_api_proto_msgTypes[30]
+	mi := &file_bc_api_v1_api_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2627,7 +2838,7 @@ func (x *CreateNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateNodeRequest.ProtoReflect.Descriptor instead.
 func (*CreateNodeRequest) Descriptor() ([]byte, []int) {
-	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{30}
+	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *CreateNodeRequest) GetTenantId() string {
@@ -2686,7 +2897,7 @@ type CreateJoinTokenRequest struct {
 
 func (x *CreateJoinTokenRequest) Reset() {
 	*x = CreateJoinTokenRequest{}
-	mi := &file_bc_api_v1_api_proto_msgTypes[31]
+	mi := &file_bc_api_v1_api_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2698,7 +2909,7 @@ func (x *CreateJoinTokenRequest) String() string {
 func (*CreateJoinTokenRequest) ProtoMessage() {}
 
 func (x *CreateJoinTokenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_api_v1_api_proto_msgTypes[31]
+	mi := &file_bc_api_v1_api_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2711,7 +2922,7 @@ func (x *CreateJoinTokenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateJoinTokenRequest.ProtoReflect.Descriptor instead.
 func (*CreateJoinTokenRequest) Descriptor() ([]byte, []int) {
-	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{31}
+	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *CreateJoinTokenRequest) GetTenantId() string {
@@ -2768,7 +2979,7 @@ type JoinToken struct {
 
 func (x *JoinToken) Reset() {
 	*x = JoinToken{}
-	mi := &file_bc_api_v1_api_proto_msgTypes[32]
+	mi := &file_bc_api_v1_api_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2780,7 +2991,7 @@ func (x *JoinToken) String() string {
 func (*JoinToken) ProtoMessage() {}
 
 func (x *JoinToken) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_api_v1_api_proto_msgTypes[32]
+	mi := &file_bc_api_v1_api_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2793,7 +3004,7 @@ func (x *JoinToken) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinToken.ProtoReflect.Descriptor instead.
 func (*JoinToken) Descriptor() ([]byte, []int) {
-	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{32}
+	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *JoinToken) GetToken() string {
@@ -2830,7 +3041,7 @@ type SetNodeSpecRequest struct {
 
 func (x *SetNodeSpecRequest) Reset() {
 	*x = SetNodeSpecRequest{}
-	mi := &file_bc_api_v1_api_proto_msgTypes[33]
+	mi := &file_bc_api_v1_api_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2842,7 +3053,7 @@ func (x *SetNodeSpecRequest) String() string {
 func (*SetNodeSpecRequest) ProtoMessage() {}
 
 func (x *SetNodeSpecRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_api_v1_api_proto_msgTypes[33]
+	mi := &file_bc_api_v1_api_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2855,7 +3066,7 @@ func (x *SetNodeSpecRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetNodeSpecRequest.ProtoReflect.Descriptor instead.
 func (*SetNodeSpecRequest) Descriptor() ([]byte, []int) {
-	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{33}
+	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *SetNodeSpecRequest) GetTenantId() string {
@@ -2890,7 +3101,7 @@ type GetNodeSpecRequest struct {
 
 func (x *GetNodeSpecRequest) Reset() {
 	*x = GetNodeSpecRequest{}
-	mi := &file_bc_api_v1_api_proto_msgTypes[34]
+	mi := &file_bc_api_v1_api_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2902,7 +3113,7 @@ func (x *GetNodeSpecRequest) String() string {
 func (*GetNodeSpecRequest) ProtoMessage() {}
 
 func (x *GetNodeSpecRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_api_v1_api_proto_msgTypes[34]
+	mi := &file_bc_api_v1_api_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2915,7 +3126,7 @@ func (x *GetNodeSpecRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetNodeSpecRequest.ProtoReflect.Descriptor instead.
 func (*GetNodeSpecRequest) Descriptor() ([]byte, []int) {
-	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{34}
+	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *GetNodeSpecRequest) GetTenantId() string {
@@ -2945,7 +3156,7 @@ type NodeSpec struct {
 
 func (x *NodeSpec) Reset() {
 	*x = NodeSpec{}
-	mi := &file_bc_api_v1_api_proto_msgTypes[35]
+	mi := &file_bc_api_v1_api_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2957,7 +3168,7 @@ func (x *NodeSpec) String() string {
 func (*NodeSpec) ProtoMessage() {}
 
 func (x *NodeSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_api_v1_api_proto_msgTypes[35]
+	mi := &file_bc_api_v1_api_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2970,7 +3181,7 @@ func (x *NodeSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeSpec.ProtoReflect.Descriptor instead.
 func (*NodeSpec) Descriptor() ([]byte, []int) {
-	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{35}
+	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *NodeSpec) GetNodeId() string {
@@ -3005,7 +3216,7 @@ type DeleteNodeRequest struct {
 
 func (x *DeleteNodeRequest) Reset() {
 	*x = DeleteNodeRequest{}
-	mi := &file_bc_api_v1_api_proto_msgTypes[36]
+	mi := &file_bc_api_v1_api_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3017,7 +3228,7 @@ func (x *DeleteNodeRequest) String() string {
 func (*DeleteNodeRequest) ProtoMessage() {}
 
 func (x *DeleteNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_api_v1_api_proto_msgTypes[36]
+	mi := &file_bc_api_v1_api_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3030,7 +3241,7 @@ func (x *DeleteNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteNodeRequest.ProtoReflect.Descriptor instead.
 func (*DeleteNodeRequest) Descriptor() ([]byte, []int) {
-	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{36}
+	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *DeleteNodeRequest) GetTenantId() string {
@@ -3060,7 +3271,7 @@ type DeletedNode struct {
 
 func (x *DeletedNode) Reset() {
 	*x = DeletedNode{}
-	mi := &file_bc_api_v1_api_proto_msgTypes[37]
+	mi := &file_bc_api_v1_api_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3072,7 +3283,7 @@ func (x *DeletedNode) String() string {
 func (*DeletedNode) ProtoMessage() {}
 
 func (x *DeletedNode) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_api_v1_api_proto_msgTypes[37]
+	mi := &file_bc_api_v1_api_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3085,7 +3296,7 @@ func (x *DeletedNode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeletedNode.ProtoReflect.Descriptor instead.
 func (*DeletedNode) Descriptor() ([]byte, []int) {
-	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{37}
+	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *DeletedNode) GetNodeId() string {
@@ -3155,7 +3366,16 @@ const file_bc_api_v1_api_proto_rawDesc = "" +
 	"\tstatement\x18\f \x01(\fR\tstatement\x126\n" +
 	"\tapprovals\x18\r \x03(\v2\x18.bc.api.v1.BatchApprovalR\tapprovals\x12)\n" +
 	"\x10approvals_needed\x18\x0e \x01(\rR\x0fapprovalsNeeded\x12\x1c\n" +
-	"\tthreshold\x18\x0f \x01(\rR\tthreshold\"S\n" +
+	"\tthreshold\x18\x0f \x01(\rR\tthreshold\"\xfe\x01\n" +
+	"\x14SetNodeLabelsRequest\x12\x1b\n" +
+	"\ttenant_id\x18\x01 \x01(\tR\btenantId\x12\x17\n" +
+	"\anode_id\x18\x02 \x01(\tR\x06nodeId\x12C\n" +
+	"\x06labels\x18\x03 \x03(\v2+.bc.api.v1.SetNodeLabelsRequest.LabelsEntryR\x06labels\x12\x16\n" +
+	"\x06remove\x18\x04 \x03(\tR\x06remove\x12\x18\n" +
+	"\areplace\x18\x05 \x01(\bR\areplace\x1a9\n" +
+	"\vLabelsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"S\n" +
 	"\x1bListNodeCertificatesRequest\x12\x1b\n" +
 	"\ttenant_id\x18\x01 \x01(\tR\btenantId\x12\x17\n" +
 	"\anode_id\x18\x02 \x01(\tR\x06nodeId\"m\n" +
@@ -3198,7 +3418,7 @@ const file_bc_api_v1_api_proto_rawDesc = "" +
 	"\n" +
 	"updated_at\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAt\"N\n" +
 	"\x12AllocationBindings\x128\n" +
-	"\bbindings\x18\x01 \x03(\v2\x1c.bc.api.v1.AllocationBindingR\bbindings\"\x99\n" +
+	"\bbindings\x18\x01 \x03(\v2\x1c.bc.api.v1.AllocationBindingR\bbindings\"\xf3\n" +
 	"\n" +
 	"\aCommand\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1b\n" +
@@ -3242,7 +3462,10 @@ const file_bc_api_v1_api_proto_rawDesc = "" +
 	"\fkind_version\x18\x1e \x01(\tR\vkindVersion\x12\x1a\n" +
 	"\brebooted\x18\x1f \x01(\bR\brebooted\x12\x19\n" +
 	"\btrace_id\x18  \x01(\tR\atraceId\x12#\n" +
-	"\rcommand_bytes\x18! \x01(\fR\fcommandBytesB\r\n" +
+	"\rcommand_bytes\x18! \x01(\fR\fcommandBytes\x12\x1c\n" +
+	"\trequester\x18\" \x01(\tR\trequester\x12#\n" +
+	"\rrequested_via\x18# \x01(\tR\frequestedVia\x12\x15\n" +
+	"\x06run_id\x18$ \x01(\tR\x05runIdB\r\n" +
 	"\v_retry_safe\"\xbd\x02\n" +
 	"\x11RunCommandRequest\x12\x1b\n" +
 	"\ttenant_id\x18\x01 \x01(\tR\btenantId\x12\x17\n" +
@@ -3259,13 +3482,22 @@ const file_bc_api_v1_api_proto_rawDesc = "" +
 	"\ttenant_id\x18\x01 \x01(\tR\btenantId\x12\x17\n" +
 	"\anode_id\x18\x02 \x01(\tR\x06nodeId\x12\x1d\n" +
 	"\n" +
-	"command_id\x18\x03 \x01(\tR\tcommandId\"\x9e\x01\n" +
+	"command_id\x18\x03 \x01(\tR\tcommandId\"\xbf\x03\n" +
 	"\x13ListCommandsRequest\x12\x1b\n" +
 	"\ttenant_id\x18\x01 \x01(\tR\btenantId\x12\x17\n" +
 	"\anode_id\x18\x02 \x01(\tR\x06nodeId\x12\x14\n" +
 	"\x05state\x18\x03 \x01(\tR\x05state\x12\x19\n" +
 	"\x05limit\x18\x04 \x01(\x05H\x00R\x05limit\x88\x01\x01\x12\x16\n" +
-	"\x06cursor\x18\x05 \x01(\tR\x06cursorB\b\n" +
+	"\x06cursor\x18\x05 \x01(\tR\x06cursor\x12\x12\n" +
+	"\x04kind\x18\x06 \x01(\tR\x04kind\x12\x16\n" +
+	"\x06reason\x18\a \x01(\tR\x06reason\x12\x15\n" +
+	"\x06run_id\x18\b \x01(\tR\x05runId\x12\x19\n" +
+	"\bbatch_id\x18\t \x01(\tR\abatchId\x12\x1c\n" +
+	"\trequester\x18\n" +
+	" \x01(\tR\trequester\x120\n" +
+	"\x05since\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\x05since\x120\n" +
+	"\x05until\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\x05until\x12?\n" +
+	"\rsettled_since\x18\r \x01(\v2\x1a.google.protobuf.TimestampR\fsettledSinceB\b\n" +
 	"\x06_limit\"a\n" +
 	"\x14ListCommandsResponse\x12(\n" +
 	"\x05items\x18\x01 \x03(\v2\x12.bc.api.v1.CommandR\x05items\x12\x1f\n" +
@@ -3297,7 +3529,7 @@ const file_bc_api_v1_api_proto_rawDesc = "" +
 	"\x06status\x18\x02 \x01(\tR\x06status\x12\x16\n" +
 	"\x06reason\x18\x03 \x01(\tR\x06reason\x12\x18\n" +
 	"\amessage\x18\x04 \x01(\tR\amessage\x120\n" +
-	"\x05since\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\x05since\"\xe2\x05\n" +
+	"\x05since\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\x05since\"\xd3\x06\n" +
 	"\x04Node\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1b\n" +
 	"\ttenant_id\x18\x02 \x01(\tR\btenantId\x12\x12\n" +
@@ -3319,12 +3551,17 @@ const file_bc_api_v1_api_proto_rawDesc = "" +
 	"\tlast_seen\x18\xa4\x01 \x01(\v2\x1a.google.protobuf.TimestampR\blastSeen\x12$\n" +
 	"\ragent_version\x18\xa5\x01 \x01(\tR\fagentVersion\x12\x18\n" +
 	"\aboot_id\x18\xa6\x01 \x01(\tR\x06bootId\x12$\n" +
-	"\rsession_epoch\x18\xa7\x01 \x01(\x03R\fsessionEpoch\"\x80\x01\n" +
+	"\rsession_epoch\x18\xa7\x01 \x01(\x03R\fsessionEpoch\x124\n" +
+	"\x06labels\x18\xaa\x01 \x03(\v2\x1b.bc.api.v1.Node.LabelsEntryR\x06labels\x1a9\n" +
+	"\vLabelsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x9c\x01\n" +
 	"\x10ListNodesRequest\x12\x1b\n" +
 	"\ttenant_id\x18\x01 \x01(\tR\btenantId\x12\x12\n" +
 	"\x04pool\x18\x02 \x01(\tR\x04pool\x12\x19\n" +
 	"\x05limit\x18\x03 \x01(\x05H\x00R\x05limit\x88\x01\x01\x12\x16\n" +
-	"\x06cursor\x18\x04 \x01(\tR\x06cursorB\b\n" +
+	"\x06cursor\x18\x04 \x01(\tR\x06cursor\x12\x1a\n" +
+	"\bselector\x18\x05 \x01(\tR\bselectorB\b\n" +
 	"\x06_limit\"[\n" +
 	"\x11ListNodesResponse\x12%\n" +
 	"\x05items\x18\x01 \x03(\v2\x0f.bc.api.v1.NodeR\x05items\x12\x1f\n" +
@@ -3387,7 +3624,7 @@ const file_bc_api_v1_api_proto_rawDesc = "" +
 	"\x04List\x12$.bc.api.v1.ListCommandBatchesRequest\x1a%.bc.api.v1.ListCommandBatchesResponse\x12I\n" +
 	"\aApprove\x12%.bc.api.v1.ApproveCommandBatchRequest\x1a\x17.bc.api.v1.CommandBatch2D\n" +
 	"\x06Events\x12:\n" +
-	"\x05Watch\x12\x1d.bc.api.v1.WatchEventsRequest\x1a\x10.bc.api.v1.Event0\x012\x92\x06\n" +
+	"\x05Watch\x12\x1d.bc.api.v1.WatchEventsRequest\x1a\x10.bc.api.v1.Event0\x012\xd1\x06\n" +
 	"\x05Nodes\x121\n" +
 	"\x03Get\x12\x19.bc.api.v1.GetNodeRequest\x1a\x0f.bc.api.v1.Node\x12A\n" +
 	"\x04List\x12\x1b.bc.api.v1.ListNodesRequest\x1a\x1c.bc.api.v1.ListNodesResponse\x12A\n" +
@@ -3399,7 +3636,8 @@ const file_bc_api_v1_api_proto_rawDesc = "" +
 	"\x06Delete\x12\x1c.bc.api.v1.DeleteNodeRequest\x1a\x16.bc.api.v1.DeletedNode\x12W\n" +
 	"\x10ListCertificates\x12&.bc.api.v1.ListNodeCertificatesRequest\x1a\x1b.bc.api.v1.NodeCertificates\x12[\n" +
 	"\x12RevokeCertificates\x12(.bc.api.v1.RevokeNodeCertificatesRequest\x1a\x1b.bc.api.v1.NodeCertificates\x12W\n" +
-	"\fListBindings\x12(.bc.api.v1.ListAllocationBindingsRequest\x1a\x1d.bc.api.v1.AllocationBindingsB:Z8github.com/better-compute/commands/proto/bc/api/v1;apiv1b\x06proto3"
+	"\fListBindings\x12(.bc.api.v1.ListAllocationBindingsRequest\x1a\x1d.bc.api.v1.AllocationBindings\x12=\n" +
+	"\tSetLabels\x12\x1f.bc.api.v1.SetNodeLabelsRequest\x1a\x0f.bc.api.v1.NodeB:Z8github.com/better-compute/commands/proto/bc/api/v1;apiv1b\x06proto3"
 
 var (
 	file_bc_api_v1_api_proto_rawDescOnce sync.Once
@@ -3413,7 +3651,7 @@ func file_bc_api_v1_api_proto_rawDescGZIP() []byte {
 	return file_bc_api_v1_api_proto_rawDescData
 }
 
-var file_bc_api_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 38)
+var file_bc_api_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 41)
 var file_bc_api_v1_api_proto_goTypes = []any{
 	(*BatchLeaf)(nil),                     // 0: bc.api.v1.BatchLeaf
 	(*CreateCommandBatchRequest)(nil),     // 1: bc.api.v1.CreateCommandBatchRequest
@@ -3423,127 +3661,137 @@ var file_bc_api_v1_api_proto_goTypes = []any{
 	(*ApproveCommandBatchRequest)(nil),    // 5: bc.api.v1.ApproveCommandBatchRequest
 	(*BatchApproval)(nil),                 // 6: bc.api.v1.BatchApproval
 	(*CommandBatch)(nil),                  // 7: bc.api.v1.CommandBatch
-	(*ListNodeCertificatesRequest)(nil),   // 8: bc.api.v1.ListNodeCertificatesRequest
-	(*RevokeNodeCertificatesRequest)(nil), // 9: bc.api.v1.RevokeNodeCertificatesRequest
-	(*NodeCertificate)(nil),               // 10: bc.api.v1.NodeCertificate
-	(*NodeCertificates)(nil),              // 11: bc.api.v1.NodeCertificates
-	(*ListAllocationBindingsRequest)(nil), // 12: bc.api.v1.ListAllocationBindingsRequest
-	(*AllocationBinding)(nil),             // 13: bc.api.v1.AllocationBinding
-	(*AllocationBindings)(nil),            // 14: bc.api.v1.AllocationBindings
-	(*Command)(nil),                       // 15: bc.api.v1.Command
-	(*RunCommandRequest)(nil),             // 16: bc.api.v1.RunCommandRequest
-	(*GetCommandRequest)(nil),             // 17: bc.api.v1.GetCommandRequest
-	(*ListCommandsRequest)(nil),           // 18: bc.api.v1.ListCommandsRequest
-	(*ListCommandsResponse)(nil),          // 19: bc.api.v1.ListCommandsResponse
-	(*CancelCommandRequest)(nil),          // 20: bc.api.v1.CancelCommandRequest
-	(*WatchEventsRequest)(nil),            // 21: bc.api.v1.WatchEventsRequest
-	(*Event)(nil),                         // 22: bc.api.v1.Event
-	(*GetNodeRequest)(nil),                // 23: bc.api.v1.GetNodeRequest
-	(*Condition)(nil),                     // 24: bc.api.v1.Condition
-	(*Node)(nil),                          // 25: bc.api.v1.Node
-	(*ListNodesRequest)(nil),              // 26: bc.api.v1.ListNodesRequest
-	(*ListNodesResponse)(nil),             // 27: bc.api.v1.ListNodesResponse
-	(*CreateTenantRequest)(nil),           // 28: bc.api.v1.CreateTenantRequest
-	(*Tenant)(nil),                        // 29: bc.api.v1.Tenant
-	(*CreateNodeRequest)(nil),             // 30: bc.api.v1.CreateNodeRequest
-	(*CreateJoinTokenRequest)(nil),        // 31: bc.api.v1.CreateJoinTokenRequest
-	(*JoinToken)(nil),                     // 32: bc.api.v1.JoinToken
-	(*SetNodeSpecRequest)(nil),            // 33: bc.api.v1.SetNodeSpecRequest
-	(*GetNodeSpecRequest)(nil),            // 34: bc.api.v1.GetNodeSpecRequest
-	(*NodeSpec)(nil),                      // 35: bc.api.v1.NodeSpec
-	(*DeleteNodeRequest)(nil),             // 36: bc.api.v1.DeleteNodeRequest
-	(*DeletedNode)(nil),                   // 37: bc.api.v1.DeletedNode
-	(*timestamppb.Timestamp)(nil),         // 38: google.protobuf.Timestamp
-	(*structpb.Struct)(nil),               // 39: google.protobuf.Struct
-	(*structpb.Value)(nil),                // 40: google.protobuf.Value
+	(*SetNodeLabelsRequest)(nil),          // 8: bc.api.v1.SetNodeLabelsRequest
+	(*ListNodeCertificatesRequest)(nil),   // 9: bc.api.v1.ListNodeCertificatesRequest
+	(*RevokeNodeCertificatesRequest)(nil), // 10: bc.api.v1.RevokeNodeCertificatesRequest
+	(*NodeCertificate)(nil),               // 11: bc.api.v1.NodeCertificate
+	(*NodeCertificates)(nil),              // 12: bc.api.v1.NodeCertificates
+	(*ListAllocationBindingsRequest)(nil), // 13: bc.api.v1.ListAllocationBindingsRequest
+	(*AllocationBinding)(nil),             // 14: bc.api.v1.AllocationBinding
+	(*AllocationBindings)(nil),            // 15: bc.api.v1.AllocationBindings
+	(*Command)(nil),                       // 16: bc.api.v1.Command
+	(*RunCommandRequest)(nil),             // 17: bc.api.v1.RunCommandRequest
+	(*GetCommandRequest)(nil),             // 18: bc.api.v1.GetCommandRequest
+	(*ListCommandsRequest)(nil),           // 19: bc.api.v1.ListCommandsRequest
+	(*ListCommandsResponse)(nil),          // 20: bc.api.v1.ListCommandsResponse
+	(*CancelCommandRequest)(nil),          // 21: bc.api.v1.CancelCommandRequest
+	(*WatchEventsRequest)(nil),            // 22: bc.api.v1.WatchEventsRequest
+	(*Event)(nil),                         // 23: bc.api.v1.Event
+	(*GetNodeRequest)(nil),                // 24: bc.api.v1.GetNodeRequest
+	(*Condition)(nil),                     // 25: bc.api.v1.Condition
+	(*Node)(nil),                          // 26: bc.api.v1.Node
+	(*ListNodesRequest)(nil),              // 27: bc.api.v1.ListNodesRequest
+	(*ListNodesResponse)(nil),             // 28: bc.api.v1.ListNodesResponse
+	(*CreateTenantRequest)(nil),           // 29: bc.api.v1.CreateTenantRequest
+	(*Tenant)(nil),                        // 30: bc.api.v1.Tenant
+	(*CreateNodeRequest)(nil),             // 31: bc.api.v1.CreateNodeRequest
+	(*CreateJoinTokenRequest)(nil),        // 32: bc.api.v1.CreateJoinTokenRequest
+	(*JoinToken)(nil),                     // 33: bc.api.v1.JoinToken
+	(*SetNodeSpecRequest)(nil),            // 34: bc.api.v1.SetNodeSpecRequest
+	(*GetNodeSpecRequest)(nil),            // 35: bc.api.v1.GetNodeSpecRequest
+	(*NodeSpec)(nil),                      // 36: bc.api.v1.NodeSpec
+	(*DeleteNodeRequest)(nil),             // 37: bc.api.v1.DeleteNodeRequest
+	(*DeletedNode)(nil),                   // 38: bc.api.v1.DeletedNode
+	nil,                                   // 39: bc.api.v1.SetNodeLabelsRequest.LabelsEntry
+	nil,                                   // 40: bc.api.v1.Node.LabelsEntry
+	(*timestamppb.Timestamp)(nil),         // 41: google.protobuf.Timestamp
+	(*structpb.Struct)(nil),               // 42: google.protobuf.Struct
+	(*structpb.Value)(nil),                // 43: google.protobuf.Value
 }
 var file_bc_api_v1_api_proto_depIdxs = []int32{
 	0,  // 0: bc.api.v1.CreateCommandBatchRequest.scope:type_name -> bc.api.v1.BatchLeaf
 	7,  // 1: bc.api.v1.ListCommandBatchesResponse.items:type_name -> bc.api.v1.CommandBatch
-	38, // 2: bc.api.v1.BatchApproval.approved_at:type_name -> google.protobuf.Timestamp
+	41, // 2: bc.api.v1.BatchApproval.approved_at:type_name -> google.protobuf.Timestamp
 	0,  // 3: bc.api.v1.CommandBatch.scope:type_name -> bc.api.v1.BatchLeaf
-	38, // 4: bc.api.v1.CommandBatch.deadline:type_name -> google.protobuf.Timestamp
-	38, // 5: bc.api.v1.CommandBatch.created_at:type_name -> google.protobuf.Timestamp
-	38, // 6: bc.api.v1.CommandBatch.approved_at:type_name -> google.protobuf.Timestamp
+	41, // 4: bc.api.v1.CommandBatch.deadline:type_name -> google.protobuf.Timestamp
+	41, // 5: bc.api.v1.CommandBatch.created_at:type_name -> google.protobuf.Timestamp
+	41, // 6: bc.api.v1.CommandBatch.approved_at:type_name -> google.protobuf.Timestamp
 	6,  // 7: bc.api.v1.CommandBatch.approvals:type_name -> bc.api.v1.BatchApproval
-	38, // 8: bc.api.v1.NodeCertificate.not_before:type_name -> google.protobuf.Timestamp
-	38, // 9: bc.api.v1.NodeCertificate.not_after:type_name -> google.protobuf.Timestamp
-	38, // 10: bc.api.v1.NodeCertificate.issued_at:type_name -> google.protobuf.Timestamp
-	38, // 11: bc.api.v1.NodeCertificate.superseded_at:type_name -> google.protobuf.Timestamp
-	38, // 12: bc.api.v1.NodeCertificate.revoked_at:type_name -> google.protobuf.Timestamp
-	10, // 13: bc.api.v1.NodeCertificates.certificates:type_name -> bc.api.v1.NodeCertificate
-	38, // 14: bc.api.v1.AllocationBinding.updated_at:type_name -> google.protobuf.Timestamp
-	13, // 15: bc.api.v1.AllocationBindings.bindings:type_name -> bc.api.v1.AllocationBinding
-	39, // 16: bc.api.v1.Command.payload:type_name -> google.protobuf.Struct
-	38, // 17: bc.api.v1.Command.not_after:type_name -> google.protobuf.Timestamp
-	38, // 18: bc.api.v1.Command.not_before:type_name -> google.protobuf.Timestamp
-	38, // 19: bc.api.v1.Command.created_at:type_name -> google.protobuf.Timestamp
-	38, // 20: bc.api.v1.Command.updated_at:type_name -> google.protobuf.Timestamp
-	38, // 21: bc.api.v1.Command.settled_at:type_name -> google.protobuf.Timestamp
-	38, // 22: bc.api.v1.Command.cancel_requested_at:type_name -> google.protobuf.Timestamp
-	40, // 23: bc.api.v1.Command.result:type_name -> google.protobuf.Value
-	40, // 24: bc.api.v1.Command.progress:type_name -> google.protobuf.Value
-	39, // 25: bc.api.v1.RunCommandRequest.payload:type_name -> google.protobuf.Struct
-	15, // 26: bc.api.v1.ListCommandsResponse.items:type_name -> bc.api.v1.Command
-	38, // 27: bc.api.v1.Event.occurred_at:type_name -> google.protobuf.Timestamp
-	39, // 28: bc.api.v1.Event.data:type_name -> google.protobuf.Struct
-	38, // 29: bc.api.v1.Condition.since:type_name -> google.protobuf.Timestamp
-	39, // 30: bc.api.v1.Node.inventory:type_name -> google.protobuf.Struct
-	24, // 31: bc.api.v1.Node.conditions:type_name -> bc.api.v1.Condition
-	38, // 32: bc.api.v1.Node.created_at:type_name -> google.protobuf.Timestamp
-	38, // 33: bc.api.v1.Node.connected_since:type_name -> google.protobuf.Timestamp
-	38, // 34: bc.api.v1.Node.disconnected_at:type_name -> google.protobuf.Timestamp
-	38, // 35: bc.api.v1.Node.last_seen:type_name -> google.protobuf.Timestamp
-	25, // 36: bc.api.v1.ListNodesResponse.items:type_name -> bc.api.v1.Node
-	38, // 37: bc.api.v1.Tenant.created_at:type_name -> google.protobuf.Timestamp
-	38, // 38: bc.api.v1.JoinToken.expires_at:type_name -> google.protobuf.Timestamp
-	39, // 39: bc.api.v1.SetNodeSpecRequest.spec:type_name -> google.protobuf.Struct
-	39, // 40: bc.api.v1.NodeSpec.spec:type_name -> google.protobuf.Struct
-	16, // 41: bc.api.v1.Commands.Run:input_type -> bc.api.v1.RunCommandRequest
-	17, // 42: bc.api.v1.Commands.Get:input_type -> bc.api.v1.GetCommandRequest
-	18, // 43: bc.api.v1.Commands.List:input_type -> bc.api.v1.ListCommandsRequest
-	20, // 44: bc.api.v1.Commands.Cancel:input_type -> bc.api.v1.CancelCommandRequest
-	1,  // 45: bc.api.v1.CommandBatches.Create:input_type -> bc.api.v1.CreateCommandBatchRequest
-	2,  // 46: bc.api.v1.CommandBatches.Get:input_type -> bc.api.v1.GetCommandBatchRequest
-	3,  // 47: bc.api.v1.CommandBatches.List:input_type -> bc.api.v1.ListCommandBatchesRequest
-	5,  // 48: bc.api.v1.CommandBatches.Approve:input_type -> bc.api.v1.ApproveCommandBatchRequest
-	21, // 49: bc.api.v1.Events.Watch:input_type -> bc.api.v1.WatchEventsRequest
-	23, // 50: bc.api.v1.Nodes.Get:input_type -> bc.api.v1.GetNodeRequest
-	26, // 51: bc.api.v1.Nodes.List:input_type -> bc.api.v1.ListNodesRequest
-	28, // 52: bc.api.v1.Nodes.CreateTenant:input_type -> bc.api.v1.CreateTenantRequest
-	30, // 53: bc.api.v1.Nodes.Create:input_type -> bc.api.v1.CreateNodeRequest
-	31, // 54: bc.api.v1.Nodes.CreateJoinToken:input_type -> bc.api.v1.CreateJoinTokenRequest
-	33, // 55: bc.api.v1.Nodes.SetSpec:input_type -> bc.api.v1.SetNodeSpecRequest
-	34, // 56: bc.api.v1.Nodes.GetSpec:input_type -> bc.api.v1.GetNodeSpecRequest
-	36, // 57: bc.api.v1.Nodes.Delete:input_type -> bc.api.v1.DeleteNodeRequest
-	8,  // 58: bc.api.v1.Nodes.ListCertificates:input_type -> bc.api.v1.ListNodeCertificatesRequest
-	9,  // 59: bc.api.v1.Nodes.RevokeCertificates:input_type -> bc.api.v1.RevokeNodeCertificatesRequest
-	12, // 60: bc.api.v1.Nodes.ListBindings:input_type -> bc.api.v1.ListAllocationBindingsRequest
-	15, // 61: bc.api.v1.Commands.Run:output_type -> bc.api.v1.Command
-	15, // 62: bc.api.v1.Commands.Get:output_type -> bc.api.v1.Command
-	19, // 63: bc.api.v1.Commands.List:output_type -> bc.api.v1.ListCommandsResponse
-	15, // 64: bc.api.v1.Commands.Cancel:output_type -> bc.api.v1.Command
-	7,  // 65: bc.api.v1.CommandBatches.Create:output_type -> bc.api.v1.CommandBatch
-	7,  // 66: bc.api.v1.CommandBatches.Get:output_type -> bc.api.v1.CommandBatch
-	4,  // 67: bc.api.v1.CommandBatches.List:output_type -> bc.api.v1.ListCommandBatchesResponse
-	7,  // 68: bc.api.v1.CommandBatches.Approve:output_type -> bc.api.v1.CommandBatch
-	22, // 69: bc.api.v1.Events.Watch:output_type -> bc.api.v1.Event
-	25, // 70: bc.api.v1.Nodes.Get:output_type -> bc.api.v1.Node
-	27, // 71: bc.api.v1.Nodes.List:output_type -> bc.api.v1.ListNodesResponse
-	29, // 72: bc.api.v1.Nodes.CreateTenant:output_type -> bc.api.v1.Tenant
-	25, // 73: bc.api.v1.Nodes.Create:output_type -> bc.api.v1.Node
-	32, // 74: bc.api.v1.Nodes.CreateJoinToken:output_type -> bc.api.v1.JoinToken
-	35, // 75: bc.api.v1.Nodes.SetSpec:output_type -> bc.api.v1.NodeSpec
-	35, // 76: bc.api.v1.Nodes.GetSpec:output_type -> bc.api.v1.NodeSpec
-	37, // 77: bc.api.v1.Nodes.Delete:output_type -> bc.api.v1.DeletedNode
-	11, // 78: bc.api.v1.Nodes.ListCertificates:output_type -> bc.api.v1.NodeCertificates
-	11, // 79: bc.api.v1.Nodes.RevokeCertificates:output_type -> bc.api.v1.NodeCertificates
-	14, // 80: bc.api.v1.Nodes.ListBindings:output_type -> bc.api.v1.AllocationBindings
-	61, // [61:81] is the sub-list for method output_type
-	41, // [41:61] is the sub-list for method input_type
-	41, // [41:41] is the sub-list for extension type_name
-	41, // [41:41] is the sub-list for extension extendee
-	0,  // [0:41] is the sub-list for field type_name
+	39, // 8: bc.api.v1.SetNodeLabelsRequest.labels:type_name -> bc.api.v1.SetNodeLabelsRequest.LabelsEntry
+	41, // 9: bc.api.v1.NodeCertificate.not_before:type_name -> google.protobuf.Timestamp
+	41, // 10: bc.api.v1.NodeCertificate.not_after:type_name -> google.protobuf.Timestamp
+	41, // 11: bc.api.v1.NodeCertificate.issued_at:type_name -> google.protobuf.Timestamp
+	41, // 12: bc.api.v1.NodeCertificate.superseded_at:type_name -> google.protobuf.Timestamp
+	41, // 13: bc.api.v1.NodeCertificate.revoked_at:type_name -> google.protobuf.Timestamp
+	11, // 14: bc.api.v1.NodeCertificates.certificates:type_name -> bc.api.v1.NodeCertificate
+	41, // 15: bc.api.v1.AllocationBinding.updated_at:type_name -> google.protobuf.Timestamp
+	14, // 16: bc.api.v1.AllocationBindings.bindings:type_name -> bc.api.v1.AllocationBinding
+	42, // 17: bc.api.v1.Command.payload:type_name -> google.protobuf.Struct
+	41, // 18: bc.api.v1.Command.not_after:type_name -> google.protobuf.Timestamp
+	41, // 19: bc.api.v1.Command.not_before:type_name -> google.protobuf.Timestamp
+	41, // 20: bc.api.v1.Command.created_at:type_name -> google.protobuf.Timestamp
+	41, // 21: bc.api.v1.Command.updated_at:type_name -> google.protobuf.Timestamp
+	41, // 22: bc.api.v1.Command.settled_at:type_name -> google.protobuf.Timestamp
+	41, // 23: bc.api.v1.Command.cancel_requested_at:type_name -> google.protobuf.Timestamp
+	43, // 24: bc.api.v1.Command.result:type_name -> google.protobuf.Value
+	43, // 25: bc.api.v1.Command.progress:type_name -> google.protobuf.Value
+	42, // 26: bc.api.v1.RunCommandRequest.payload:type_name -> google.protobuf.Struct
+	41, // 27: bc.api.v1.ListCommandsRequest.since:type_name -> google.protobuf.Timestamp
+	41, // 28: bc.api.v1.ListCommandsRequest.until:type_name -> google.protobuf.Timestamp
+	41, // 29: bc.api.v1.ListCommandsRequest.settled_since:type_name -> google.protobuf.Timestamp
+	16, // 30: bc.api.v1.ListCommandsResponse.items:type_name -> bc.api.v1.Command
+	41, // 31: bc.api.v1.Event.occurred_at:type_name -> google.protobuf.Timestamp
+	42, // 32: bc.api.v1.Event.data:type_name -> google.protobuf.Struct
+	41, // 33: bc.api.v1.Condition.since:type_name -> google.protobuf.Timestamp
+	42, // 34: bc.api.v1.Node.inventory:type_name -> google.protobuf.Struct
+	25, // 35: bc.api.v1.Node.conditions:type_name -> bc.api.v1.Condition
+	41, // 36: bc.api.v1.Node.created_at:type_name -> google.protobuf.Timestamp
+	41, // 37: bc.api.v1.Node.connected_since:type_name -> google.protobuf.Timestamp
+	41, // 38: bc.api.v1.Node.disconnected_at:type_name -> google.protobuf.Timestamp
+	41, // 39: bc.api.v1.Node.last_seen:type_name -> google.protobuf.Timestamp
+	40, // 40: bc.api.v1.Node.labels:type_name -> bc.api.v1.Node.LabelsEntry
+	26, // 41: bc.api.v1.ListNodesResponse.items:type_name -> bc.api.v1.Node
+	41, // 42: bc.api.v1.Tenant.created_at:type_name -> google.protobuf.Timestamp
+	41, // 43: bc.api.v1.JoinToken.expires_at:type_name -> google.protobuf.Timestamp
+	42, // 44: bc.api.v1.SetNodeSpecRequest.spec:type_name -> google.protobuf.Struct
+	42, // 45: bc.api.v1.NodeSpec.spec:type_name -> google.protobuf.Struct
+	17, // 46: bc.api.v1.Commands.Run:input_type -> bc.api.v1.RunCommandRequest
+	18, // 47: bc.api.v1.Commands.Get:input_type -> bc.api.v1.GetCommandRequest
+	19, // 48: bc.api.v1.Commands.List:input_type -> bc.api.v1.ListCommandsRequest
+	21, // 49: bc.api.v1.Commands.Cancel:input_type -> bc.api.v1.CancelCommandRequest
+	1,  // 50: bc.api.v1.CommandBatches.Create:input_type -> bc.api.v1.CreateCommandBatchRequest
+	2,  // 51: bc.api.v1.CommandBatches.Get:input_type -> bc.api.v1.GetCommandBatchRequest
+	3,  // 52: bc.api.v1.CommandBatches.List:input_type -> bc.api.v1.ListCommandBatchesRequest
+	5,  // 53: bc.api.v1.CommandBatches.Approve:input_type -> bc.api.v1.ApproveCommandBatchRequest
+	22, // 54: bc.api.v1.Events.Watch:input_type -> bc.api.v1.WatchEventsRequest
+	24, // 55: bc.api.v1.Nodes.Get:input_type -> bc.api.v1.GetNodeRequest
+	27, // 56: bc.api.v1.Nodes.List:input_type -> bc.api.v1.ListNodesRequest
+	29, // 57: bc.api.v1.Nodes.CreateTenant:input_type -> bc.api.v1.CreateTenantRequest
+	31, // 58: bc.api.v1.Nodes.Create:input_type -> bc.api.v1.CreateNodeRequest
+	32, // 59: bc.api.v1.Nodes.CreateJoinToken:input_type -> bc.api.v1.CreateJoinTokenRequest
+	34, // 60: bc.api.v1.Nodes.SetSpec:input_type -> bc.api.v1.SetNodeSpecRequest
+	35, // 61: bc.api.v1.Nodes.GetSpec:input_type -> bc.api.v1.GetNodeSpecRequest
+	37, // 62: bc.api.v1.Nodes.Delete:input_type -> bc.api.v1.DeleteNodeRequest
+	9,  // 63: bc.api.v1.Nodes.ListCertificates:input_type -> bc.api.v1.ListNodeCertificatesRequest
+	10, // 64: bc.api.v1.Nodes.RevokeCertificates:input_type -> bc.api.v1.RevokeNodeCertificatesRequest
+	13, // 65: bc.api.v1.Nodes.ListBindings:input_type -> bc.api.v1.ListAllocationBindingsRequest
+	8,  // 66: bc.api.v1.Nodes.SetLabels:input_type -> bc.api.v1.SetNodeLabelsRequest
+	16, // 67: bc.api.v1.Commands.Run:output_type -> bc.api.v1.Command
+	16, // 68: bc.api.v1.Commands.Get:output_type -> bc.api.v1.Command
+	20, // 69: bc.api.v1.Commands.List:output_type -> bc.api.v1.ListCommandsResponse
+	16, // 70: bc.api.v1.Commands.Cancel:output_type -> bc.api.v1.Command
+	7,  // 71: bc.api.v1.CommandBatches.Create:output_type -> bc.api.v1.CommandBatch
+	7,  // 72: bc.api.v1.CommandBatches.Get:output_type -> bc.api.v1.CommandBatch
+	4,  // 73: bc.api.v1.CommandBatches.List:output_type -> bc.api.v1.ListCommandBatchesResponse
+	7,  // 74: bc.api.v1.CommandBatches.Approve:output_type -> bc.api.v1.CommandBatch
+	23, // 75: bc.api.v1.Events.Watch:output_type -> bc.api.v1.Event
+	26, // 76: bc.api.v1.Nodes.Get:output_type -> bc.api.v1.Node
+	28, // 77: bc.api.v1.Nodes.List:output_type -> bc.api.v1.ListNodesResponse
+	30, // 78: bc.api.v1.Nodes.CreateTenant:output_type -> bc.api.v1.Tenant
+	26, // 79: bc.api.v1.Nodes.Create:output_type -> bc.api.v1.Node
+	33, // 80: bc.api.v1.Nodes.CreateJoinToken:output_type -> bc.api.v1.JoinToken
+	36, // 81: bc.api.v1.Nodes.SetSpec:output_type -> bc.api.v1.NodeSpec
+	36, // 82: bc.api.v1.Nodes.GetSpec:output_type -> bc.api.v1.NodeSpec
+	38, // 83: bc.api.v1.Nodes.Delete:output_type -> bc.api.v1.DeletedNode
+	12, // 84: bc.api.v1.Nodes.ListCertificates:output_type -> bc.api.v1.NodeCertificates
+	12, // 85: bc.api.v1.Nodes.RevokeCertificates:output_type -> bc.api.v1.NodeCertificates
+	15, // 86: bc.api.v1.Nodes.ListBindings:output_type -> bc.api.v1.AllocationBindings
+	26, // 87: bc.api.v1.Nodes.SetLabels:output_type -> bc.api.v1.Node
+	67, // [67:88] is the sub-list for method output_type
+	46, // [46:67] is the sub-list for method input_type
+	46, // [46:46] is the sub-list for extension type_name
+	46, // [46:46] is the sub-list for extension extendee
+	0,  // [0:46] is the sub-list for field type_name
 }
 
 func init() { file_bc_api_v1_api_proto_init() }
@@ -3552,17 +3800,17 @@ func file_bc_api_v1_api_proto_init() {
 		return
 	}
 	file_bc_api_v1_api_proto_msgTypes[1].OneofWrappers = []any{}
-	file_bc_api_v1_api_proto_msgTypes[15].OneofWrappers = []any{}
 	file_bc_api_v1_api_proto_msgTypes[16].OneofWrappers = []any{}
-	file_bc_api_v1_api_proto_msgTypes[18].OneofWrappers = []any{}
-	file_bc_api_v1_api_proto_msgTypes[26].OneofWrappers = []any{}
+	file_bc_api_v1_api_proto_msgTypes[17].OneofWrappers = []any{}
+	file_bc_api_v1_api_proto_msgTypes[19].OneofWrappers = []any{}
+	file_bc_api_v1_api_proto_msgTypes[27].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_bc_api_v1_api_proto_rawDesc), len(file_bc_api_v1_api_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   38,
+			NumMessages:   41,
 			NumExtensions: 0,
 			NumServices:   4,
 		},

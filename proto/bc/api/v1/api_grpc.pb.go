@@ -43,10 +43,14 @@ const (
 type CommandsClient interface {
 	// Run queues a command (compute:nodes:exec on compute-node/{nodeId}).
 	Run(ctx context.Context, in *RunCommandRequest, opts ...grpc.CallOption) (*Command, error)
-	// Get returns one command (compute:nodes:read on compute-node/{nodeId}).
+	// Get returns one command (compute:nodes:read on compute-node/{nodeId});
+	// the node id is optional: a command id alone finds it in the tenant.
 	Get(ctx context.Context, in *GetCommandRequest, opts ...grpc.CallOption) (*Command, error)
 	// List returns a node's commands, newest first by seq
-	// (compute:nodes:read on compute-node/{nodeId}).
+	// (compute:nodes:read on compute-node/{nodeId}); without a node id, every
+	// command of the tenant on a node the caller may read, newest first by
+	// creation, filtered by kind, state, reason, fleet run, batch, requester
+	// and a time range.
 	List(ctx context.Context, in *ListCommandsRequest, opts ...grpc.CallOption) (*ListCommandsResponse, error)
 	// Cancel cancels a command and returns it
 	// (compute:nodes:exec on compute-node/{nodeId}).
@@ -109,10 +113,14 @@ func (c *commandsClient) Cancel(ctx context.Context, in *CancelCommandRequest, o
 type CommandsServer interface {
 	// Run queues a command (compute:nodes:exec on compute-node/{nodeId}).
 	Run(context.Context, *RunCommandRequest) (*Command, error)
-	// Get returns one command (compute:nodes:read on compute-node/{nodeId}).
+	// Get returns one command (compute:nodes:read on compute-node/{nodeId});
+	// the node id is optional: a command id alone finds it in the tenant.
 	Get(context.Context, *GetCommandRequest) (*Command, error)
 	// List returns a node's commands, newest first by seq
-	// (compute:nodes:read on compute-node/{nodeId}).
+	// (compute:nodes:read on compute-node/{nodeId}); without a node id, every
+	// command of the tenant on a node the caller may read, newest first by
+	// creation, filtered by kind, state, reason, fleet run, batch, requester
+	// and a time range.
 	List(context.Context, *ListCommandsRequest) (*ListCommandsResponse, error)
 	// Cancel cancels a command and returns it
 	// (compute:nodes:exec on compute-node/{nodeId}).
@@ -627,6 +635,7 @@ const (
 	Nodes_ListCertificates_FullMethodName   = "/bc.api.v1.Nodes/ListCertificates"
 	Nodes_RevokeCertificates_FullMethodName = "/bc.api.v1.Nodes/RevokeCertificates"
 	Nodes_ListBindings_FullMethodName       = "/bc.api.v1.Nodes/ListBindings"
+	Nodes_SetLabels_FullMethodName          = "/bc.api.v1.Nodes/SetLabels"
 )
 
 // NodesClient is the client API for Nodes service.
@@ -676,6 +685,10 @@ type NodesClient interface {
 	// the node's signed AllocationBound verified
 	// (compute:nodes:read on compute-node/{nodeId}).
 	ListBindings(ctx context.Context, in *ListAllocationBindingsRequest, opts ...grpc.CallOption) (*AllocationBindings, error)
+	// SetLabels sets, changes or removes a node's labels and returns the node
+	// (compute:nodes:admin on compute-node/{nodeId}); publishes
+	// node.labels.set.
+	SetLabels(ctx context.Context, in *SetNodeLabelsRequest, opts ...grpc.CallOption) (*Node, error)
 }
 
 type nodesClient struct {
@@ -796,6 +809,16 @@ func (c *nodesClient) ListBindings(ctx context.Context, in *ListAllocationBindin
 	return out, nil
 }
 
+func (c *nodesClient) SetLabels(ctx context.Context, in *SetNodeLabelsRequest, opts ...grpc.CallOption) (*Node, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(Node)
+	err := c.cc.Invoke(ctx, Nodes_SetLabels_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // NodesServer is the server API for Nodes service.
 // All implementations must embed UnimplementedNodesServer
 // for forward compatibility.
@@ -843,6 +866,10 @@ type NodesServer interface {
 	// the node's signed AllocationBound verified
 	// (compute:nodes:read on compute-node/{nodeId}).
 	ListBindings(context.Context, *ListAllocationBindingsRequest) (*AllocationBindings, error)
+	// SetLabels sets, changes or removes a node's labels and returns the node
+	// (compute:nodes:admin on compute-node/{nodeId}); publishes
+	// node.labels.set.
+	SetLabels(context.Context, *SetNodeLabelsRequest) (*Node, error)
 	mustEmbedUnimplementedNodesServer()
 }
 
@@ -885,6 +912,9 @@ func (UnimplementedNodesServer) RevokeCertificates(context.Context, *RevokeNodeC
 }
 func (UnimplementedNodesServer) ListBindings(context.Context, *ListAllocationBindingsRequest) (*AllocationBindings, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListBindings not implemented")
+}
+func (UnimplementedNodesServer) SetLabels(context.Context, *SetNodeLabelsRequest) (*Node, error) {
+	return nil, status.Error(codes.Unimplemented, "method SetLabels not implemented")
 }
 func (UnimplementedNodesServer) mustEmbedUnimplementedNodesServer() {}
 func (UnimplementedNodesServer) testEmbeddedByValue()               {}
@@ -1105,6 +1135,24 @@ func _Nodes_ListBindings_Handler(srv interface{}, ctx context.Context, dec func(
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Nodes_SetLabels_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SetNodeLabelsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(NodesServer).SetLabels(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Nodes_SetLabels_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(NodesServer).SetLabels(ctx, req.(*SetNodeLabelsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Nodes_ServiceDesc is the grpc.ServiceDesc for Nodes service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1155,6 +1203,10 @@ var Nodes_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListBindings",
 			Handler:    _Nodes_ListBindings_Handler,
+		},
+		{
+			MethodName: "SetLabels",
+			Handler:    _Nodes_SetLabels_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -22,7 +22,7 @@ import type { JsonObject, Message } from "@bufbuild/protobuf";
  * Describes the file bc/api/v1/api.proto.
  */
 export const file_bc_api_v1_api: GenFile = /*@__PURE__*/
-  fileDesc("ChNiYy9hcGkvdjEvYXBpLnByb3RvEgliYy5hcGkudjEiQgoJQmF0Y2hMZWFmEg8KB3N1YmplY3QYASABKAkSDAoEa2luZBgCIAEoCRIWCg5wYXlsb2FkX3NoYTI1NhgDIAEoCSKwAQoZQ3JlYXRlQ29tbWFuZEJhdGNoUmVxdWVzdBIRCgl0ZW5hbnRfaWQYASABKAkSDgoGcmVhc29uGAIgASgJEiMKBXNjb3BlGAMgAygLMhQuYmMuYXBpLnYxLkJhdGNoTGVhZhIXCg9pZGVtcG90ZW5jeV9rZXkYBCABKAkSHQoQZGVhZGxpbmVfc2Vjb25kcxgFIAEoBUgAiAEBQhMKEV9kZWFkbGluZV9zZWNvbmRzIj0KFkdldENvbW1hbmRCYXRjaFJlcXVlc3QSEQoJdGVuYW50X2lkGAEgASgJEhAKCGJhdGNoX2lkGAIgASgJIkwKGUxpc3RDb21tYW5kQmF0Y2hlc1JlcXVlc3QSEQoJdGVuYW50X2lkGAEgASgJEg0KBXN0YXRlGAIgASgJEg0KBWxpbWl0GAMgASgFIkQKGkxpc3RDb21tYW5kQmF0Y2hlc1Jlc3BvbnNlEiYKBWl0ZW1zGAEgAygLMhcuYmMuYXBpLnYxLkNvbW1hbmRCYXRjaCJkChpBcHByb3ZlQ29tbWFuZEJhdGNoUmVxdWVzdBIRCgl0ZW5hbnRfaWQYASABKAkSEAoIYmF0Y2hfaWQYAiABKAkSDgoGa2V5X2lkGAMgASgJEhEKCXNpZ25hdHVyZRgEIAEoDCJiCg1CYXRjaEFwcHJvdmFsEg4KBmtleV9pZBgBIAEoCRIQCghhcHByb3ZlchgCIAEoCRIvCgthcHByb3ZlZF9hdBgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAipgMKDENvbW1hbmRCYXRjaBIKCgJpZBgBIAEoCRIRCgl0ZW5hbnRfaWQYAiABKAkSDgoGcmVhc29uGAMgASgJEiMKBXNjb3BlGAQgAygLMhQuYmMuYXBpLnYxLkJhdGNoTGVhZhIRCglyZXF1ZXN0ZXIYBSABKAkSDQoFc3RhdGUYBiABKAkSLAoIZGVhZGxpbmUYByABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi4KCmNyZWF0ZWRfYXQYCCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi8KC2FwcHJvdmVkX2F0GAkgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIRCgl0cmVlX3NpemUYCiABKA0SEQoJcm9vdF9oYXNoGAsgASgJEhEKCXN0YXRlbWVudBgMIAEoDBIrCglhcHByb3ZhbHMYDSADKAsyGC5iYy5hcGkudjEuQmF0Y2hBcHByb3ZhbBIYChBhcHByb3ZhbHNfbmVlZGVkGA4gASgNEhEKCXRocmVzaG9sZBgPIAEoDSJBChtMaXN0Tm9kZUNlcnRpZmljYXRlc1JlcXVlc3QSEQoJdGVuYW50X2lkGAEgASgJEg8KB25vZGVfaWQYAiABKAkiUwodUmV2b2tlTm9kZUNlcnRpZmljYXRlc1JlcXVlc3QSEQoJdGVuYW50X2lkGAEgASgJEg8KB25vZGVfaWQYAiABKAkSDgoGc2VyaWFsGAMgASgJItMCCg9Ob2RlQ2VydGlmaWNhdGUSDgoGc2VyaWFsGAEgASgJEgwKBHJvbGUYAiABKAkSFQoNYWxsb3dlZF9raW5kcxgDIAMoCRIuCgpub3RfYmVmb3JlGAQgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBItCglub3RfYWZ0ZXIYBSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi0KCWlzc3VlZF9hdBgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASDQoFc3RhdGUYByABKAkSMQoNc3VwZXJzZWRlZF9hdBgIIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKcmV2b2tlZF9hdBgJIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASCwoDcGVtGAogASgMIlkKEE5vZGVDZXJ0aWZpY2F0ZXMSMAoMY2VydGlmaWNhdGVzGAEgAygLMhouYmMuYXBpLnYxLk5vZGVDZXJ0aWZpY2F0ZRITCgtub2RlX2NhX3BlbRgCIAEoDCJDCh1MaXN0QWxsb2NhdGlvbkJpbmRpbmdzUmVxdWVzdBIRCgl0ZW5hbnRfaWQYASABKAkSDwoHbm9kZV9pZBgCIAEoCSK9AQoRQWxsb2NhdGlvbkJpbmRpbmcSEgoKYWxsb2NhdGlvbhgBIAEoCRISCgpnZW5lcmF0aW9uGAIgASgDEgwKBGdwdXMYAyADKAkSDQoFc3RhdGUYBCABKAkSDgoGcmVhc29uGAUgASgJEhEKCXN0YXRlbWVudBgGIAEoDBIQCghub2RlX3NpZxgHIAEoDBIuCgp1cGRhdGVkX2F0GAggASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCJEChJBbGxvY2F0aW9uQmluZGluZ3MSLgoIYmluZGluZ3MYASADKAsyHC5iYy5hcGkudjEuQWxsb2NhdGlvbkJpbmRpbmciqAcKB0NvbW1hbmQSCgoCaWQYASABKAkSEQoJdGVuYW50X2lkGAIgASgJEg8KB25vZGVfaWQYAyABKAkSCwoDc2VxGAQgASgNEgwKBGtpbmQYBSABKAkSKAoHcGF5bG9hZBgGIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QSDQoFc3RhdGUYByABKAkSDgoGcmVhc29uGAggASgJEi0KCW5vdF9hZnRlchgJIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASFwoKcmV0cnlfc2FmZRgKIAEoCEgAiAEBEhAKCGJhdGNoX2lkGAsgASgJEhkKEWF3YWl0aW5nX2FwcHJvdmFsGAwgASgIEi4KCm5vdF9iZWZvcmUYDSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhIKCmJ1bmRsZV9rZXkYDiABKAkSLgoKY3JlYXRlZF9hdBgPIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKdXBkYXRlZF9hdBgQIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKc2V0dGxlZF9hdBgRIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASNwoTY2FuY2VsX3JlcXVlc3RlZF9hdBgSIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASJgoGcmVzdWx0GBMgASgLMhYuZ29vZ2xlLnByb3RvYnVmLlZhbHVlEhYKDm1pbl9nZW5lcmF0aW9uGBQgASgDEigKCHByb2dyZXNzGBUgASgLMhYuZ29vZ2xlLnByb3RvYnVmLlZhbHVlEg8KB21lc3NhZ2UYFiABKAkSFQoNcmVzdWx0X3NoYTI1NhgXIAEoCRIQCghub2RlX3NpZxgYIAEoDBIOCgZzaWduZWQYGSABKAgSFgoOY29tbWFuZF9zaGEyNTYYGiABKAkSFAoMcmVzdWx0X2J5dGVzGBsgASgMEhQKC3NlY3JldF9yZWZzGJYBIAMoCRIWCg53YWl0aW5nX3JlYXNvbhgcIAEoCRIXCg93YWl0aW5nX21lc3NhZ2UYHSABKAkSFAoMa2luZF92ZXJzaW9uGB4gASgJEhAKCHJlYm9vdGVkGB8gASgIEhAKCHRyYWNlX2lkGCAgASgJEhUKDWNvbW1hbmRfYnl0ZXMYISABKAxCDQoLX3JldHJ5X3NhZmUi5gEKEVJ1bkNvbW1hbmRSZXF1ZXN0EhEKCXRlbmFudF9pZBgBIAEoCRIPCgdub2RlX2lkGAIgASgJEgwKBGtpbmQYAyABKAkSKAoHcGF5bG9hZBgEIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QSFwoPaWRlbXBvdGVuY3lfa2V5GAUgASgJEh4KEW5vdF9hZnRlcl9zZWNvbmRzGAYgASgFSACIAQESEAoIYmF0Y2hfaWQYByABKAkSFAoLc2VjcmV0X3JlZnMYlgEgAygJQhQKEl9ub3RfYWZ0ZXJfc2Vjb25kcyJLChFHZXRDb21tYW5kUmVxdWVzdBIRCgl0ZW5hbnRfaWQYASABKAkSDwoHbm9kZV9pZBgCIAEoCRISCgpjb21tYW5kX2lkGAMgASgJInYKE0xpc3RDb21tYW5kc1JlcXVlc3QSEQoJdGVuYW50X2lkGAEgASgJEg8KB25vZGVfaWQYAiABKAkSDQoFc3RhdGUYAyABKAkSEgoFbGltaXQYBCABKAVIAIgBARIOCgZjdXJzb3IYBSABKAlCCAoGX2xpbWl0Ik4KFExpc3RDb21tYW5kc1Jlc3BvbnNlEiEKBWl0ZW1zGAEgAygLMhIuYmMuYXBpLnYxLkNvbW1hbmQSEwoLbmV4dF9jdXJzb3IYAiABKAkiTgoUQ2FuY2VsQ29tbWFuZFJlcXVlc3QSEQoJdGVuYW50X2lkGAEgASgJEg8KB25vZGVfaWQYAiABKAkSEgoKY29tbWFuZF9pZBgDIAEoCSJXChJXYXRjaEV2ZW50c1JlcXVlc3QSEQoJdGVuYW50X2lkGAEgASgJEg4KBmN1cnNvchgCIAEoCRIPCgdub2RlX2lkGAMgASgJEg0KBXR5cGVzGAQgAygJIqEBCgVFdmVudBIOCgZjdXJzb3IYASABKAkSDAoEdHlwZRgCIAEoCRIRCgl0ZW5hbnRfaWQYAyABKAkSDwoHbm9kZV9pZBgEIAEoCRIvCgtvY2N1cnJlZF9hdBgFIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASJQoEZGF0YRgGIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QiNAoOR2V0Tm9kZVJlcXVlc3QSEQoJdGVuYW50X2lkGAEgASgJEg8KB25vZGVfaWQYAiABKAkidQoJQ29uZGl0aW9uEgwKBHR5cGUYASABKAkSDgoGc3RhdHVzGAIgASgJEg4KBnJlYXNvbhgDIAEoCRIPCgdtZXNzYWdlGAQgASgJEikKBXNpbmNlGAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCKVBAoETm9kZRIKCgJpZBgBIAEoCRIRCgl0ZW5hbnRfaWQYAiABKAkSDAoEcm9sZRgDIAEoCRIVCg1hbGxvd2VkX2tpbmRzGAQgAygJEioKCWludmVudG9yeRgFIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QSKAoKY29uZGl0aW9ucxgGIAMoCzIULmJjLmFwaS52MS5Db25kaXRpb24SGgoSYXBwbGllZF9nZW5lcmF0aW9uGAcgASgDEi4KCmNyZWF0ZWRfYXQYCCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhUKDXRydXN0X3ZlcnNpb24YCSABKAMSDAoEcG9vbBhkIAEoCRISCgljb25uZWN0ZWQYoAEgASgIEhAKB2dhdGV3YXkYoQEgASgJEjQKD2Nvbm5lY3RlZF9zaW5jZRiiASABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEjQKD2Rpc2Nvbm5lY3RlZF9hdBijASABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi4KCWxhc3Rfc2VlbhikASABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhYKDWFnZW50X3ZlcnNpb24YpQEgASgJEhAKB2Jvb3RfaWQYpgEgASgJEhYKDXNlc3Npb25fZXBvY2gYpwEgASgDImEKEExpc3ROb2Rlc1JlcXVlc3QSEQoJdGVuYW50X2lkGAEgASgJEgwKBHBvb2wYAiABKAkSEgoFbGltaXQYAyABKAVIAIgBARIOCgZjdXJzb3IYBCABKAlCCAoGX2xpbWl0IkgKEUxpc3ROb2Rlc1Jlc3BvbnNlEh4KBWl0ZW1zGAEgAygLMg8uYmMuYXBpLnYxLk5vZGUSEwoLbmV4dF9jdXJzb3IYAiABKAkiNgoTQ3JlYXRlVGVuYW50UmVxdWVzdBIRCgl0ZW5hbnRfaWQYASABKAkSDAoEbmFtZRgCIAEoCSJSCgZUZW5hbnQSCgoCaWQYASABKAkSDAoEbmFtZRgCIAEoCRIuCgpjcmVhdGVkX2F0GAMgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCJqChFDcmVhdGVOb2RlUmVxdWVzdBIRCgl0ZW5hbnRfaWQYASABKAkSDwoHbm9kZV9pZBgCIAEoCRIMCgRyb2xlGAMgASgJEhUKDWFsbG93ZWRfa2luZHMYBCADKAkSDAoEcG9vbBhkIAEoCSKEAQoWQ3JlYXRlSm9pblRva2VuUmVxdWVzdBIRCgl0ZW5hbnRfaWQYASABKAkSDwoHbm9kZV9pZBgCIAEoCRIMCgRyb2xlGAMgASgJEhUKDWFsbG93ZWRfa2luZHMYBCADKAkSEwoLdHRsX3NlY29uZHMYBSABKAMSDAoEcG9vbBhkIAEoCSJbCglKb2luVG9rZW4SDQoFdG9rZW4YASABKAkSDwoHbm9kZV9pZBgCIAEoCRIuCgpleHBpcmVzX2F0GAMgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCJfChJTZXROb2RlU3BlY1JlcXVlc3QSEQoJdGVuYW50X2lkGAEgASgJEg8KB25vZGVfaWQYAiABKAkSJQoEc3BlYxgDIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QiOAoSR2V0Tm9kZVNwZWNSZXF1ZXN0EhEKCXRlbmFudF9pZBgBIAEoCRIPCgdub2RlX2lkGAIgASgJIlYKCE5vZGVTcGVjEg8KB25vZGVfaWQYASABKAkSEgoKZ2VuZXJhdGlvbhgCIAEoAxIlCgRzcGVjGAMgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdCI3ChFEZWxldGVOb2RlUmVxdWVzdBIRCgl0ZW5hbnRfaWQYASABKAkSDwoHbm9kZV9pZBgCIAEoCSI6CgtEZWxldGVkTm9kZRIPCgdub2RlX2lkGAEgASgJEhoKEmNhbmNlbGxlZF9jb21tYW5kcxgCIAEoDTKEAgoIQ29tbWFuZHMSNwoDUnVuEhwuYmMuYXBpLnYxLlJ1bkNvbW1hbmRSZXF1ZXN0GhIuYmMuYXBpLnYxLkNvbW1hbmQSNwoDR2V0EhwuYmMuYXBpLnYxLkdldENvbW1hbmRSZXF1ZXN0GhIuYmMuYXBpLnYxLkNvbW1hbmQSRwoETGlzdBIeLmJjLmFwaS52MS5MaXN0Q29tbWFuZHNSZXF1ZXN0Gh8uYmMuYXBpLnYxLkxpc3RDb21tYW5kc1Jlc3BvbnNlEj0KBkNhbmNlbBIfLmJjLmFwaS52MS5DYW5jZWxDb21tYW5kUmVxdWVzdBoSLmJjLmFwaS52MS5Db21tYW5kMrwCCg5Db21tYW5kQmF0Y2hlcxJHCgZDcmVhdGUSJC5iYy5hcGkudjEuQ3JlYXRlQ29tbWFuZEJhdGNoUmVxdWVzdBoXLmJjLmFwaS52MS5Db21tYW5kQmF0Y2gSQQoDR2V0EiEuYmMuYXBpLnYxLkdldENvbW1hbmRCYXRjaFJlcXVlc3QaFy5iYy5hcGkudjEuQ29tbWFuZEJhdGNoElMKBExpc3QSJC5iYy5hcGkudjEuTGlzdENvbW1hbmRCYXRjaGVzUmVxdWVzdBolLmJjLmFwaS52MS5MaXN0Q29tbWFuZEJhdGNoZXNSZXNwb25zZRJJCgdBcHByb3ZlEiUuYmMuYXBpLnYxLkFwcHJvdmVDb21tYW5kQmF0Y2hSZXF1ZXN0GhcuYmMuYXBpLnYxLkNvbW1hbmRCYXRjaDJECgZFdmVudHMSOgoFV2F0Y2gSHS5iYy5hcGkudjEuV2F0Y2hFdmVudHNSZXF1ZXN0GhAuYmMuYXBpLnYxLkV2ZW50MAEykgYKBU5vZGVzEjEKA0dldBIZLmJjLmFwaS52MS5HZXROb2RlUmVxdWVzdBoPLmJjLmFwaS52MS5Ob2RlEkEKBExpc3QSGy5iYy5hcGkudjEuTGlzdE5vZGVzUmVxdWVzdBocLmJjLmFwaS52MS5MaXN0Tm9kZXNSZXNwb25zZRJBCgxDcmVhdGVUZW5hbnQSHi5iYy5hcGkudjEuQ3JlYXRlVGVuYW50UmVxdWVzdBoRLmJjLmFwaS52MS5UZW5hbnQSNwoGQ3JlYXRlEhwuYmMuYXBpLnYxLkNyZWF0ZU5vZGVSZXF1ZXN0Gg8uYmMuYXBpLnYxLk5vZGUSSgoPQ3JlYXRlSm9pblRva2VuEiEuYmMuYXBpLnYxLkNyZWF0ZUpvaW5Ub2tlblJlcXVlc3QaFC5iYy5hcGkudjEuSm9pblRva2VuEj0KB1NldFNwZWMSHS5iYy5hcGkudjEuU2V0Tm9kZVNwZWNSZXF1ZXN0GhMuYmMuYXBpLnYxLk5vZGVTcGVjEj0KB0dldFNwZWMSHS5iYy5hcGkudjEuR2V0Tm9kZVNwZWNSZXF1ZXN0GhMuYmMuYXBpLnYxLk5vZGVTcGVjEj4KBkRlbGV0ZRIcLmJjLmFwaS52MS5EZWxldGVOb2RlUmVxdWVzdBoWLmJjLmFwaS52MS5EZWxldGVkTm9kZRJXChBMaXN0Q2VydGlmaWNhdGVzEiYuYmMuYXBpLnYxLkxpc3ROb2RlQ2VydGlmaWNhdGVzUmVxdWVzdBobLmJjLmFwaS52MS5Ob2RlQ2VydGlmaWNhdGVzElsKElJldm9rZUNlcnRpZmljYXRlcxIoLmJjLmFwaS52MS5SZXZva2VOb2RlQ2VydGlmaWNhdGVzUmVxdWVzdBobLmJjLmFwaS52MS5Ob2RlQ2VydGlmaWNhdGVzElcKDExpc3RCaW5kaW5ncxIoLmJjLmFwaS52MS5MaXN0QWxsb2NhdGlvbkJpbmRpbmdzUmVxdWVzdBodLmJjLmFwaS52MS5BbGxvY2F0aW9uQmluZGluZ3NCOlo4Z2l0aHViLmNvbS9iZXR0ZXItY29tcHV0ZS9jb21tYW5kcy9wcm90by9iYy9hcGkvdjE7YXBpdjFiBnByb3RvMw", [file_google_protobuf_struct, file_google_protobuf_timestamp]);
+  fileDesc("ChNiYy9hcGkvdjEvYXBpLnByb3RvEgliYy5hcGkudjEiQgoJQmF0Y2hMZWFmEg8KB3N1YmplY3QYASABKAkSDAoEa2luZBgCIAEoCRIWCg5wYXlsb2FkX3NoYTI1NhgDIAEoCSKwAQoZQ3JlYXRlQ29tbWFuZEJhdGNoUmVxdWVzdBIRCgl0ZW5hbnRfaWQYASABKAkSDgoGcmVhc29uGAIgASgJEiMKBXNjb3BlGAMgAygLMhQuYmMuYXBpLnYxLkJhdGNoTGVhZhIXCg9pZGVtcG90ZW5jeV9rZXkYBCABKAkSHQoQZGVhZGxpbmVfc2Vjb25kcxgFIAEoBUgAiAEBQhMKEV9kZWFkbGluZV9zZWNvbmRzIj0KFkdldENvbW1hbmRCYXRjaFJlcXVlc3QSEQoJdGVuYW50X2lkGAEgASgJEhAKCGJhdGNoX2lkGAIgASgJIkwKGUxpc3RDb21tYW5kQmF0Y2hlc1JlcXVlc3QSEQoJdGVuYW50X2lkGAEgASgJEg0KBXN0YXRlGAIgASgJEg0KBWxpbWl0GAMgASgFIkQKGkxpc3RDb21tYW5kQmF0Y2hlc1Jlc3BvbnNlEiYKBWl0ZW1zGAEgAygLMhcuYmMuYXBpLnYxLkNvbW1hbmRCYXRjaCJkChpBcHByb3ZlQ29tbWFuZEJhdGNoUmVxdWVzdBIRCgl0ZW5hbnRfaWQYASABKAkSEAoIYmF0Y2hfaWQYAiABKAkSDgoGa2V5X2lkGAMgASgJEhEKCXNpZ25hdHVyZRgEIAEoDCJiCg1CYXRjaEFwcHJvdmFsEg4KBmtleV9pZBgBIAEoCRIQCghhcHByb3ZlchgCIAEoCRIvCgthcHByb3ZlZF9hdBgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAipgMKDENvbW1hbmRCYXRjaBIKCgJpZBgBIAEoCRIRCgl0ZW5hbnRfaWQYAiABKAkSDgoGcmVhc29uGAMgASgJEiMKBXNjb3BlGAQgAygLMhQuYmMuYXBpLnYxLkJhdGNoTGVhZhIRCglyZXF1ZXN0ZXIYBSABKAkSDQoFc3RhdGUYBiABKAkSLAoIZGVhZGxpbmUYByABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi4KCmNyZWF0ZWRfYXQYCCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi8KC2FwcHJvdmVkX2F0GAkgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIRCgl0cmVlX3NpemUYCiABKA0SEQoJcm9vdF9oYXNoGAsgASgJEhEKCXN0YXRlbWVudBgMIAEoDBIrCglhcHByb3ZhbHMYDSADKAsyGC5iYy5hcGkudjEuQmF0Y2hBcHByb3ZhbBIYChBhcHByb3ZhbHNfbmVlZGVkGA4gASgNEhEKCXRocmVzaG9sZBgPIAEoDSLHAQoUU2V0Tm9kZUxhYmVsc1JlcXVlc3QSEQoJdGVuYW50X2lkGAEgASgJEg8KB25vZGVfaWQYAiABKAkSOwoGbGFiZWxzGAMgAygLMisuYmMuYXBpLnYxLlNldE5vZGVMYWJlbHNSZXF1ZXN0LkxhYmVsc0VudHJ5Eg4KBnJlbW92ZRgEIAMoCRIPCgdyZXBsYWNlGAUgASgIGi0KC0xhYmVsc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEiQQobTGlzdE5vZGVDZXJ0aWZpY2F0ZXNSZXF1ZXN0EhEKCXRlbmFudF9pZBgBIAEoCRIPCgdub2RlX2lkGAIgASgJIlMKHVJldm9rZU5vZGVDZXJ0aWZpY2F0ZXNSZXF1ZXN0EhEKCXRlbmFudF9pZBgBIAEoCRIPCgdub2RlX2lkGAIgASgJEg4KBnNlcmlhbBgDIAEoCSLTAgoPTm9kZUNlcnRpZmljYXRlEg4KBnNlcmlhbBgBIAEoCRIMCgRyb2xlGAIgASgJEhUKDWFsbG93ZWRfa2luZHMYAyADKAkSLgoKbm90X2JlZm9yZRgEIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLQoJbm90X2FmdGVyGAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBItCglpc3N1ZWRfYXQYBiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEg0KBXN0YXRlGAcgASgJEjEKDXN1cGVyc2VkZWRfYXQYCCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi4KCnJldm9rZWRfYXQYCSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEgsKA3BlbRgKIAEoDCJZChBOb2RlQ2VydGlmaWNhdGVzEjAKDGNlcnRpZmljYXRlcxgBIAMoCzIaLmJjLmFwaS52MS5Ob2RlQ2VydGlmaWNhdGUSEwoLbm9kZV9jYV9wZW0YAiABKAwiQwodTGlzdEFsbG9jYXRpb25CaW5kaW5nc1JlcXVlc3QSEQoJdGVuYW50X2lkGAEgASgJEg8KB25vZGVfaWQYAiABKAkivQEKEUFsbG9jYXRpb25CaW5kaW5nEhIKCmFsbG9jYXRpb24YASABKAkSEgoKZ2VuZXJhdGlvbhgCIAEoAxIMCgRncHVzGAMgAygJEg0KBXN0YXRlGAQgASgJEg4KBnJlYXNvbhgFIAEoCRIRCglzdGF0ZW1lbnQYBiABKAwSEAoIbm9kZV9zaWcYByABKAwSLgoKdXBkYXRlZF9hdBgIIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAiRAoSQWxsb2NhdGlvbkJpbmRpbmdzEi4KCGJpbmRpbmdzGAEgAygLMhwuYmMuYXBpLnYxLkFsbG9jYXRpb25CaW5kaW5nIuIHCgdDb21tYW5kEgoKAmlkGAEgASgJEhEKCXRlbmFudF9pZBgCIAEoCRIPCgdub2RlX2lkGAMgASgJEgsKA3NlcRgEIAEoDRIMCgRraW5kGAUgASgJEigKB3BheWxvYWQYBiABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0Eg0KBXN0YXRlGAcgASgJEg4KBnJlYXNvbhgIIAEoCRItCglub3RfYWZ0ZXIYCSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhcKCnJldHJ5X3NhZmUYCiABKAhIAIgBARIQCghiYXRjaF9pZBgLIAEoCRIZChFhd2FpdGluZ19hcHByb3ZhbBgMIAEoCBIuCgpub3RfYmVmb3JlGA0gASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBISCgpidW5kbGVfa2V5GA4gASgJEi4KCmNyZWF0ZWRfYXQYDyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi4KCnVwZGF0ZWRfYXQYECABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi4KCnNldHRsZWRfYXQYESABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEjcKE2NhbmNlbF9yZXF1ZXN0ZWRfYXQYEiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEiYKBnJlc3VsdBgTIAEoCzIWLmdvb2dsZS5wcm90b2J1Zi5WYWx1ZRIWCg5taW5fZ2VuZXJhdGlvbhgUIAEoAxIoCghwcm9ncmVzcxgVIAEoCzIWLmdvb2dsZS5wcm90b2J1Zi5WYWx1ZRIPCgdtZXNzYWdlGBYgASgJEhUKDXJlc3VsdF9zaGEyNTYYFyABKAkSEAoIbm9kZV9zaWcYGCABKAwSDgoGc2lnbmVkGBkgASgIEhYKDmNvbW1hbmRfc2hhMjU2GBogASgJEhQKDHJlc3VsdF9ieXRlcxgbIAEoDBIUCgtzZWNyZXRfcmVmcxiWASADKAkSFgoOd2FpdGluZ19yZWFzb24YHCABKAkSFwoPd2FpdGluZ19tZXNzYWdlGB0gASgJEhQKDGtpbmRfdmVyc2lvbhgeIAEoCRIQCghyZWJvb3RlZBgfIAEoCBIQCgh0cmFjZV9pZBggIAEoCRIVCg1jb21tYW5kX2J5dGVzGCEgASgMEhEKCXJlcXVlc3RlchgiIAEoCRIVCg1yZXF1ZXN0ZWRfdmlhGCMgASgJEg4KBnJ1bl9pZBgkIAEoCUINCgtfcmV0cnlfc2FmZSLmAQoRUnVuQ29tbWFuZFJlcXVlc3QSEQoJdGVuYW50X2lkGAEgASgJEg8KB25vZGVfaWQYAiABKAkSDAoEa2luZBgDIAEoCRIoCgdwYXlsb2FkGAQgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdBIXCg9pZGVtcG90ZW5jeV9rZXkYBSABKAkSHgoRbm90X2FmdGVyX3NlY29uZHMYBiABKAVIAIgBARIQCghiYXRjaF9pZBgHIAEoCRIUCgtzZWNyZXRfcmVmcxiWASADKAlCFAoSX25vdF9hZnRlcl9zZWNvbmRzIksKEUdldENvbW1hbmRSZXF1ZXN0EhEKCXRlbmFudF9pZBgBIAEoCRIPCgdub2RlX2lkGAIgASgJEhIKCmNvbW1hbmRfaWQYAyABKAki0gIKE0xpc3RDb21tYW5kc1JlcXVlc3QSEQoJdGVuYW50X2lkGAEgASgJEg8KB25vZGVfaWQYAiABKAkSDQoFc3RhdGUYAyABKAkSEgoFbGltaXQYBCABKAVIAIgBARIOCgZjdXJzb3IYBSABKAkSDAoEa2luZBgGIAEoCRIOCgZyZWFzb24YByABKAkSDgoGcnVuX2lkGAggASgJEhAKCGJhdGNoX2lkGAkgASgJEhEKCXJlcXVlc3RlchgKIAEoCRIpCgVzaW5jZRgLIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASKQoFdW50aWwYDCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEjEKDXNldHRsZWRfc2luY2UYDSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wQggKBl9saW1pdCJOChRMaXN0Q29tbWFuZHNSZXNwb25zZRIhCgVpdGVtcxgBIAMoCzISLmJjLmFwaS52MS5Db21tYW5kEhMKC25leHRfY3Vyc29yGAIgASgJIk4KFENhbmNlbENvbW1hbmRSZXF1ZXN0EhEKCXRlbmFudF9pZBgBIAEoCRIPCgdub2RlX2lkGAIgASgJEhIKCmNvbW1hbmRfaWQYAyABKAkiVwoSV2F0Y2hFdmVudHNSZXF1ZXN0EhEKCXRlbmFudF9pZBgBIAEoCRIOCgZjdXJzb3IYAiABKAkSDwoHbm9kZV9pZBgDIAEoCRINCgV0eXBlcxgEIAMoCSKhAQoFRXZlbnQSDgoGY3Vyc29yGAEgASgJEgwKBHR5cGUYAiABKAkSEQoJdGVuYW50X2lkGAMgASgJEg8KB25vZGVfaWQYBCABKAkSLwoLb2NjdXJyZWRfYXQYBSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEiUKBGRhdGEYBiABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0IjQKDkdldE5vZGVSZXF1ZXN0EhEKCXRlbmFudF9pZBgBIAEoCRIPCgdub2RlX2lkGAIgASgJInUKCUNvbmRpdGlvbhIMCgR0eXBlGAEgASgJEg4KBnN0YXR1cxgCIAEoCRIOCgZyZWFzb24YAyABKAkSDwoHbWVzc2FnZRgEIAEoCRIpCgVzaW5jZRgFIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAi8gQKBE5vZGUSCgoCaWQYASABKAkSEQoJdGVuYW50X2lkGAIgASgJEgwKBHJvbGUYAyABKAkSFQoNYWxsb3dlZF9raW5kcxgEIAMoCRIqCglpbnZlbnRvcnkYBSABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0EigKCmNvbmRpdGlvbnMYBiADKAsyFC5iYy5hcGkudjEuQ29uZGl0aW9uEhoKEmFwcGxpZWRfZ2VuZXJhdGlvbhgHIAEoAxIuCgpjcmVhdGVkX2F0GAggASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIVCg10cnVzdF92ZXJzaW9uGAkgASgDEgwKBHBvb2wYZCABKAkSEgoJY29ubmVjdGVkGKABIAEoCBIQCgdnYXRld2F5GKEBIAEoCRI0Cg9jb25uZWN0ZWRfc2luY2UYogEgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBI0Cg9kaXNjb25uZWN0ZWRfYXQYowEgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCglsYXN0X3NlZW4YpAEgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIWCg1hZ2VudF92ZXJzaW9uGKUBIAEoCRIQCgdib290X2lkGKYBIAEoCRIWCg1zZXNzaW9uX2Vwb2NoGKcBIAEoAxIsCgZsYWJlbHMYqgEgAygLMhsuYmMuYXBpLnYxLk5vZGUuTGFiZWxzRW50cnkaLQoLTGFiZWxzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASJzChBMaXN0Tm9kZXNSZXF1ZXN0EhEKCXRlbmFudF9pZBgBIAEoCRIMCgRwb29sGAIgASgJEhIKBWxpbWl0GAMgASgFSACIAQESDgoGY3Vyc29yGAQgASgJEhAKCHNlbGVjdG9yGAUgASgJQggKBl9saW1pdCJIChFMaXN0Tm9kZXNSZXNwb25zZRIeCgVpdGVtcxgBIAMoCzIPLmJjLmFwaS52MS5Ob2RlEhMKC25leHRfY3Vyc29yGAIgASgJIjYKE0NyZWF0ZVRlbmFudFJlcXVlc3QSEQoJdGVuYW50X2lkGAEgASgJEgwKBG5hbWUYAiABKAkiUgoGVGVuYW50EgoKAmlkGAEgASgJEgwKBG5hbWUYAiABKAkSLgoKY3JlYXRlZF9hdBgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAiagoRQ3JlYXRlTm9kZVJlcXVlc3QSEQoJdGVuYW50X2lkGAEgASgJEg8KB25vZGVfaWQYAiABKAkSDAoEcm9sZRgDIAEoCRIVCg1hbGxvd2VkX2tpbmRzGAQgAygJEgwKBHBvb2wYZCABKAkihAEKFkNyZWF0ZUpvaW5Ub2tlblJlcXVlc3QSEQoJdGVuYW50X2lkGAEgASgJEg8KB25vZGVfaWQYAiABKAkSDAoEcm9sZRgDIAEoCRIVCg1hbGxvd2VkX2tpbmRzGAQgAygJEhMKC3R0bF9zZWNvbmRzGAUgASgDEgwKBHBvb2wYZCABKAkiWwoJSm9pblRva2VuEg0KBXRva2VuGAEgASgJEg8KB25vZGVfaWQYAiABKAkSLgoKZXhwaXJlc19hdBgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAiXwoSU2V0Tm9kZVNwZWNSZXF1ZXN0EhEKCXRlbmFudF9pZBgBIAEoCRIPCgdub2RlX2lkGAIgASgJEiUKBHNwZWMYAyABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0IjgKEkdldE5vZGVTcGVjUmVxdWVzdBIRCgl0ZW5hbnRfaWQYASABKAkSDwoHbm9kZV9pZBgCIAEoCSJWCghOb2RlU3BlYxIPCgdub2RlX2lkGAEgASgJEhIKCmdlbmVyYXRpb24YAiABKAMSJQoEc3BlYxgDIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QiNwoRRGVsZXRlTm9kZVJlcXVlc3QSEQoJdGVuYW50X2lkGAEgASgJEg8KB25vZGVfaWQYAiABKAkiOgoLRGVsZXRlZE5vZGUSDwoHbm9kZV9pZBgBIAEoCRIaChJjYW5jZWxsZWRfY29tbWFuZHMYAiABKA0yhAIKCENvbW1hbmRzEjcKA1J1bhIcLmJjLmFwaS52MS5SdW5Db21tYW5kUmVxdWVzdBoSLmJjLmFwaS52MS5Db21tYW5kEjcKA0dldBIcLmJjLmFwaS52MS5HZXRDb21tYW5kUmVxdWVzdBoSLmJjLmFwaS52MS5Db21tYW5kEkcKBExpc3QSHi5iYy5hcGkudjEuTGlzdENvbW1hbmRzUmVxdWVzdBofLmJjLmFwaS52MS5MaXN0Q29tbWFuZHNSZXNwb25zZRI9CgZDYW5jZWwSHy5iYy5hcGkudjEuQ2FuY2VsQ29tbWFuZFJlcXVlc3QaEi5iYy5hcGkudjEuQ29tbWFuZDK8AgoOQ29tbWFuZEJhdGNoZXMSRwoGQ3JlYXRlEiQuYmMuYXBpLnYxLkNyZWF0ZUNvbW1hbmRCYXRjaFJlcXVlc3QaFy5iYy5hcGkudjEuQ29tbWFuZEJhdGNoEkEKA0dldBIhLmJjLmFwaS52MS5HZXRDb21tYW5kQmF0Y2hSZXF1ZXN0GhcuYmMuYXBpLnYxLkNvbW1hbmRCYXRjaBJTCgRMaXN0EiQuYmMuYXBpLnYxLkxpc3RDb21tYW5kQmF0Y2hlc1JlcXVlc3QaJS5iYy5hcGkudjEuTGlzdENvbW1hbmRCYXRjaGVzUmVzcG9uc2USSQoHQXBwcm92ZRIlLmJjLmFwaS52MS5BcHByb3ZlQ29tbWFuZEJhdGNoUmVxdWVzdBoXLmJjLmFwaS52MS5Db21tYW5kQmF0Y2gyRAoGRXZlbnRzEjoKBVdhdGNoEh0uYmMuYXBpLnYxLldhdGNoRXZlbnRzUmVxdWVzdBoQLmJjLmFwaS52MS5FdmVudDABMtEGCgVOb2RlcxIxCgNHZXQSGS5iYy5hcGkudjEuR2V0Tm9kZVJlcXVlc3QaDy5iYy5hcGkudjEuTm9kZRJBCgRMaXN0EhsuYmMuYXBpLnYxLkxpc3ROb2Rlc1JlcXVlc3QaHC5iYy5hcGkudjEuTGlzdE5vZGVzUmVzcG9uc2USQQoMQ3JlYXRlVGVuYW50Eh4uYmMuYXBpLnYxLkNyZWF0ZVRlbmFudFJlcXVlc3QaES5iYy5hcGkudjEuVGVuYW50EjcKBkNyZWF0ZRIcLmJjLmFwaS52MS5DcmVhdGVOb2RlUmVxdWVzdBoPLmJjLmFwaS52MS5Ob2RlEkoKD0NyZWF0ZUpvaW5Ub2tlbhIhLmJjLmFwaS52MS5DcmVhdGVKb2luVG9rZW5SZXF1ZXN0GhQuYmMuYXBpLnYxLkpvaW5Ub2tlbhI9CgdTZXRTcGVjEh0uYmMuYXBpLnYxLlNldE5vZGVTcGVjUmVxdWVzdBoTLmJjLmFwaS52MS5Ob2RlU3BlYxI9CgdHZXRTcGVjEh0uYmMuYXBpLnYxLkdldE5vZGVTcGVjUmVxdWVzdBoTLmJjLmFwaS52MS5Ob2RlU3BlYxI+CgZEZWxldGUSHC5iYy5hcGkudjEuRGVsZXRlTm9kZVJlcXVlc3QaFi5iYy5hcGkudjEuRGVsZXRlZE5vZGUSVwoQTGlzdENlcnRpZmljYXRlcxImLmJjLmFwaS52MS5MaXN0Tm9kZUNlcnRpZmljYXRlc1JlcXVlc3QaGy5iYy5hcGkudjEuTm9kZUNlcnRpZmljYXRlcxJbChJSZXZva2VDZXJ0aWZpY2F0ZXMSKC5iYy5hcGkudjEuUmV2b2tlTm9kZUNlcnRpZmljYXRlc1JlcXVlc3QaGy5iYy5hcGkudjEuTm9kZUNlcnRpZmljYXRlcxJXCgxMaXN0QmluZGluZ3MSKC5iYy5hcGkudjEuTGlzdEFsbG9jYXRpb25CaW5kaW5nc1JlcXVlc3QaHS5iYy5hcGkudjEuQWxsb2NhdGlvbkJpbmRpbmdzEj0KCVNldExhYmVscxIfLmJjLmFwaS52MS5TZXROb2RlTGFiZWxzUmVxdWVzdBoPLmJjLmFwaS52MS5Ob2RlQjpaOGdpdGh1Yi5jb20vYmV0dGVyLWNvbXB1dGUvY29tbWFuZHMvcHJvdG8vYmMvYXBpL3YxO2FwaXYxYgZwcm90bzM", [file_google_protobuf_struct, file_google_protobuf_timestamp]);
 
 /**
  * BatchLeaf is one (subject, kind) the batch allows, optionally bound to
@@ -344,6 +344,55 @@ export const CommandBatchSchema: GenMessage<CommandBatch> = /*@__PURE__*/
   messageDesc(file_bc_api_v1_api, 7);
 
 /**
+ * SetNodeLabelsRequest changes a node's labels. A key is up to 63
+ * characters of [A-Za-z0-9._-] starting and ending with a letter or digit,
+ * optionally after a DNS-style prefix and a slash (site.example/rack); a
+ * value is up to 63 of the same characters, or empty. A node carries at
+ * most 64 labels.
+ *
+ * @generated from message bc.api.v1.SetNodeLabelsRequest
+ */
+export type SetNodeLabelsRequest = Message<"bc.api.v1.SetNodeLabelsRequest"> & {
+  /**
+   * @generated from field: string tenant_id = 1;
+   */
+  tenantId: string;
+
+  /**
+   * @generated from field: string node_id = 2;
+   */
+  nodeId: string;
+
+  /**
+   * labels are set (added, or changed when the key exists).
+   *
+   * @generated from field: map<string, string> labels = 3;
+   */
+  labels: { [key: string]: string };
+
+  /**
+   * remove names keys to remove; a key both set and removed is INVALID_INPUT.
+   *
+   * @generated from field: repeated string remove = 4;
+   */
+  remove: string[];
+
+  /**
+   * replace, when true, makes labels the node's whole label set.
+   *
+   * @generated from field: bool replace = 5;
+   */
+  replace: boolean;
+};
+
+/**
+ * Describes the message bc.api.v1.SetNodeLabelsRequest.
+ * Use `create(SetNodeLabelsRequestSchema)` to create a new message.
+ */
+export const SetNodeLabelsRequestSchema: GenMessage<SetNodeLabelsRequest> = /*@__PURE__*/
+  messageDesc(file_bc_api_v1_api, 8);
+
+/**
  * ListNodeCertificatesRequest names a node.
  *
  * @generated from message bc.api.v1.ListNodeCertificatesRequest
@@ -365,7 +414,7 @@ export type ListNodeCertificatesRequest = Message<"bc.api.v1.ListNodeCertificate
  * Use `create(ListNodeCertificatesRequestSchema)` to create a new message.
  */
 export const ListNodeCertificatesRequestSchema: GenMessage<ListNodeCertificatesRequest> = /*@__PURE__*/
-  messageDesc(file_bc_api_v1_api, 8);
+  messageDesc(file_bc_api_v1_api, 9);
 
 /**
  * RevokeNodeCertificatesRequest revokes one certificate (serial) or all.
@@ -396,7 +445,7 @@ export type RevokeNodeCertificatesRequest = Message<"bc.api.v1.RevokeNodeCertifi
  * Use `create(RevokeNodeCertificatesRequestSchema)` to create a new message.
  */
 export const RevokeNodeCertificatesRequestSchema: GenMessage<RevokeNodeCertificatesRequest> = /*@__PURE__*/
-  messageDesc(file_bc_api_v1_api, 9);
+  messageDesc(file_bc_api_v1_api, 10);
 
 /**
  * NodeCertificate is one certificate the node CA issued to a node.
@@ -466,7 +515,7 @@ export type NodeCertificate = Message<"bc.api.v1.NodeCertificate"> & {
  * Use `create(NodeCertificateSchema)` to create a new message.
  */
 export const NodeCertificateSchema: GenMessage<NodeCertificate> = /*@__PURE__*/
-  messageDesc(file_bc_api_v1_api, 10);
+  messageDesc(file_bc_api_v1_api, 11);
 
 /**
  * NodeCertificates is a node's certificates and the node CA that issued them.
@@ -492,7 +541,7 @@ export type NodeCertificates = Message<"bc.api.v1.NodeCertificates"> & {
  * Use `create(NodeCertificatesSchema)` to create a new message.
  */
 export const NodeCertificatesSchema: GenMessage<NodeCertificates> = /*@__PURE__*/
-  messageDesc(file_bc_api_v1_api, 11);
+  messageDesc(file_bc_api_v1_api, 12);
 
 /**
  * ListAllocationBindingsRequest names a node.
@@ -516,7 +565,7 @@ export type ListAllocationBindingsRequest = Message<"bc.api.v1.ListAllocationBin
  * Use `create(ListAllocationBindingsRequestSchema)` to create a new message.
  */
 export const ListAllocationBindingsRequestSchema: GenMessage<ListAllocationBindingsRequest> = /*@__PURE__*/
-  messageDesc(file_bc_api_v1_api, 12);
+  messageDesc(file_bc_api_v1_api, 13);
 
 /**
  * AllocationBinding is one allocation a node spec binds on a node.
@@ -575,7 +624,7 @@ export type AllocationBinding = Message<"bc.api.v1.AllocationBinding"> & {
  * Use `create(AllocationBindingSchema)` to create a new message.
  */
 export const AllocationBindingSchema: GenMessage<AllocationBinding> = /*@__PURE__*/
-  messageDesc(file_bc_api_v1_api, 13);
+  messageDesc(file_bc_api_v1_api, 14);
 
 /**
  * AllocationBindings is a node's bindings.
@@ -594,7 +643,7 @@ export type AllocationBindings = Message<"bc.api.v1.AllocationBindings"> & {
  * Use `create(AllocationBindingsSchema)` to create a new message.
  */
 export const AllocationBindingsSchema: GenMessage<AllocationBindings> = /*@__PURE__*/
-  messageDesc(file_bc_api_v1_api, 14);
+  messageDesc(file_bc_api_v1_api, 15);
 
 /**
  * Command is a command as the API shows it.
@@ -844,6 +893,31 @@ export type Command = Message<"bc.api.v1.Command"> & {
    * @generated from field: bytes command_bytes = 33;
    */
   commandBytes: Uint8Array;
+
+  /**
+   * requester is who asked for the command: the API identity's principal,
+   * the MCP server's agent principal, or the platform component (a module's
+   * or the reconciler's own name). Set by the server, never by the caller;
+   * empty for a command queued before it was recorded.
+   *
+   * @generated from field: string requester = 34;
+   */
+  requester: string;
+
+  /**
+   * requested_via says how: api, mcp (an agent principal), module, or
+   * fleet-run (then run_id names the run).
+   *
+   * @generated from field: string requested_via = 35;
+   */
+  requestedVia: string;
+
+  /**
+   * run_id is the fleet run (run_…) that queued the command, if any.
+   *
+   * @generated from field: string run_id = 36;
+   */
+  runId: string;
 };
 
 /**
@@ -851,7 +925,7 @@ export type Command = Message<"bc.api.v1.Command"> & {
  * Use `create(CommandSchema)` to create a new message.
  */
 export const CommandSchema: GenMessage<Command> = /*@__PURE__*/
-  messageDesc(file_bc_api_v1_api, 15);
+  messageDesc(file_bc_api_v1_api, 16);
 
 /**
  * RunCommandRequest queues a command.
@@ -921,7 +995,7 @@ export type RunCommandRequest = Message<"bc.api.v1.RunCommandRequest"> & {
  * Use `create(RunCommandRequestSchema)` to create a new message.
  */
 export const RunCommandRequestSchema: GenMessage<RunCommandRequest> = /*@__PURE__*/
-  messageDesc(file_bc_api_v1_api, 16);
+  messageDesc(file_bc_api_v1_api, 17);
 
 /**
  * GetCommandRequest names one command.
@@ -935,6 +1009,9 @@ export type GetCommandRequest = Message<"bc.api.v1.GetCommandRequest"> & {
   tenantId: string;
 
   /**
+   * node_id is optional: the command id alone finds the command in the
+   * tenant (the caller still needs compute:nodes:read on its node).
+   *
    * @generated from field: string node_id = 2;
    */
   nodeId: string;
@@ -950,10 +1027,11 @@ export type GetCommandRequest = Message<"bc.api.v1.GetCommandRequest"> & {
  * Use `create(GetCommandRequestSchema)` to create a new message.
  */
 export const GetCommandRequestSchema: GenMessage<GetCommandRequest> = /*@__PURE__*/
-  messageDesc(file_bc_api_v1_api, 17);
+  messageDesc(file_bc_api_v1_api, 18);
 
 /**
- * ListCommandsRequest pages through a node's commands.
+ * ListCommandsRequest pages through a node's commands, or, without
+ * node_id, through the tenant's.
  *
  * @generated from message bc.api.v1.ListCommandsRequest
  */
@@ -964,6 +1042,10 @@ export type ListCommandsRequest = Message<"bc.api.v1.ListCommandsRequest"> & {
   tenantId: string;
 
   /**
+   * node_id, when set, lists that node's commands newest first by seq;
+   * empty lists the tenant's commands on every node the caller may read,
+   * newest first by creation.
+   *
    * @generated from field: string node_id = 2;
    */
   nodeId: string;
@@ -988,6 +1070,54 @@ export type ListCommandsRequest = Message<"bc.api.v1.ListCommandsRequest"> & {
    * @generated from field: string cursor = 5;
    */
   cursor: string;
+
+  /**
+   * kind, reason, run_id, batch_id and requester filter by equality.
+   *
+   * @generated from field: string kind = 6;
+   */
+  kind: string;
+
+  /**
+   * @generated from field: string reason = 7;
+   */
+  reason: string;
+
+  /**
+   * @generated from field: string run_id = 8;
+   */
+  runId: string;
+
+  /**
+   * @generated from field: string batch_id = 9;
+   */
+  batchId: string;
+
+  /**
+   * @generated from field: string requester = 10;
+   */
+  requester: string;
+
+  /**
+   * since and until bound the commands' creation time (since inclusive,
+   * until exclusive).
+   *
+   * @generated from field: google.protobuf.Timestamp since = 11;
+   */
+  since?: Timestamp | undefined;
+
+  /**
+   * @generated from field: google.protobuf.Timestamp until = 12;
+   */
+  until?: Timestamp | undefined;
+
+  /**
+   * settled_since keeps only commands that settled at or after it ("what
+   * failed in the last hour": state failed, settled_since an hour ago).
+   *
+   * @generated from field: google.protobuf.Timestamp settled_since = 13;
+   */
+  settledSince?: Timestamp | undefined;
 };
 
 /**
@@ -995,10 +1125,11 @@ export type ListCommandsRequest = Message<"bc.api.v1.ListCommandsRequest"> & {
  * Use `create(ListCommandsRequestSchema)` to create a new message.
  */
 export const ListCommandsRequestSchema: GenMessage<ListCommandsRequest> = /*@__PURE__*/
-  messageDesc(file_bc_api_v1_api, 18);
+  messageDesc(file_bc_api_v1_api, 19);
 
 /**
- * ListCommandsResponse is one page, newest first by seq.
+ * ListCommandsResponse is one page, newest first by seq (one node) or by
+ * creation (the tenant).
  *
  * @generated from message bc.api.v1.ListCommandsResponse
  */
@@ -1021,7 +1152,7 @@ export type ListCommandsResponse = Message<"bc.api.v1.ListCommandsResponse"> & {
  * Use `create(ListCommandsResponseSchema)` to create a new message.
  */
 export const ListCommandsResponseSchema: GenMessage<ListCommandsResponse> = /*@__PURE__*/
-  messageDesc(file_bc_api_v1_api, 19);
+  messageDesc(file_bc_api_v1_api, 20);
 
 /**
  * CancelCommandRequest names the command to cancel.
@@ -1050,7 +1181,7 @@ export type CancelCommandRequest = Message<"bc.api.v1.CancelCommandRequest"> & {
  * Use `create(CancelCommandRequestSchema)` to create a new message.
  */
 export const CancelCommandRequestSchema: GenMessage<CancelCommandRequest> = /*@__PURE__*/
-  messageDesc(file_bc_api_v1_api, 20);
+  messageDesc(file_bc_api_v1_api, 21);
 
 /**
  * WatchEventsRequest starts a watch.
@@ -1092,7 +1223,7 @@ export type WatchEventsRequest = Message<"bc.api.v1.WatchEventsRequest"> & {
  * Use `create(WatchEventsRequestSchema)` to create a new message.
  */
 export const WatchEventsRequestSchema: GenMessage<WatchEventsRequest> = /*@__PURE__*/
-  messageDesc(file_bc_api_v1_api, 21);
+  messageDesc(file_bc_api_v1_api, 22);
 
 /**
  * Event is one event from the outbox.
@@ -1142,7 +1273,7 @@ export type Event = Message<"bc.api.v1.Event"> & {
  * Use `create(EventSchema)` to create a new message.
  */
 export const EventSchema: GenMessage<Event> = /*@__PURE__*/
-  messageDesc(file_bc_api_v1_api, 22);
+  messageDesc(file_bc_api_v1_api, 23);
 
 /**
  * GetNodeRequest names a node.
@@ -1166,7 +1297,7 @@ export type GetNodeRequest = Message<"bc.api.v1.GetNodeRequest"> & {
  * Use `create(GetNodeRequestSchema)` to create a new message.
  */
 export const GetNodeRequestSchema: GenMessage<GetNodeRequest> = /*@__PURE__*/
-  messageDesc(file_bc_api_v1_api, 23);
+  messageDesc(file_bc_api_v1_api, 24);
 
 /**
  * Condition is one node condition (RebootRequired, RowRemapPending, ...).
@@ -1205,7 +1336,7 @@ export type Condition = Message<"bc.api.v1.Condition"> & {
  * Use `create(ConditionSchema)` to create a new message.
  */
 export const ConditionSchema: GenMessage<Condition> = /*@__PURE__*/
-  messageDesc(file_bc_api_v1_api, 24);
+  messageDesc(file_bc_api_v1_api, 25);
 
 /**
  * Node is a node as the API shows it.
@@ -1335,6 +1466,14 @@ export type Node = Message<"bc.api.v1.Node"> & {
    * @generated from field: int64 session_epoch = 167;
    */
   sessionEpoch: bigint;
+
+  /**
+   * labels are the node's key=value labels (nodes.setLabels), which fleet
+   * runs select nodes by.
+   *
+   * @generated from field: map<string, string> labels = 170;
+   */
+  labels: { [key: string]: string };
 };
 
 /**
@@ -1342,7 +1481,7 @@ export type Node = Message<"bc.api.v1.Node"> & {
  * Use `create(NodeSchema)` to create a new message.
  */
 export const NodeSchema: GenMessage<Node> = /*@__PURE__*/
-  messageDesc(file_bc_api_v1_api, 25);
+  messageDesc(file_bc_api_v1_api, 26);
 
 /**
  * ListNodesRequest asks for a page of a tenant's nodes.
@@ -1375,6 +1514,14 @@ export type ListNodesRequest = Message<"bc.api.v1.ListNodesRequest"> & {
    * @generated from field: string cursor = 4;
    */
   cursor: string;
+
+  /**
+   * selector, when set, keeps only the nodes whose labels match it
+   * (gpu=h200,rack in (r1,r2); see SetNodeLabelsRequest for the grammar).
+   *
+   * @generated from field: string selector = 5;
+   */
+  selector: string;
 };
 
 /**
@@ -1382,7 +1529,7 @@ export type ListNodesRequest = Message<"bc.api.v1.ListNodesRequest"> & {
  * Use `create(ListNodesRequestSchema)` to create a new message.
  */
 export const ListNodesRequestSchema: GenMessage<ListNodesRequest> = /*@__PURE__*/
-  messageDesc(file_bc_api_v1_api, 26);
+  messageDesc(file_bc_api_v1_api, 27);
 
 /**
  * ListNodesResponse is one page of nodes, by id.
@@ -1408,7 +1555,7 @@ export type ListNodesResponse = Message<"bc.api.v1.ListNodesResponse"> & {
  * Use `create(ListNodesResponseSchema)` to create a new message.
  */
 export const ListNodesResponseSchema: GenMessage<ListNodesResponse> = /*@__PURE__*/
-  messageDesc(file_bc_api_v1_api, 27);
+  messageDesc(file_bc_api_v1_api, 28);
 
 /**
  * CreateTenantRequest registers a tenant.
@@ -1434,7 +1581,7 @@ export type CreateTenantRequest = Message<"bc.api.v1.CreateTenantRequest"> & {
  * Use `create(CreateTenantRequestSchema)` to create a new message.
  */
 export const CreateTenantRequestSchema: GenMessage<CreateTenantRequest> = /*@__PURE__*/
-  messageDesc(file_bc_api_v1_api, 28);
+  messageDesc(file_bc_api_v1_api, 29);
 
 /**
  * Tenant is a tenant.
@@ -1463,7 +1610,7 @@ export type Tenant = Message<"bc.api.v1.Tenant"> & {
  * Use `create(TenantSchema)` to create a new message.
  */
 export const TenantSchema: GenMessage<Tenant> = /*@__PURE__*/
-  messageDesc(file_bc_api_v1_api, 29);
+  messageDesc(file_bc_api_v1_api, 30);
 
 /**
  * CreateNodeRequest registers a node.
@@ -1510,7 +1657,7 @@ export type CreateNodeRequest = Message<"bc.api.v1.CreateNodeRequest"> & {
  * Use `create(CreateNodeRequestSchema)` to create a new message.
  */
 export const CreateNodeRequestSchema: GenMessage<CreateNodeRequest> = /*@__PURE__*/
-  messageDesc(file_bc_api_v1_api, 30);
+  messageDesc(file_bc_api_v1_api, 31);
 
 /**
  * CreateJoinTokenRequest asks for a node's join token.
@@ -1564,7 +1711,7 @@ export type CreateJoinTokenRequest = Message<"bc.api.v1.CreateJoinTokenRequest">
  * Use `create(CreateJoinTokenRequestSchema)` to create a new message.
  */
 export const CreateJoinTokenRequestSchema: GenMessage<CreateJoinTokenRequest> = /*@__PURE__*/
-  messageDesc(file_bc_api_v1_api, 31);
+  messageDesc(file_bc_api_v1_api, 32);
 
 /**
  * JoinToken is a one-time join token; only its hash is stored.
@@ -1593,7 +1740,7 @@ export type JoinToken = Message<"bc.api.v1.JoinToken"> & {
  * Use `create(JoinTokenSchema)` to create a new message.
  */
 export const JoinTokenSchema: GenMessage<JoinToken> = /*@__PURE__*/
-  messageDesc(file_bc_api_v1_api, 32);
+  messageDesc(file_bc_api_v1_api, 33);
 
 /**
  * SetNodeSpecRequest stores a node spec generation.
@@ -1624,7 +1771,7 @@ export type SetNodeSpecRequest = Message<"bc.api.v1.SetNodeSpecRequest"> & {
  * Use `create(SetNodeSpecRequestSchema)` to create a new message.
  */
 export const SetNodeSpecRequestSchema: GenMessage<SetNodeSpecRequest> = /*@__PURE__*/
-  messageDesc(file_bc_api_v1_api, 33);
+  messageDesc(file_bc_api_v1_api, 34);
 
 /**
  * GetNodeSpecRequest names a node.
@@ -1648,7 +1795,7 @@ export type GetNodeSpecRequest = Message<"bc.api.v1.GetNodeSpecRequest"> & {
  * Use `create(GetNodeSpecRequestSchema)` to create a new message.
  */
 export const GetNodeSpecRequestSchema: GenMessage<GetNodeSpecRequest> = /*@__PURE__*/
-  messageDesc(file_bc_api_v1_api, 34);
+  messageDesc(file_bc_api_v1_api, 35);
 
 /**
  * NodeSpec is one generation of a node's spec.
@@ -1679,7 +1826,7 @@ export type NodeSpec = Message<"bc.api.v1.NodeSpec"> & {
  * Use `create(NodeSpecSchema)` to create a new message.
  */
 export const NodeSpecSchema: GenMessage<NodeSpec> = /*@__PURE__*/
-  messageDesc(file_bc_api_v1_api, 35);
+  messageDesc(file_bc_api_v1_api, 36);
 
 /**
  * DeleteNodeRequest names the node to delete.
@@ -1703,7 +1850,7 @@ export type DeleteNodeRequest = Message<"bc.api.v1.DeleteNodeRequest"> & {
  * Use `create(DeleteNodeRequestSchema)` to create a new message.
  */
 export const DeleteNodeRequestSchema: GenMessage<DeleteNodeRequest> = /*@__PURE__*/
-  messageDesc(file_bc_api_v1_api, 36);
+  messageDesc(file_bc_api_v1_api, 37);
 
 /**
  * DeletedNode says what deleting a node did.
@@ -1730,7 +1877,7 @@ export type DeletedNode = Message<"bc.api.v1.DeletedNode"> & {
  * Use `create(DeletedNodeSchema)` to create a new message.
  */
 export const DeletedNodeSchema: GenMessage<DeletedNode> = /*@__PURE__*/
-  messageDesc(file_bc_api_v1_api, 37);
+  messageDesc(file_bc_api_v1_api, 38);
 
 /**
  * Commands queues one-shot actions on nodes and shows them.
@@ -1749,7 +1896,8 @@ export const Commands: GenService<{
     output: typeof CommandSchema;
   },
   /**
-   * Get returns one command (compute:nodes:read on compute-node/{nodeId}).
+   * Get returns one command (compute:nodes:read on compute-node/{nodeId});
+   * the node id is optional: a command id alone finds it in the tenant.
    *
    * @generated from rpc bc.api.v1.Commands.Get
    */
@@ -1760,7 +1908,10 @@ export const Commands: GenService<{
   },
   /**
    * List returns a node's commands, newest first by seq
-   * (compute:nodes:read on compute-node/{nodeId}).
+   * (compute:nodes:read on compute-node/{nodeId}); without a node id, every
+   * command of the tenant on a node the caller may read, newest first by
+   * creation, filtered by kind, state, reason, fleet run, batch, requester
+   * and a time range.
    *
    * @generated from rpc bc.api.v1.Commands.List
    */
@@ -1993,6 +2144,18 @@ export const Nodes: GenService<{
     methodKind: "unary";
     input: typeof ListAllocationBindingsRequestSchema;
     output: typeof AllocationBindingsSchema;
+  },
+  /**
+   * SetLabels sets, changes or removes a node's labels and returns the node
+   * (compute:nodes:admin on compute-node/{nodeId}); publishes
+   * node.labels.set.
+   *
+   * @generated from rpc bc.api.v1.Nodes.SetLabels
+   */
+  setLabels: {
+    methodKind: "unary";
+    input: typeof SetNodeLabelsRequestSchema;
+    output: typeof NodeSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_bc_api_v1_api, 3);
