@@ -28,6 +28,7 @@ import (
 	"github.com/better-compute/commands/controlplane/bundles"
 	"github.com/better-compute/commands/controlplane/dbhealth"
 	"github.com/better-compute/commands/controlplane/events"
+	"github.com/better-compute/commands/controlplane/fleetruns"
 	"github.com/better-compute/commands/controlplane/groupcommit"
 	"github.com/better-compute/commands/controlplane/ids"
 	"github.com/better-compute/commands/controlplane/join"
@@ -87,6 +88,9 @@ type Config struct {
 	// RunGroup tunes how concurrent commands.run calls share commits
 	// (groupcommit's defaults when zero).
 	RunGroup groupcommit.Options
+	// FleetRuns is the fleet-run service behind the FleetRuns API; nil
+	// answers UNSUPPORTED.
+	FleetRuns *fleetruns.Service
 }
 
 // Server holds the three services.
@@ -117,6 +121,8 @@ type Server struct {
 	// them (queue.EnqueueSet).
 	group *groupcommit.Committer
 	runs  *groupcommit.Set[queue.EnqueueParams, queue.EnqueueOutcome]
+	// fleet is the fleet-run service; nil serves none.
+	fleet *fleetruns.Service
 }
 
 // New builds the API server. Call Start before serving Events.Watch.
@@ -133,7 +139,7 @@ func New(cfg Config) *Server {
 		pool: cfg.Pool, queue: cfg.Queue, logger: logger.Named("api"),
 		allowlist: map[string]bool{}, quorumKeys: cfg.Quorum, bundles: cfg.Bundles, join: cfg.Join, poll: cfg.WatchPoll, now: cfg.Now,
 		hub: newHub(), watches: newWatchLimit(cfg.MaxWatchesPerIdentity), done: make(chan struct{}),
-		tracer: cfg.Tracer, secrets: cfg.Secrets,
+		tracer: cfg.Tracer, secrets: cfg.Secrets, fleet: cfg.FleetRuns,
 	}
 	if cfg.RunGroup.Begin == nil {
 		cfg.RunGroup.Begin = pgtx.Begin
@@ -192,6 +198,7 @@ func (s *Server) Register(g grpc.ServiceRegistrar) {
 	apiv1.RegisterEventsServer(g, &eventsServer{s: s})
 	apiv1.RegisterNodesServer(g, &nodesServer{s: s})
 	apiv1.RegisterCommandBatchesServer(g, &batchesServer{s: s})
+	apiv1.RegisterFleetRunsServer(g, &fleetRunsServer{s: s})
 	apiv1.RegisterPoolsServer(g, &poolsServer{s: s})
 	apiv1.RegisterRolloutsServer(g, &rolloutsServer{s: s})
 	apiv1.RegisterReconcilerServer(g, &reconcilerServer{s: s})

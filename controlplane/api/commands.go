@@ -97,6 +97,9 @@ func (c *commandsServer) Run(ctx context.Context, req *apiv1.RunCommandRequest) 
 		BatchID:  req.GetBatchId(),
 		// Names only: a value never enters a command.
 		SecretRefs: req.GetSecretRefs(),
+		// Who asked: the authenticated identity, never a field of the
+		// request.
+		Requester: id.Name, RequestedVia: requestedVia(id),
 	}
 	if req.GetIdempotencyKey() != "" {
 		p.IdempotencyKey = queue.APIKey(req.GetTenantId(), id.Name, req.GetIdempotencyKey())
@@ -180,9 +183,14 @@ func (s *Server) supportBundle(ctx context.Context, p *queue.EnqueueParams) erro
 	return nil
 }
 
-// Get returns one command of a node the caller may read.
+// Get returns one command of a node the caller may read. Without a node
+// id the command id alone finds it in the tenant; the caller still needs
+// compute:nodes:read on its node.
 func (c *commandsServer) Get(ctx context.Context, req *apiv1.GetCommandRequest) (*apiv1.Command, error) {
 	s := c.s
+	if req.GetNodeId() == "" {
+		return c.getByID(ctx, req)
+	}
 	if _, err := auth.AuthorizeNode(ctx, s.lookupNodeHistory, req.GetTenantId(), req.GetNodeId(), auth.PermNodesRead); err != nil {
 		return nil, err
 	}
@@ -196,27 +204,137 @@ func (c *commandsServer) Get(ctx context.Context, req *apiv1.GetCommandRequest) 
 	return s.toProto(cmd), nil
 }
 
-// List returns a page of a node's commands, newest first by seq.
-func (c *commandsServer) List(ctx context.Context, req *apiv1.ListCommandsRequest) (*apiv1.ListCommandsResponse, error) {
+func (c *commandsServer) getByID(ctx context.Context, req *apiv1.GetCommandRequest) (*apiv1.Command, error) {
 	s := c.s
-	if _, err := auth.AuthorizeNode(ctx, s.lookupNodeHistory, req.GetTenantId(), req.GetNodeId(), auth.PermNodesRead); err != nil {
+	id, err := identity(ctx)
+	if err != nil {
 		return nil, err
 	}
-	items, next, err := s.queue.List(ctx, s.pool, queue.ListParams{
-		TenantID: req.GetTenantId(),
-		NodeID:   req.GetNodeId(),
-		State:    queue.State(req.GetState()),
-		Limit:    int(req.GetLimit()),
-		Cursor:   req.GetCursor(),
-	})
+	if err := validID("tenantId", req.GetTenantId()); err != nil {
+		return nil, err
+	}
+	if err := validID("commandId", req.GetCommandId()); err != nil {
+		return nil, err
+	}
+	if !id.SeesTenant(req.GetTenantId()) {
+		return nil, apierr.New(apierr.NotFound, "command "+req.GetCommandId()+" not found", map[string]string{"commandId": req.GetCommandId()})
+	}
+	cmd, err := s.queue.GetInTenant(ctx, s.pool, req.GetTenantId(), req.GetCommandId())
 	if err != nil {
-		return nil, s.fail(ctx, "commands.list", err)
+		return nil, s.fail(ctx, "commands.get", err)
+	}
+	if !id.Allowed(auth.PermNodesRead, auth.NodeResource(cmd.NodeID)) {
+		return nil, apierr.New(apierr.PermissionDenied, "missing "+auth.PermNodesRead+" on "+auth.NodeResource(cmd.NodeID),
+			map[string]string{"permission": auth.PermNodesRead, "resource": auth.NodeResource(cmd.NodeID)})
+	}
+	return s.toProto(cmd), nil
+}
+
+// List returns a page of a node's commands, newest first by seq; without a
+// node id, a page of the tenant's commands on the nodes the caller may
+// read, newest first by creation, with the filters the request names.
+func (c *commandsServer) List(ctx context.Context, req *apiv1.ListCommandsRequest) (*apiv1.ListCommandsResponse, error) {
+	s := c.s
+	var (
+		items []queue.Command
+		next  string
+		err   error
+	)
+	if req.GetNodeId() == "" || tenantFilters(req) {
+		items, next, err = c.listTenant(ctx, req)
+		if err != nil {
+			return nil, err
+		}
+	} else {
+		if _, err := auth.AuthorizeNode(ctx, s.lookupNodeHistory, req.GetTenantId(), req.GetNodeId(), auth.PermNodesRead); err != nil {
+			return nil, err
+		}
+		items, next, err = s.queue.List(ctx, s.pool, queue.ListParams{
+			TenantID: req.GetTenantId(),
+			NodeID:   req.GetNodeId(),
+			State:    queue.State(req.GetState()),
+			Limit:    int(req.GetLimit()),
+			Cursor:   req.GetCursor(),
+		})
+		if err != nil {
+			return nil, s.fail(ctx, "commands.list", err)
+		}
 	}
 	out := &apiv1.ListCommandsResponse{Items: make([]*apiv1.Command, len(items)), NextCursor: next}
 	for i, cmd := range items {
 		out.Items[i] = s.toProto(cmd)
 	}
 	return out, nil
+}
+
+// tenantFilters reports whether a node's list asks for a filter that only
+// the tenant's list has (kind, reason, run, batch, requester, time): it is
+// then the tenant's list kept to that node.
+func tenantFilters(req *apiv1.ListCommandsRequest) bool {
+	return req.GetKind() != "" || req.GetReason() != "" || req.GetRunId() != "" || req.GetBatchId() != "" ||
+		req.GetRequester() != "" || req.GetSince() != nil || req.GetUntil() != nil || req.GetSettledSince() != nil
+}
+
+func (c *commandsServer) listTenant(ctx context.Context, req *apiv1.ListCommandsRequest) ([]queue.Command, string, error) {
+	s := c.s
+	id, err := identity(ctx)
+	if err != nil {
+		return nil, "", err
+	}
+	if err := validID("tenantId", req.GetTenantId()); err != nil {
+		return nil, "", err
+	}
+	if !id.SeesTenant(req.GetTenantId()) {
+		return nil, "", apierr.New(apierr.NotFound, "tenant "+req.GetTenantId()+" not found", map[string]string{"tenantId": req.GetTenantId()})
+	}
+	if req.GetNodeId() != "" {
+		if _, err := auth.AuthorizeNode(ctx, s.lookupNodeHistory, req.GetTenantId(), req.GetNodeId(), auth.PermNodesRead); err != nil {
+			return nil, "", err
+		}
+	}
+	for field, v := range map[string]string{"runId": req.GetRunId(), "batchId": req.GetBatchId()} {
+		if v != "" {
+			if err := validID(field, v); err != nil {
+				return nil, "", err
+			}
+		}
+	}
+	p := queue.TenantListParams{
+		TenantID:     req.GetTenantId(),
+		NodePatterns: id.ResourcePatterns(auth.PermNodesRead, "compute-node/"),
+		NodeID:       req.GetNodeId(),
+		State:        queue.State(req.GetState()),
+		Kind:         req.GetKind(),
+		Reason:       req.GetReason(),
+		RunID:        req.GetRunId(),
+		BatchID:      req.GetBatchId(),
+		Requester:    req.GetRequester(),
+		Limit:        int(req.GetLimit()),
+		Cursor:       req.GetCursor(),
+	}
+	if req.GetSince() != nil {
+		p.Since = req.GetSince().AsTime()
+	}
+	if req.GetUntil() != nil {
+		p.Until = req.GetUntil().AsTime()
+	}
+	if req.GetSettledSince() != nil {
+		p.SettledSince = req.GetSettledSince().AsTime()
+	}
+	items, next, err := s.queue.ListTenant(ctx, s.pool, p)
+	if err != nil {
+		return nil, "", s.fail(ctx, "commands.list", err)
+	}
+	return items, next, nil
+}
+
+// requestedVia says how an identity asks: an agent principal (the MCP
+// server's) through mcp, every other identity through the api.
+func requestedVia(id *auth.Identity) string {
+	if id.Agent {
+		return queue.ViaMCP
+	}
+	return queue.ViaAPI
 }
 
 // Cancel cancels a command (pending: at once; in flight: requested;

@@ -50,6 +50,9 @@ func (s *Server) toProto(c queue.Command) *apiv1.Command {
 		KindVersion:       c.KindVersion,
 		Rebooted:          c.Rebooted,
 		TraceId:           tracing.TraceID(c.TraceParent),
+		Requester:         c.Requester,
+		RequestedVia:      c.RequestedVia,
+		RunId:             queue.RunIDOfKey(c.IdempotencyKey),
 	}
 	if len(c.ResultSHA256) > 0 {
 		out.ResultSha256 = hex.EncodeToString(c.ResultSHA256)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/better-compute/commands/controlplane/api/apierr"
 	"github.com/better-compute/commands/controlplane/auth"
+	"github.com/better-compute/commands/controlplane/labels"
 	"github.com/better-compute/commands/controlplane/queue"
 	"github.com/better-compute/commands/controlplane/remediation"
 	apiv1 "github.com/better-compute/commands/proto/bc/api/v1"
@@ -48,6 +49,10 @@ func (n *nodesServer) List(ctx context.Context, req *apiv1.ListNodesRequest) (*a
 	case limit > queue.MaxListLimit:
 		limit = queue.MaxListLimit
 	}
+	sel, err := labels.Parse(req.GetSelector())
+	if err != nil {
+		return nil, err
+	}
 	after, err := DecodeNodeCursor(req.GetCursor())
 	if err != nil {
 		return nil, invalid("cursor", err.Error()+": pass nextCursor from the previous page, or none for the first")
@@ -55,7 +60,7 @@ func (n *nodesServer) List(ctx context.Context, req *apiv1.ListNodesRequest) (*a
 	var rows []nodeRow
 	more := false
 	for !more {
-		chunk, err := s.nodeChunk(ctx, req.GetTenantId(), req.GetPool(), after)
+		chunk, err := s.nodeChunk(ctx, req.GetTenantId(), req.GetPool(), sel, after)
 		if err != nil {
 			return nil, s.fail(ctx, "nodes.list", err)
 		}
@@ -94,11 +99,12 @@ func (n *nodesServer) List(ctx context.Context, req *apiv1.ListNodesRequest) (*a
 }
 
 // nodeChunk reads the next nodeListChunk live nodes of the tenant (of pool,
-// when set) after the id after, by id.
-func (s *Server) nodeChunk(ctx context.Context, tenantID, pool, after string) ([]nodeRow, error) {
+// when set, and matching sel) after the id after, by id.
+func (s *Server) nodeChunk(ctx context.Context, tenantID, pool string, sel labels.Selector, after string) ([]nodeRow, error) {
+	cond, args := sel.SQL("labels", 6)
 	rs, err := s.pool.Query(ctx, `SELECT `+nodeColumns+`
-		FROM nodes WHERE tenant_id = $1 AND deleted_at IS NULL AND ($2 = '' OR pool = $2) AND id > $4
-		ORDER BY id LIMIT $5`, tenantID, pool, sessionStaleAfter.Seconds(), after, nodeListChunk)
+		FROM nodes WHERE tenant_id = $1 AND deleted_at IS NULL AND ($2 = '' OR pool = $2) AND id > $4 AND `+cond+`
+		ORDER BY id LIMIT $5`, append([]any{tenantID, pool, sessionStaleAfter.Seconds(), after, nodeListChunk}, args...)...)
 	if err != nil {
 		return nil, fmt.Errorf("listing the nodes of %s: %w", tenantID, err)
 	}

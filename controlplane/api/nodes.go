@@ -63,7 +63,7 @@ const sessionStaleAfter = time.Minute
 // nodeColumns are the columns scanNodeRow reads; the query's last
 // parameter is sessionStaleAfter in seconds.
 const nodeColumns = `id, tenant_id, role, allowed_kinds, inventory, conditions, applied_generation, created_at, trust_version, kind_mismatches, pool,
-	session_epoch, session_gateway, session_opened_at, session_closed_at, session_seen_at, daemon_version, boot_id,
+	session_epoch, session_gateway, session_opened_at, session_closed_at, session_seen_at, daemon_version, boot_id, labels,
 	coalesce(session_opened_at IS NOT NULL AND session_closed_at IS NULL
 	  AND session_seen_at > now() - make_interval(secs => $3::float8), false)`
 
@@ -71,6 +71,7 @@ const nodeColumns = `id, tenant_id, role, allowed_kinds, inventory, conditions, 
 type nodeRow struct {
 	node                   *apiv1.Node
 	inv, conds, mismatches []byte
+	labels                 []byte
 	opened, closed, seen   *time.Time
 }
 
@@ -82,12 +83,17 @@ func scanNodeRow(r pgx.Row) (nodeRow, error) {
 		created time.Time
 	)
 	err := r.Scan(&out.Id, &out.TenantId, &out.Role, &allowed, &x.inv, &x.conds, &out.AppliedGeneration, &created, &out.TrustVersion, &x.mismatches, &out.Pool,
-		&out.SessionEpoch, &out.Gateway, &x.opened, &x.closed, &x.seen, &out.AgentVersion, &out.BootId, &out.Connected)
+		&out.SessionEpoch, &out.Gateway, &x.opened, &x.closed, &x.seen, &out.AgentVersion, &out.BootId, &x.labels, &out.Connected)
 	if err != nil {
 		return nodeRow{}, err
 	}
 	out.AllowedKinds = allowed
 	out.CreatedAt = timestamppb.New(created)
+	if len(x.labels) > 2 { // not "{}"
+		if err := json.Unmarshal(x.labels, &out.Labels); err != nil {
+			return nodeRow{}, fmt.Errorf("decoding the labels of %s: %w", out.Id, err)
+		}
+	}
 	return x, nil
 }
 

@@ -53,6 +53,13 @@ const (
 	PermSecretsWrite = "compute:secrets:write"
 	// PermSecretsRead lists a tenant's secrets' names, never values.
 	PermSecretsRead = "compute:secrets:read"
+	// PermRunsRead reads every fleet run of a tenant (tenant/{tenantId});
+	// a run's requester reads its own runs without it. Creating a run needs
+	// no grant of its own: compute:nodes:exec on each target node.
+	PermRunsRead = "compute:runs:read"
+	// PermRunsAdmin pauses, resumes and cancels any fleet run of a tenant
+	// (tenant/{tenantId}); a run's requester may act on its own without it.
+	PermRunsAdmin = "compute:runs:admin"
 )
 
 // Permissions are the permissions the API checks, each documented with its

@@ -24,6 +24,8 @@ const (
 	Batch   Prefix = "batch_"
 	Node    Prefix = "node_"
 	Tenant  Prefix = "tenant_"
+	// Run is a fleet run's.
+	Run Prefix = "run_"
 )
 
 // bodyLen is the length of the base32 body: 128 bits in 5-bit digits.

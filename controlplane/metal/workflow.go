@@ -241,6 +241,9 @@ func enqueueStep(ctx context.Context, tx pgx.Tx, q *queue.Queue, r Run, b batche
 		TenantID: r.TenantID, NodeID: r.SiteNodeID, Kind: s.Kind, Payload: s.Payload,
 		IdempotencyKey: queue.WorkflowKey(r.ID, s.StepID()), NotAfter: b.Deadline,
 		BatchID: b.ID, AwaitingApproval: b.State == batches.StateAwaiting, SecretRefs: r.SecretRefs,
+		// The metal run's requester asked for each of its steps; the module
+		// queued them.
+		Requester: r.Requester, RequestedVia: queue.ViaModule + ":metal",
 	})
 	if err != nil {
 		return queue.Command{}, fmt.Errorf("machine %s: %w", s.Machine, err)

@@ -118,6 +118,11 @@ type Command struct {
 	// (migration 0010), '' when none: the dispatch and settle spans join
 	// that trace, and the node gets it beside the signed bytes.
 	TraceParent string
+	// Requester is who asked for the command (an API identity, an agent
+	// principal, a module's or the reconciler's own name) and RequestedVia
+	// how: api, mcp, module, fleet-run. The server sets both, never the
+	// caller; '' for a command queued before migration 0090.
+	Requester, RequestedVia string
 	// NotAfter is the deadline for the node to accept it.
 	NotAfter time.Time
 	// NotBefore, when set, holds the command until then.
@@ -164,6 +169,20 @@ type Command struct {
 	Signature, WorkerCert []byte
 }
 
+// How a command was requested (Command.RequestedVia).
+const (
+	// ViaAPI is commands.run by an API identity.
+	ViaAPI = "api"
+	// ViaMCP is commands.run by an agent principal (the MCP server's).
+	ViaMCP = "mcp"
+	// ViaModule, followed by ":" and the module's name, is a module's (or
+	// the platform reconciler's) own command; the requester is the module's
+	// name, or the person a module acts for (a metal run's requester).
+	ViaModule = "module"
+	// ViaFleetRun is a fleet run's command; the requester is the run's.
+	ViaFleetRun = "fleet-run"
+)
+
 // EnqueueParams describe a command to queue.
 type EnqueueParams struct {
 	// TenantID must own the node; "" skips the check (a module acting for
@@ -197,6 +216,10 @@ type EnqueueParams struct {
 	// SecretRefs name the tenant's secrets the command may fetch when it
 	// runs; they go in the signed command bytes, never a value.
 	SecretRefs []string
+	// Requester and RequestedVia record who asked for the command and how
+	// (Command.Requester): the API sets them from the authenticated
+	// identity, the module API from the module's name.
+	Requester, RequestedVia string
 }
 
 // DefaultNotAfter is the deadline of a command queued without one.

@@ -71,16 +71,19 @@ var enqueueInsertSQL = `
 WITH ins AS (
   INSERT INTO commands AS c (id, tenant_id, node_id, seq, kind, lane, payload, idempotency_key,
     not_after, not_before, min_generation, retry_safe, destructive, self_terminating, attested,
-    batch_id, bundle_key, awaiting_approval, trace_parent, created_at, updated_at, command_bytes, signature, worker_cert)
+    batch_id, bundle_key, awaiting_approval, trace_parent, created_at, updated_at, command_bytes, signature, worker_cert,
+    requester, requested_via)
   SELECT id, tenant_id, node_id, seq, kind, lane, payload, NULLIF(key, ''),
     not_after, not_before, min_generation, retry_safe, destructive, self_terminating, attested,
-    batch_id, bundle_key, awaiting_approval, trace_parent, created_at, created_at, command_bytes, signature, worker_cert
+    batch_id, bundle_key, awaiting_approval, trace_parent, created_at, created_at, command_bytes, signature, worker_cert,
+    requester, requested_via
   FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::text[], $6::text[], $7::jsonb[], $8::text[],
     $9::timestamptz[], $10::timestamptz[], $11::bigint[], $12::bool[], $13::bool[], $14::bool[], $15::bool[],
-    $16::text[], $17::text[], $18::bool[], $19::text[], $20::timestamptz[], $21::bytea[], $22::bytea[], $23::bytea[])
+    $16::text[], $17::text[], $18::bool[], $19::text[], $20::timestamptz[], $21::bytea[], $22::bytea[], $23::bytea[],
+    $24::text[], $25::text[])
     AS t(id, tenant_id, node_id, seq, kind, lane, payload, key, not_after, not_before, min_generation,
       retry_safe, destructive, self_terminating, attested, batch_id, bundle_key, awaiting_approval, trace_parent,
-      created_at, command_bytes, signature, worker_cert)
+      created_at, command_bytes, signature, worker_cert, requester, requested_via)
   ` + onKeyConflict + `
   RETURNING c.id, c.tenant_id, c.node_id, c.kind, c.state
 ), ev AS (
@@ -206,6 +209,7 @@ func (q *Queue) enqueueRound(ctx context.Context, tx pgx.Tx, ps []EnqueueParams,
 	var (
 		news                                                                    []int // indexes into items
 		cIDs, cTenants, cNodes, cKinds, cLanes, cKeys, cBatches, cBundles, cTPs []string
+		cReqs, cVias                                                            []string
 		cPayloads                                                               []string
 		cSeqs, cGens                                                            []int64
 		cNotAfter, cCreated                                                     []time.Time
@@ -261,6 +265,7 @@ func (q *Queue) enqueueRound(ctx context.Context, tx pgx.Tx, ps []EnqueueParams,
 		news = append(news, j)
 		cIDs, cTenants, cNodes, cKinds, cLanes = append(cIDs, c.ID), append(cTenants, c.TenantID), append(cNodes, c.NodeID), append(cKinds, c.Kind), append(cLanes, string(c.Lane))
 		cKeys, cBatches, cBundles, cTPs = append(cKeys, p.IdempotencyKey), append(cBatches, p.BatchID), append(cBundles, p.BundleKey), append(cTPs, p.TraceParent)
+		cReqs, cVias = append(cReqs, p.Requester), append(cVias, p.RequestedVia)
 		cPayloads, cSeqs, cGens = append(cPayloads, string(s.payload)), append(cSeqs, c.Seq), append(cGens, p.MinGeneration)
 		cNotAfter, cCreated, cNotBefore = append(cNotAfter, c.NotAfter), append(cCreated, s.created), append(cNotBefore, c.NotBefore)
 		cRetry, cDestr, cSelf, cAttest, cAwait = append(cRetry, it.m.Flags.RetrySafe), append(cDestr, it.m.Flags.Destructive),
@@ -279,6 +284,7 @@ func (q *Queue) enqueueRound(ctx context.Context, tx pgx.Tx, ps []EnqueueParams,
 	b = &pgx.Batch{}
 	b.Queue(insert, cIDs, cTenants, cNodes, cSeqs, cKinds, cLanes, cPayloads, cKeys,
 		cNotAfter, cNotBefore, cGens, cRetry, cDestr, cSelf, cAttest, cBatches, cBundles, cAwait, cTPs, cCreated, cBytes, cSigs, cCerts,
+		cReqs, cVias,
 	).Query(func(rows pgx.Rows) error {
 		var id string
 		for rows.Next() {
@@ -376,6 +382,7 @@ func stored(c Command, m kind.Manifest, p EnqueueParams, wire, sig, cert []byte)
 	c.Flags = kind.Flags{RetrySafe: m.Flags.RetrySafe, Destructive: m.Flags.Destructive,
 		SelfTerminating: m.Flags.SelfTerminating, Attested: m.Flags.Attested}
 	c.BundleKey, c.AwaitingApproval, c.TraceParent = p.BundleKey, p.AwaitingApproval, p.TraceParent
+	c.Requester, c.RequestedVia = p.Requester, p.RequestedVia
 	c.CommandBytes, c.Signature, c.WorkerCert = wire, sig, cert
 	// As pgx reads a timestamptz back.
 	c.NotAfter = c.NotAfter.Local()

@@ -47,3 +47,24 @@ func APIKey(tenantID, identity, callerKey string) string {
 func SupportBundleKey(idempotencyKey string) string {
 	return strings.TrimPrefix(idempotencyKey, APIKeyPrefix)
 }
+
+// FleetRunKeyPrefix starts the key of every fleet run's command.
+const FleetRunKeyPrefix = "run:"
+
+// FleetRunKey is the idempotency key of a fleet run's command on a node:
+// "run:<runId>:<nodeId>". Unique per node, it is what keeps a run from
+// starting a node twice, whatever crash comes between queuing the command
+// and recording it.
+func FleetRunKey(runID, nodeID string) string {
+	return FleetRunKeyPrefix + runID + ":" + nodeID
+}
+
+// RunIDOfKey returns the fleet run a command's key names, "" for another key.
+func RunIDOfKey(key string) string {
+	rest, ok := strings.CutPrefix(key, FleetRunKeyPrefix)
+	if !ok {
+		return ""
+	}
+	id, _, _ := strings.Cut(rest, ":")
+	return id
+}

@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -37,8 +38,12 @@ type Queue struct {
 	// signer signs commands at enqueue; nil while signing is off.
 	signer atomic.Pointer[Signer]
 	// settleHook, when set, runs in every transaction that settles
-	// commands (OnSettle).
+	// commands (OnSettle, AlsoOnSettle: all of them as one).
 	settleHook atomic.Pointer[SettleHook]
+	// hookLock guards primaryHook and extraHooks, which settleHook joins.
+	hookLock    sync.Mutex
+	primaryHook SettleHook
+	extraHooks  []SettleHook
 }
 
 // New returns a queue that checks kinds and payloads against reg.
@@ -176,5 +181,8 @@ func nodeNotFound(nodeID string) *Error {
 }
 
 func commandNotFound(nodeID, commandID string) *Error {
+	if nodeID == "" {
+		return newError(NotFound, "command-not-found", map[string]string{"commandId": commandID}, "command %s not found", commandID)
+	}
 	return newError(NotFound, "command-not-found", map[string]string{"nodeId": nodeID, "commandId": commandID}, "command %s not found on node %s", commandID, nodeID)
 }

@@ -20,7 +20,8 @@ func commandColumns(alias string) string {
 		a + "result, " + a + "result_sha256, " + a + "node_sig, " + a + "rebooted, " + a + "attempts, " +
 		a + "dispatched_epoch, " + a + "next_attempt_at, " +
 		a + "created_at, " + a + "updated_at, " + a + "settled_at, " +
-		a + "command_bytes, " + a + "signature, " + a + "worker_cert, " + a + "message, " + a + "result_bytes, " + a + "waiting_reason, " + a + "waiting_message, " + a + "kind_version, " + a + "awaiting_approval, " + a + "trace_parent"
+		a + "command_bytes, " + a + "signature, " + a + "worker_cert, " + a + "message, " + a + "result_bytes, " + a + "waiting_reason, " + a + "waiting_message, " + a + "kind_version, " + a + "awaiting_approval, " + a + "trace_parent, " +
+		a + "requester, " + a + "requested_via"
 }
 
 // scanCommand reads commandColumns plus any extra destinations after them.
@@ -88,6 +89,7 @@ func (s *commandScanner) scan(row pgx.Row, c *Command, extra ...any) error {
 		&c.DispatchedEpoch, &c.NextAttemptAt,
 		&c.CreatedAt, &c.UpdatedAt, &c.SettledAt,
 		&c.CommandBytes, &c.Signature, &c.WorkerCert, &c.Message, &c.ResultBytes, &c.WaitingReason, &c.WaitingMessage, &c.KindVersion, &c.AwaitingApproval, &c.TraceParent,
+		&c.Requester, &c.RequestedVia,
 	)
 	dest = append(dest, extra...)
 	s.dest = dest

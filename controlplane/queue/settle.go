@@ -17,13 +17,51 @@ type SettleHook func(ctx context.Context, tx pgx.Tx, settled []Command) error
 // OnSettle installs h on every path that settles a command: a node's report
 // and a reconnect's settle (Transition), the sweeper (Sweep), a cancel of a
 // pending command (Cancel) and a node's deletion (DeleteNode). Install it
-// before the gateway and the sweeper start; nil removes it.
+// before the gateway and the sweeper start; nil removes it. Hooks added
+// with AlsoOnSettle stay.
 func (q *Queue) OnSettle(h SettleHook) {
+	q.hookLock.Lock()
+	defer q.hookLock.Unlock()
+	q.primaryHook = h
+	q.storeHooks()
+}
+
+// AlsoOnSettle adds h beside the hook OnSettle installs (the fleet runs'
+// beside the module API's wakes): every hook runs, in the order added, in
+// the settling transaction, and the first error rolls the settle back.
+func (q *Queue) AlsoOnSettle(h SettleHook) {
 	if h == nil {
-		q.settleHook.Store(nil)
 		return
 	}
-	q.settleHook.Store(&h)
+	q.hookLock.Lock()
+	defer q.hookLock.Unlock()
+	q.extraHooks = append(q.extraHooks, h)
+	q.storeHooks()
+}
+
+// storeHooks publishes the hooks as one; hookLock is held.
+func (q *Queue) storeHooks() {
+	hs := make([]SettleHook, 0, 1+len(q.extraHooks))
+	if q.primaryHook != nil {
+		hs = append(hs, q.primaryHook)
+	}
+	hs = append(hs, q.extraHooks...)
+	switch len(hs) {
+	case 0:
+		q.settleHook.Store(nil)
+	case 1:
+		q.settleHook.Store(&hs[0])
+	default:
+		var all SettleHook = func(ctx context.Context, tx pgx.Tx, settled []Command) error {
+			for _, h := range hs {
+				if err := h(ctx, tx, settled); err != nil {
+					return err
+				}
+			}
+			return nil
+		}
+		q.settleHook.Store(&all)
+	}
 }
 
 func (q *Queue) hook() SettleHook {

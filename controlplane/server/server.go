@@ -30,6 +30,7 @@ import (
 	"github.com/better-compute/commands/controlplane/auth"
 	"github.com/better-compute/commands/controlplane/batches"
 	"github.com/better-compute/commands/controlplane/bundles"
+	"github.com/better-compute/commands/controlplane/fleetruns"
 	"github.com/better-compute/commands/controlplane/gateway"
 	"github.com/better-compute/commands/controlplane/join"
 	"github.com/better-compute/commands/controlplane/kinds"
@@ -84,7 +85,11 @@ type Server struct {
 
 	// sweeper is nil when cfg.Sweeper.Disabled; nodeWakers and
 	// workflowWakers are what it wakes when it settles a command.
-	sweeper                    *sweeper.Sweeper
+	sweeper *sweeper.Sweeper
+	// fleet holds the fleet runs; advancer advances them where the
+	// sweeper runs.
+	fleet                      *fleetruns.Service
+	advancer                   *fleetruns.Advancer
 	nodeWakers, workflowWakers *sweeper.Wakers
 
 	// modules is the module host: its settle hook records owner wakes in
@@ -186,6 +191,10 @@ func New(ctx context.Context, cfg Config, reg *kinds.Registry, logger hclog.Logg
 	q := queue.New(reg, logger)
 	q.RequireBatches(cfg.BatchQuorum)
 	s.queue = q
+	// Every process that settles commands (gateway, sweeper, API cancel)
+	// moves a fleet run's target in the settling transaction.
+	s.fleet = fleetruns.New(pool, q, fleetruns.Options{Quorum: s.Quorum, Logger: logger})
+	q.AlsoOnSettle(s.fleet.Hook)
 	s.support = support
 	if err := cfg.ValidateComponents(); err != nil {
 		return closeOnErr(err)
@@ -211,12 +220,16 @@ func New(ctx context.Context, cfg Config, reg *kinds.Registry, logger hclog.Logg
 	if !cfg.Sweeper.Disabled && cfg.Runs(ComponentSweeper) {
 		s.sweeper = sweeper.New(pool, q, sweeper.Options{Interval: time.Duration(cfg.Sweeper.Interval),
 			Nodes: s.nodeWakers, Workflows: s.workflowWakers, Logger: logger, OnSwept: s.metrics.ops.onSwept})
+		// The fleet runs' advancer is a singleton like the sweeper, and
+		// runs where it runs.
+		s.advancer = fleetruns.NewAdvancer(s.fleet, fleetruns.AdvancerOptions{})
 	}
 	if err := s.startModules(cfg, reg); err != nil {
 		return closeOnErr(err)
 	}
 	s.api = api.New(api.Config{Pool: pool, Queue: q, Logger: logger, Allowlist: cfg.Allowlist, Quorum: s.Quorum,
-		Bundles: support, Join: s.join, MaxWatchesPerIdentity: cfg.MaxWatchesPerIdentity, Tracer: s.tracer, Secrets: s.secretStore()})
+		Bundles: support, Join: s.join, MaxWatchesPerIdentity: cfg.MaxWatchesPerIdentity, Tracer: s.tracer, Secrets: s.secretStore(),
+		FleetRuns: s.fleet})
 	if s.gateway != nil {
 		registerGateway(s.metrics.reg, s.gateway)
 	}
@@ -438,6 +451,12 @@ func (s *Server) Run(ctx context.Context) error {
 	} else {
 		close(sweeperDone)
 	}
+	advancerDone := make(chan struct{})
+	if s.advancer != nil {
+		go func() { defer close(advancerDone); s.advancer.Run(apiCtx) }()
+	} else {
+		close(advancerDone)
+	}
 	modulesDone := s.runModules(apiCtx)
 	if s.gwGRPC != nil {
 		go s.gateway.Run(apiCtx)
@@ -492,6 +511,7 @@ func (s *Server) Run(ctx context.Context) error {
 	// The sweeper resigns its lease before the pool closes, so another
 	// replica takes over at once.
 	<-sweeperDone
+	<-advancerDone
 	<-modulesDone
 	if s.http != nil {
 		hctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

@@ -1299,7 +1299,8 @@ type Command struct {
 	// or the reconciler's own name). Set by the server, never by the caller;
 	// empty for a command queued before it was recorded.
 	Requester string `protobuf:"bytes,34,opt,name=requester,proto3" json:"requester,omitempty"`
-	// requested_via says how: api, mcp (an agent principal), module, or
+	// requested_via says how: api, mcp (an agent principal),
+	// module:<name> (a module's or the platform reconciler's own work), or
 	// fleet-run (then run_id names the run).
 	RequestedVia string `protobuf:"bytes,35,opt,name=requested_via,json=requestedVia,proto3" json:"requested_via,omitempty"`
 	// run_id is the fleet run (run_…) that queued the command, if any.

@@ -905,7 +905,8 @@ export type Command = Message<"bc.api.v1.Command"> & {
   requester: string;
 
   /**
-   * requested_via says how: api, mcp (an agent principal), module, or
+   * requested_via says how: api, mcp (an agent principal),
+   * module:<name> (a module's or the platform reconciler's own work), or
    * fleet-run (then run_id names the run).
    *
    * @generated from field: string requested_via = 35;
