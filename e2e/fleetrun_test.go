@@ -16,8 +16,11 @@ import (
 	"github.com/better-compute/commands/controlplane/fakedaemon"
 	"github.com/better-compute/commands/controlplane/kinds"
 	"github.com/better-compute/commands/controlplane/queue"
+	"github.com/better-compute/commands/controlplane/server"
 	"github.com/better-compute/commands/controlplane/server/servertest"
+	"github.com/better-compute/commands/controlplane/serverconfig"
 	"github.com/better-compute/commands/internal/testutil"
+	"github.com/better-compute/commands/internal/trust"
 	agentv1 "github.com/better-compute/commands/proto/bc/agent/v1"
 	apiv1 "github.com/better-compute/commands/proto/bc/api/v1"
 	"github.com/better-compute/commands/sdk/kind"
@@ -233,4 +236,134 @@ func TestE2E_FleetRunOverASelectorStopsPastItsErrorLimit(t *testing.T) {
 		Targets: &apiv1.FleetRunTargets{Selector: "fleet=e2e"}, IdempotencyKey: "e2e-run"})
 	require.NoError(t, err)
 	require.Equal(t, run.GetId(), again.GetId(), "a retry with the same key returns the same run")
+}
+
+// "A destructive run of node.reboot under a 2-of-3 quorum: one approval for
+// the run; each node verifies its leaf; the pool budget holds." The
+// reboot kind here is the e2e plugin's (destructive and self-terminating,
+// as node.reboot is), on three real bcds that hold the approver keys in
+// their trust bundle and check each command's approval and leaf
+// themselves. The run's batch names all three; nothing starts until two
+// approvers signed it, once; then the pool's budget (maxConcurrent 1, the
+// default) lets one node reboot at a time although the run allows all.
+func TestE2E_DestructiveFleetRunUnderTheQuorumAndThePoolBudget(t *testing.T) {
+	approvers, keys := approverKeys(t, "alice", "bob", "carol")
+	signing, _ := servertest.Signing(t)
+	c := newCluster(t, func(cfg *server.Config) {
+		signing(cfg)
+		cfg.PKI.Approvers, cfg.PKI.ApprovalThreshold = approvers, 2
+	})
+	ids := []string{servertest.NodeA1, "node_r2", "node_r3"}
+	c.addNodes(map[string]string{"rack": "r1"}, ids...)
+	nodes := map[string]*node{}
+	for _, id := range ids {
+		nodes[id] = c.joinAs(id)
+		nodes[id].start()
+	}
+	var runID atomic.Value
+	stop := c.openSampler(&runID)
+	runs := apiv1.NewFleetRunsClient(c.conn)
+	run, err := runs.Create(c.ctx(), &apiv1.CreateFleetRunRequest{TenantId: servertest.TenantA, Kind: kindReboot,
+		Targets: &apiv1.FleetRunTargets{Selector: "rack=r1"}, MaxConcurrency: "100%", Reason: "kernel 6.1.0-28"})
+	require.NoError(t, err)
+	runID.Store(run.GetId())
+	require.NotEmpty(t, run.GetBatchId(), "a destructive run goes under one batch")
+	batch, err := apiv1.NewCommandBatchesClient(c.conn).Get(c.ctx(), &apiv1.GetCommandBatchRequest{TenantId: servertest.TenantA, BatchId: run.GetBatchId()})
+	require.NoError(t, err)
+	var leaves []string
+	for _, l := range batch.GetScope() {
+		require.Equal(t, kindReboot, l.GetKind())
+		leaves = append(leaves, l.GetSubject())
+	}
+	require.ElementsMatch(t, ids, leaves, "its leaves name every target node")
+	got := c.waitRun(run.GetId(), "running")
+	testutil.WaitFor(t, 30*time.Second, "the run to say it awaits approval", func() bool {
+		got = c.waitRun(run.GetId(), "running")
+		return got.GetWaitingReason() == "awaiting-approval"
+	})
+	require.Contains(t, got.GetWaitingMessage(), "better-compute batch approve")
+
+	out, stderr, code := c.cliAs(servertest.TokAdmin, "batch", "approve", "--batch", run.GetBatchId(), "--key", keys["alice"])
+	require.Equal(t, 0, code, stderr)
+	require.Contains(t, out, "1 more approval(s) needed")
+	require.Equal(t, uint32(0), c.waitRun(run.GetId(), "running").GetCounts().GetStarted(), "one approval starts nothing")
+	_, stderr, code = c.cliAs(servertest.TokAdmin, "batch", "approve", "--batch", run.GetBatchId(), "--key", keys["carol"])
+	require.Equal(t, 0, code, stderr)
+
+	rebooted := map[string]bool{}
+	sawBudgetWait := false
+	for len(rebooted) < len(ids) {
+		var running *apiv1.Command
+		testutil.WaitFor(t, 60*time.Second, "a node of the run to start rebooting", func() bool {
+			r, err := runs.Get(c.ctx(), &apiv1.GetFleetRunRequest{TenantId: servertest.TenantA, RunId: run.GetId()})
+			if err == nil && r.GetWaitingReason() == "budget-concurrent" {
+				sawBudgetWait = true
+			}
+			list, err := c.api.List(c.ctx(), &apiv1.ListCommandsRequest{TenantId: servertest.TenantA, RunId: run.GetId(), State: "running"})
+			if err != nil || len(list.GetItems()) == 0 {
+				return false
+			}
+			running = list.GetItems()[0]
+			return true
+		})
+		id := running.GetNodeId()
+		require.False(t, rebooted[id], "node %s started twice", id)
+		rebooted[id] = true
+		n := nodes[id]
+		n.stop()
+		require.NoError(t, os.WriteFile(n.boot, []byte("boot-2\n"), 0o600))
+		n.start()
+		c.waitCommand(id, running.GetId(), "succeeded")
+	}
+	got = c.waitRun(run.GetId(), "succeeded")
+	require.LessOrEqual(t, stop(), 1, "the pool's budget (maxConcurrent 1) holds: one reboot at a time")
+	require.True(t, sawBudgetWait, "the run said it waits for the pool's budget")
+	require.Equal(t, uint32(3), got.GetCounts().GetSucceeded())
+	list, err := c.api.List(c.ctx(), &apiv1.ListCommandsRequest{TenantId: servertest.TenantA, RunId: run.GetId()})
+	require.NoError(t, err)
+	for _, cmd := range list.GetItems() {
+		require.True(t, cmd.GetRebooted())
+		require.True(t, cmd.GetSigned())
+		require.Equal(t, run.GetBatchId(), cmd.GetBatchId())
+		require.Contains(t, nodes[cmd.GetNodeId()].logs.String(), cmd.GetId(), "the node itself ran it, after checking its approval and leaf")
+	}
+	a, err := apiv1.NewCommandBatchesClient(c.conn).Get(c.ctx(), &apiv1.GetCommandBatchRequest{TenantId: servertest.TenantA, BatchId: run.GetBatchId()})
+	require.NoError(t, err)
+	require.Len(t, a.GetApprovals(), 2, "one approval of the run, by two approvers")
+}
+
+// approverKeys writes an Ed25519 key pair per name and returns the
+// approvers' configuration and the private keys' files.
+func approverKeys(t *testing.T, names ...string) ([]serverconfig.ApproverConfig, map[string]string) {
+	dir := t.TempDir()
+	var approvers []serverconfig.ApproverConfig
+	keys := map[string]string{}
+	for _, name := range names {
+		pub, priv, err := trust.NewEd25519()
+		require.NoError(t, err)
+		pp, err := trust.MarshalPublicKeyPEM(pub)
+		require.NoError(t, err)
+		kp, err := trust.MarshalPrivateKeyPEM(priv)
+		require.NoError(t, err)
+		require.NoError(t, os.WriteFile(filepath.Join(dir, name+".pub"), pp, 0o644))
+		require.NoError(t, os.WriteFile(filepath.Join(dir, name+".pem"), kp, 0o600))
+		approvers = append(approvers, serverconfig.ApproverConfig{Name: name, PublicKey: filepath.Join(dir, name+".pub")})
+		keys[name] = filepath.Join(dir, name+".pem")
+	}
+	return approvers, keys
+}
+
+// waitCommand waits for a command of node id to reach state.
+func (c *cluster) waitCommand(nodeID, id, state string) *apiv1.Command {
+	c.t.Helper()
+	var cmd *apiv1.Command
+	testutil.WaitFor(c.t, 60*time.Second, "command "+id+" to be "+state, func() bool {
+		got, err := c.api.Get(c.ctx(), &apiv1.GetCommandRequest{TenantId: servertest.TenantA, NodeId: nodeID, CommandId: id})
+		if err != nil {
+			return false
+		}
+		cmd = got
+		return got.GetState() == state
+	})
+	return cmd
 }

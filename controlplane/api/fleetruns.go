@@ -13,6 +13,7 @@ import (
 	"github.com/better-compute/commands/controlplane/auth"
 	"github.com/better-compute/commands/controlplane/batches"
 	"github.com/better-compute/commands/controlplane/fleetruns"
+	"github.com/better-compute/commands/controlplane/ids"
 	"github.com/better-compute/commands/controlplane/queue"
 	apiv1 "github.com/better-compute/commands/proto/bc/api/v1"
 )
@@ -86,7 +87,12 @@ func (f *fleetRunsServer) Create(ctx context.Context, req *apiv1.CreateFleetRunR
 	}
 	// The payload is checked once, as commands.run would check it for any
 	// node: a bad one is refused before anything is stored.
-	if err := s.queue.Check(queue.EnqueueParams{TenantID: req.GetTenantId(), NodeID: "payload-check", Kind: req.GetKind(), Payload: payload}); err != nil {
+	check := queue.EnqueueParams{TenantID: req.GetTenantId(), NodeID: "payload-check", Kind: req.GetKind(), Payload: payload}
+	if m.Flags.Destructive {
+		// The run makes its own batch for its commands.
+		check.BatchID = ids.NewBatch()
+	}
+	if err := s.queue.Check(check); err != nil {
 		return nil, s.fail(ctx, "fleetRuns.create", err)
 	}
 	t := req.GetTargets()
