@@ -2,14 +2,20 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
+	"go.yaml.in/yaml/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/types/known/structpb"
 
@@ -19,6 +25,7 @@ import (
 	"github.com/better-compute/commands/controlplane/server"
 	"github.com/better-compute/commands/controlplane/server/servertest"
 	"github.com/better-compute/commands/controlplane/serverconfig"
+	"github.com/better-compute/commands/internal/pgtest"
 	"github.com/better-compute/commands/internal/testutil"
 	"github.com/better-compute/commands/internal/trust"
 	agentv1 "github.com/better-compute/commands/proto/bc/agent/v1"
@@ -366,4 +373,128 @@ func (c *cluster) waitCommand(nodeID, id, state string) *apiv1.Command {
 		return got.GetState() == state
 	})
 	return cmd
+}
+
+// bcServer is the bc-server binary running on the cluster's configuration,
+// so that a test can kill -9 it.
+type bcServer struct {
+	t    *testing.T
+	bin  string
+	conf string
+	proc *exec.Cmd
+	done chan struct{}
+	logs *lockedBuffer
+}
+
+// swapToBinary stops the in-process server and runs the bc-server binary
+// on the same configuration (database, addresses, node CA, identities,
+// kinds): what an operator's systemd unit runs.
+func (c *cluster) swapToBinary() *bcServer {
+	c.t.Helper()
+	b := &bcServer{t: c.t, bin: testutil.BuildBinary(c.t, "./controlplane/cmd/bc-server"), conf: filepath.Join(c.t.TempDir(), "server.yaml"), logs: &lockedBuffer{}}
+	y, err := yaml.Marshal(c.cfg)
+	require.NoError(c.t, err)
+	require.NoError(c.t, os.WriteFile(b.conf, y, 0o600))
+	require.NoError(c.t, c.srv.Stop())
+	c.t.Cleanup(func() {
+		b.kill()
+		if c.t.Failed() {
+			c.t.Logf("bc-server (binary) log:\n%s", b.logs.String())
+		}
+	})
+	b.start(c)
+	return b
+}
+
+func (b *bcServer) start(c *cluster) {
+	b.t.Helper()
+	b.proc = exec.Command(b.bin, "--config", b.conf)
+	b.proc.Stdout, b.proc.Stderr = b.logs, b.logs
+	require.NoError(b.t, b.proc.Start())
+	b.done = make(chan struct{})
+	go func(p *exec.Cmd, done chan struct{}) { _ = p.Wait(); close(done) }(b.proc, b.done)
+	runs := apiv1.NewFleetRunsClient(c.conn)
+	testutil.WaitFor(b.t, 60*time.Second, "bc-server to serve", func() bool {
+		_, err := runs.List(c.ctx(), &apiv1.ListFleetRunsRequest{TenantId: servertest.TenantA})
+		return err == nil
+	})
+}
+
+// kill ends bc-server with SIGKILL: no graceful stop, no lease resigned.
+func (b *bcServer) kill() {
+	if b.proc == nil {
+		return
+	}
+	_ = b.proc.Process.Signal(syscall.SIGKILL)
+	<-b.done
+	b.proc = nil
+}
+
+// "kill -9 of bc-server and a PostgreSQL restart during a run: no node over
+// the limit, none twice, the run finishes (a test)." Twelve simulated
+// nodes each take a moment to run their command; the run allows three at
+// once. bc-server (the binary) is killed with SIGKILL once a few nodes
+// settled and started again (its advancer waits out the dead one's lease);
+// later the database goes away for a few seconds (every connection cut and
+// refused, as a PostgreSQL restart does) and comes back. The open count,
+// sampled throughout, never passes three; every node got one command (a
+// replay after the kill re-sends that same one); the run ends succeeded.
+func TestE2E_FleetRunSurvivesKill9AndADatabaseRestart(t *testing.T) {
+	proxy := pgtest.NewProxy(t)
+	c := newCluster(t, func(cfg *server.Config) {
+		pc, err := pgconn.ParseConfig(cfg.DatabaseURL)
+		require.NoError(t, err)
+		cfg.DatabaseURL = proxy.DSN(pc.Database)
+	})
+	var ids []string
+	for i := range 12 {
+		ids = append(ids, fmt.Sprintf("node_k%02d", i))
+	}
+	c.addNodes(map[string]string{"wave": "k"}, ids...)
+	sims := map[string]*simNode{}
+	for _, id := range ids {
+		sims[id] = c.startSim(id, func(*agentv1.Command) fakedaemon.Action {
+			return fakedaemon.Action{Kind: fakedaemon.Succeed, Delay: 300 * time.Millisecond}
+		})
+	}
+	srv := c.swapToBinary()
+	var runID atomic.Value
+	stop := c.openSampler(&runID)
+	runs := apiv1.NewFleetRunsClient(c.conn)
+	run, err := runs.Create(c.ctx(), &apiv1.CreateFleetRunRequest{TenantId: servertest.TenantA, Kind: kindHold,
+		Targets: &apiv1.FleetRunTargets{Selector: "wave=k"}, MaxConcurrency: "3", MaxErrors: "0"})
+	require.NoError(t, err)
+	runID.Store(run.GetId())
+	settled := func() uint32 {
+		var n uint32
+		_ = c.srv.Pool.QueryRow(context.Background(), `SELECT count(*) FROM fleet_run_targets WHERE run_id = $1 AND state = 'succeeded'`, run.GetId()).Scan(&n)
+		return n
+	}
+	testutil.WaitFor(t, 60*time.Second, "a few nodes to settle", func() bool { return settled() >= 3 })
+	srv.kill()
+	srv.start(c)
+	testutil.WaitFor(t, 90*time.Second, "more nodes to settle after the restart", func() bool { return settled() >= 7 })
+	proxy.Cut()
+	// The outage lasts until bc-server has seen it (a failed statement of
+	// its gateway, advancer or sweeper), then PostgreSQL is back.
+	testutil.WaitFor(t, 60*time.Second, "bc-server to see the database gone", func() bool {
+		return strings.Contains(srv.logs.String(), "database unreachable")
+	})
+	proxy.Restore()
+	got := c.waitRun(run.GetId(), "succeeded", "failed", "cancelled")
+	require.Equal(t, "succeeded", got.GetState(), "%s: %s", got.GetStateReason(), got.GetStateMessage())
+	require.LessOrEqual(t, stop(), 3, "no more than maxConcurrency open, across the kill and the outage")
+	require.Equal(t, uint32(12), got.GetCounts().GetSucceeded())
+	for _, id := range ids {
+		var n int
+		require.NoError(t, c.srv.Pool.QueryRow(context.Background(), `SELECT count(*) FROM commands WHERE node_id = $1 AND idempotency_key LIKE 'run:%'`, id).Scan(&n))
+		require.Equal(t, 1, n, "node %s got one command", id)
+		// A session cut by the kill may deliver the same command again
+		// (a replay the node's journal answers); never another one.
+		received := map[string]bool{}
+		for _, cmd := range sims[id].d.Received() {
+			received[cmd.GetId()] = true
+		}
+		require.Len(t, received, 1, "node %s was sent one command", id)
+	}
 }

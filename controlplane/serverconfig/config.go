@@ -280,6 +280,10 @@ func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
 	return nil
 }
 
+// MarshalYAML writes a Go duration string, so that a config written out
+// (a test's, a tool's) reads back as it was.
+func (d Duration) MarshalYAML() (any, error) { return time.Duration(d).String(), nil }
+
 // Defaults.
 const (
 	DefaultGRPCListen      = ":7443"
