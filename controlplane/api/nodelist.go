@@ -51,7 +51,7 @@ func (n *nodesServer) List(ctx context.Context, req *apiv1.ListNodesRequest) (*a
 	}
 	sel, err := labels.Parse(req.GetSelector())
 	if err != nil {
-		return nil, err
+		return nil, s.fail(ctx, "nodes.list", err)
 	}
 	after, err := DecodeNodeCursor(req.GetCursor())
 	if err != nil {
