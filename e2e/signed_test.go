@@ -81,6 +81,13 @@ const (
 func newSignedCluster(t *testing.T) *cluster {
 	t.Helper()
 	signing, _ := servertest.Signing(t)
+	return newFirstPartyCluster(t, signing)
+}
+
+// newFirstPartyCluster is newSignedCluster with adjust (nil: none) in place
+// of servertest.Signing: without it, a control plane that does not sign.
+func newFirstPartyCluster(t *testing.T, adjust func(*server.Config)) *cluster {
+	t.Helper()
 	c := &cluster{t: t, bcd: testutil.BuildBinary(t, "./bcd/cmd/bcd"), plugins: t.TempDir()}
 	for _, pkg := range firstPartyPlugins {
 		src := testutil.BuildBinary(t, pkg)
@@ -88,7 +95,7 @@ func newSignedCluster(t *testing.T) *cluster {
 		require.NoError(t, err)
 		require.NoError(t, os.WriteFile(filepath.Join(c.plugins, filepath.Base(pkg)), b, 0o755))
 	}
-	first := servertest.Start(t, signing)
+	first := servertest.Start(t, adjust)
 	require.NoError(t, first.Stop())
 
 	cfg := first.Config

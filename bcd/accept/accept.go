@@ -5,8 +5,9 @@
 //     allowed for its role;
 //  2. STALE_GENERATION: min_generation is ahead of the spec it applied;
 //  3. EXPIRED: past not_after, in server time;
-//  4. BAD_SIGNATURE: once the trust bundle holds command-signing roots, a
-//     command without a valid signature;
+//  4. BAD_SIGNATURE: once the trust bundle holds command-signing roots (on
+//     a node with trust anchors, from the start), a command without a valid
+//     signature;
 //  5. BATCH_UNAPPROVED or UNBATCHED_LIMIT: with approver keys, a destructive
 //     command outside an approved batch;
 //  6. BUSY: no free worker in the kind's lane.
@@ -92,7 +93,8 @@ type Command struct {
 // Trust is the node's trust bundle, as far as commands are concerned.
 type Trust interface {
 	// HasCommandSigningRoots reports whether the bundle holds any
-	// command-signing root; until it does, commands go unsigned.
+	// command-signing root (or the node has trust anchors, which stand in
+	// for them); until it does, commands go unsigned.
 	HasCommandSigningRoots() bool
 	// VerifyCommand checks the envelope's signature over its exact command
 	// bytes against the roots. It returns nil when it verifies.

@@ -10,7 +10,8 @@ const (
 	// Welcome's bundle was refused, the node keeping the one it has (reason
 	// ReasonRollback, ReasonConflict, ReasonUnverified, ReasonNoAnchor or
 	// ReasonMalformed; the message says why), and when the node holds none
-	// (ReasonNone: commands go unsigned).
+	// (ReasonNone: commands go unsigned, unless the node has trust anchors,
+	// and then they must be signed by a worker key an anchor certified).
 	TypeTrustBundle = "TrustBundle"
 	// TypeClockSkew is True when a Welcome's server time was further from
 	// the node's clock than maxClockSkew: ReasonRefused once the trust

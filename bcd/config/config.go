@@ -86,7 +86,10 @@ type Config struct {
 	// TrustAnchors are command-signing root public keys (PEM files) the
 	// operator placed: a trust bundle they sign is accepted even as the
 	// node's first (a node joined before signing was turned on). Without
-	// them the first bundle comes at join.
+	// them the first bundle comes at join. With them the node is never
+	// open: until it holds a bundle, commands and node specs must be
+	// signed by a worker key an anchor certified, and a join answer's
+	// bundle must be signed by an anchor.
 	TrustAnchors []string `json:"trustAnchors,omitempty"`
 	// MaxClockSkew bounds the offset a Welcome's server time may apply to
 	// the node's clock (5m); a larger one is refused and reported in the

@@ -67,7 +67,8 @@ func (b *syncBuffer) String() string {
 }
 
 // newNode lays out a joined node for id with certificate and key, joined
-// through the gateway at addr with joinBundle as the join answer's bundle.
+// through the gateway at addr with joinBundle as the join answer's bundle
+// (nil: an answer without one, as a control plane without signing gives).
 func newNode(t *testing.T, id trust.Identity, ca *nodeCA, addr string, joinBundle []byte) *node {
 	t.Helper()
 	n := &node{t: t, bin: testutil.BuildBinary(t, "./bcd/cmd/bcd"), state: t.TempDir(), plugins: t.TempDir()}
@@ -84,9 +85,11 @@ func newNode(t *testing.T, id trust.Identity, ca *nodeCA, addr string, joinBundl
 	for name, data := range map[string][]byte{"node.key": keyPEM, "node.crt": certPEM, "ca.crt": ca.pem, "join.json": info} {
 		require.NoError(t, os.WriteFile(filepath.Join(tlsDir, name), data, 0o600))
 	}
-	ts, err := truststore.Open(n.state, nil, nil)
-	require.NoError(t, err)
-	require.NoError(t, ts.AcceptJoin(joinBundle, time.Now()))
+	if joinBundle != nil {
+		ts, err := truststore.Open(n.state, nil, nil)
+		require.NoError(t, err)
+		require.NoError(t, ts.AcceptJoin(joinBundle, time.Now()))
+	}
 
 	dir := t.TempDir()
 	n.record, n.release = filepath.Join(dir, "runs"), filepath.Join(dir, "release")

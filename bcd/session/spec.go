@@ -49,7 +49,8 @@ func (c *Client) spec(sp *agentv1.Spec) {
 }
 
 // verifySpec returns the generation and document to apply: the signed
-// statement's once the bundle holds roots, the Spec's own fields before.
+// statement's once the bundle holds roots (or the node has trust anchors),
+// the Spec's own fields before.
 func (c *Client) verifySpec(sp *agentv1.Spec) (int64, json.RawMessage, error) {
 	if !c.hasRoots() {
 		return sp.GetGeneration(), sp.GetSpec(), nil
@@ -57,7 +58,7 @@ func (c *Client) verifySpec(sp *agentv1.Spec) (int64, json.RawMessage, error) {
 	if len(sp.GetSigned()) == 0 {
 		return 0, nil, errUnsignedSpec
 	}
-	s, err := trust.VerifySpec(c.cfg.Trust.Bundle(), sp.GetWorkerCert(), sp.GetSigned(), sp.GetSignature(), c.cfg.NodeID, c.d.Clock().ServerNow())
+	s, err := trust.VerifySpec(c.cfg.Trust.Verifying(), sp.GetWorkerCert(), sp.GetSigned(), sp.GetSignature(), c.cfg.NodeID, c.d.Clock().ServerNow())
 	if err != nil {
 		return 0, nil, err
 	}

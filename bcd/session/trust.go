@@ -46,10 +46,14 @@ func (c *Client) bundleHeld() {
 	v := c.cfg.Trust.Version()
 	cd := kind.Condition{Type: conditions.TypeTrustBundle, Status: true, Reason: conditions.ReasonAccepted,
 		Message: fmt.Sprintf("trust bundle version %d", v)}
-	if v == 0 {
+	switch {
+	case v == 0 && c.cfg.Trust.Anchored():
+		cd = kind.Condition{Type: conditions.TypeTrustBundle, Reason: conditions.ReasonNone,
+			Message: "no trust bundle yet: commands and node specs must be signed by a worker key that a trust anchor (trustAnchors) certified"}
+	case v == 0:
 		cd = kind.Condition{Type: conditions.TypeTrustBundle, Reason: conditions.ReasonNone,
 			Message: "no trust bundle: commands and node specs go unsigned"}
-	} else if !c.cfg.Trust.HasCommandSigningRoots() {
+	case !c.cfg.Trust.HasCommandSigningRoots():
 		cd.Message += " (no command-signing roots: commands and node specs go unsigned)"
 	}
 	c.own.put(cd)

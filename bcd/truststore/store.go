@@ -6,6 +6,11 @@
 // from an anchor the operator placed (trustAnchors); after that a new
 // version is taken only when a root the node already trusts signed it, and a
 // lower version is refused. The gateway cannot swap in its own roots.
+//
+// A node with trust anchors is never open: until it holds a bundle, its
+// commands and node specs verify against the anchors themselves (Verifying),
+// and a join answer's bundle must be signed by an anchor. So a gateway that
+// withholds the bundle, or offers one no anchor signed, gains nothing.
 package truststore
 
 import (
@@ -32,11 +37,15 @@ type Store struct {
 	anchors []trust.Root
 	logger  hclog.Logger
 
-	// lock guards bundle and signed, which change when a new version is
-	// accepted.
+	// lock guards bundle, signed and verifying, which change when a new
+	// version is accepted.
 	lock   sync.RWMutex
 	bundle *trust.Bundle
 	signed trust.Signed
+	// verifying is what commands and specs verify against (Verifying): the
+	// bundle, or the anchors where the bundle names no root. It changes
+	// only with the bundle, so a trust.WorkerCache keyed on it holds.
+	verifying *trust.Bundle
 }
 
 // ErrNoBundle is returned by Offer when the node has no bundle and no
@@ -54,6 +63,7 @@ func Open(stateDir string, anchors []ed25519.PublicKey, logger hclog.Logger) (*S
 	for _, a := range anchors {
 		s.anchors = append(s.anchors, trust.Root{PublicKey: a})
 	}
+	s.verifying = s.verifyingFor(nil)
 	b, err := os.ReadFile(s.path)
 	if errors.Is(err, os.ErrNotExist) {
 		return s, nil
@@ -69,7 +79,25 @@ func Open(stateDir string, anchors []ed25519.PublicKey, logger hclog.Logger) (*S
 		return nil, fmt.Errorf("trust bundle %s: %w (restore it, or rejoin the node)", s.path, err)
 	}
 	s.bundle, s.signed = &bd, sg
+	s.verifying = s.verifyingFor(s.bundle)
 	return s, nil
+}
+
+// verifyingFor is what commands verify against while b is held: b itself
+// when it names a command-signing root or the node has no anchors, and
+// otherwise b with the anchors as its roots (a version-0 bundle of the
+// anchors alone when b is nil), so that holding anchors always means that
+// commands must be signed.
+func (s *Store) verifyingFor(b *trust.Bundle) *trust.Bundle {
+	if len(s.anchors) == 0 || b.HasRoots() {
+		return b
+	}
+	v := trust.Bundle{Roots: s.anchors}
+	if b != nil {
+		v = *b
+		v.Roots = s.anchors
+	}
+	return &v
 }
 
 // Bundle is the accepted bundle, nil when there is none.
@@ -87,15 +115,33 @@ func (s *Store) Version() int64 {
 	return 0
 }
 
-// HasCommandSigningRoots reports whether commands must be signed.
-func (s *Store) HasCommandSigningRoots() bool { return s.Bundle().HasRoots() }
+// Verifying is the bundle commands and node specs verify against: the
+// accepted bundle; on a node with trust anchors, before it holds one (or
+// while the one it holds names no command-signing root), the anchors as the
+// roots of a bundle of version 0. nil when there is neither: commands go
+// unsigned.
+func (s *Store) Verifying() *trust.Bundle {
+	s.lock.RLock()
+	defer s.lock.RUnlock()
+	return s.verifying
+}
+
+// Anchored reports whether the operator configured trust anchors: then
+// commands must be signed from the node's first session on.
+func (s *Store) Anchored() bool { return len(s.anchors) > 0 }
+
+// HasCommandSigningRoots reports whether commands must be signed: the
+// bundle holds command-signing roots, or the node has trust anchors.
+func (s *Store) HasCommandSigningRoots() bool { return s.Verifying().HasRoots() }
 
 // AcceptJoin takes the bundle of a join answer: it must be signed by its own
-// roots (or an anchor) and not lower than the version already held.
+// roots and not lower than the version already held. On a node with trust
+// anchors it must be signed by an anchor: the join answer comes through the
+// gateway, which must not be able to choose the roots of an anchored node.
 func (s *Store) AcceptJoin(wire []byte, now time.Time) error {
 	bd, sg, err := trust.VerifyBundle(wire, s.anchors, now)
 	if err != nil && len(s.anchors) > 0 {
-		bd, sg, err = trust.VerifyBundle(wire, nil, now)
+		return fmt.Errorf("join answer's trust bundle is not signed by a trust anchor (trustAnchors; after a root rotation, add the new root's public key there): %w", err)
 	}
 	if err != nil {
 		return fmt.Errorf("join answer's trust bundle: %w", err)
@@ -124,7 +170,9 @@ func (s *Store) Offer(wire []byte, now time.Time) (bool, error) {
 		}
 		return true, s.keep(bd, sg, wire)
 	}
-	bd, sg, changed, err := trust.VerifyUpdate(*s.bundle, s.signed, wire, now)
+	// The held bundle's roots sign its successor; anchors stand in for
+	// roots it does not name.
+	bd, sg, changed, err := trust.VerifyUpdate(*s.verifying, s.signed, wire, now)
 	if err != nil || !changed {
 		return false, err
 	}
@@ -145,6 +193,7 @@ func (s *Store) keep(bd trust.Bundle, sg trust.Signed, wire []byte) error {
 		old = s.bundle.Version
 	}
 	s.bundle, s.signed = &bd, sg
+	s.verifying = s.verifyingFor(s.bundle)
 	s.logger.Info("trust bundle accepted", "version", bd.Version, "previous_version", old, "roots", len(bd.Roots), "approvers", len(bd.Approvers))
 	return nil
 }

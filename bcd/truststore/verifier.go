@@ -9,10 +9,12 @@ import (
 )
 
 // Verifier is check 4 on the node (accept.Trust): once the bundle holds
-// command-signing roots, a command verifies only when its worker key chains
-// to a root in the bundle that is valid now, its certificate is within its
-// window, its signature is over the exact bytes received, and its audience
-// is NodeID, the node's own id from its certificate.
+// command-signing roots, or from the start on a node with trust anchors, a
+// command verifies only when its worker key chains to a root in the bundle
+// (the anchors, before there is one: Store.Verifying) that is valid now,
+// its certificate is within its window, its signature is over the exact
+// bytes received, and its audience is NodeID, the node's own id from its
+// certificate.
 type Verifier struct {
 	Store *Store
 	// NodeID is the node's id as its certificate names it.
@@ -37,7 +39,7 @@ func (v *Verifier) HasCommandSigningRoots() bool { return v.Store.HasCommandSign
 // against what verified, so a caller that built cmd another way cannot run
 // anything unsigned.
 func (v *Verifier) VerifyCommand(cmd accept.Command) error {
-	c, err := v.certs.VerifyCommand(v.Store.Bundle(), cmd.Envelope, v.NodeID, v.Clock.ServerNow())
+	c, err := v.certs.VerifyCommand(v.Store.Verifying(), cmd.Envelope, v.NodeID, v.Clock.ServerNow())
 	if err != nil {
 		return err
 	}

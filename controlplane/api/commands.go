@@ -133,8 +133,10 @@ func (c *commandsServer) Run(ctx context.Context, req *apiv1.RunCommandRequest) 
 			q := p // each run of the group starts from the caller's params
 			var err error
 			// The batch must be the tenant's and its scope must hold this
-			// (node, kind), and the payload when the leaf binds one.
-			if q.AwaitingApproval, err = batches.CheckScope(gctx, tx, q.TenantID, q.BatchID, q.NodeID, q.Kind, canonicalPayload(q.Payload), s.now()); err != nil {
+			// (node, kind), and the payload when the leaf binds one; the
+			// leaf must not have another command (a retry with the same
+			// idempotency key finds its own).
+			if q.AwaitingApproval, err = batches.CheckRun(gctx, tx, q.TenantID, q.BatchID, q.NodeID, q.Kind, canonicalPayload(q.Payload), q.IdempotencyKey, s.now()); err != nil {
 				return err
 			}
 			cmd, _, err = s.queue.Enqueue(gctx, tx, q)

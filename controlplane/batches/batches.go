@@ -363,38 +363,6 @@ func Approve(ctx context.Context, tx pgx.Tx, q Quorum, tenantID, batchID, keyID 
 	return b, event(ctx, tx, b, "command.batch.approved")
 }
 
-// CheckScope says whether a command of kind on node with payload may run in
-// the batch: the batch is the tenant's, before its deadline, and a leaf
-// holds (node, kind) — bound to this payload when the leaf binds one. It
-// returns whether the command must wait for approvals.
-func CheckScope(ctx context.Context, db store.DBTX, tenantID, batchID, nodeID, kind string, payload []byte, now time.Time) (awaiting bool, err error) {
-	b, err := Get(ctx, db, tenantID, batchID)
-	if err != nil {
-		if errors.Is(err, errcode.ErrNotFound) {
-			return false, &errcode.Error{Code: errcode.InvalidInput, Reason: "batch-not-found", Message: "batch " + batchID + " does not exist in this tenant: create it first (commandBatches.create)",
-				Details: map[string]string{"field": "batchId", "batchId": batchID}}
-		}
-		return false, err
-	}
-	if b.State == StateExpired || !now.Before(b.Deadline) {
-		return false, &errcode.Error{Code: errcode.InvalidState, Reason: "batch-expired", Message: "batch " + batchID + " passed its deadline", Details: map[string]string{"batchId": batchID}}
-	}
-	leaves, err := trustLeaves(b.Scope)
-	if err != nil {
-		return false, err
-	}
-	tree, err := trust.NewTree(leaves)
-	if err != nil {
-		return false, err
-	}
-	if _, ok := tree.Index(nodeID, kind, trust.PayloadDigest(payload)); !ok {
-		return false, &errcode.Error{Code: errcode.InvalidInput, Reason: "not-in-batch-scope",
-			Message: fmt.Sprintf("batch %s's scope holds no leaf for (%s, %s) with this payload: the batch must name the node and kind (and the payload's SHA-256 when it binds one)", batchID, nodeID, kind),
-			Details: map[string]string{"field": "batchId", "batchId": batchID, "subject": nodeID, "kind": kind}}
-	}
-	return b.State == StateAwaiting, nil
-}
-
 // Envelope is what a batched command travels with: the approval (the
 // statement signed by the approvers) and its leaf's inclusion proof. ok is
 // false while the batch is not approved (or was recorded without a quorum:

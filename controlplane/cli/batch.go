@@ -89,7 +89,11 @@ func (a *app) batchListCommand() *cobra.Command {
 			w := tabwriter.NewWriter(a.env.Stdout, 0, 4, 2, ' ', 0)
 			fmt.Fprintln(w, "BATCH\tSTATE\tLEAVES\tAPPROVALS\tREQUESTER\tDEADLINE\tREASON")
 			for _, b := range resp.(*apiv1.ListCommandBatchesResponse).GetItems() {
-				fmt.Fprintf(w, "%s\t%s\t%d\t%d/%d\t%s\t%s\t%s\n", b.GetId(), b.GetState(), len(b.GetScope()), len(b.GetApprovals()), b.GetThreshold(),
+				approvals := fmt.Sprintf("%d/%d", len(b.GetApprovals()), b.GetThreshold())
+				if b.GetState() == batchRecorded {
+					approvals = "audit only"
+				}
+				fmt.Fprintf(w, "%s\t%s\t%d\t%s\t%s\t%s\t%s\n", b.GetId(), b.GetState(), len(b.GetScope()), approvals,
 					b.GetRequester(), stamp(b.GetDeadline()), b.GetReason())
 			}
 			return w.Flush()
@@ -111,7 +115,7 @@ func (a *app) batchTable(b *apiv1.CommandBatch) error {
 	for _, ap := range b.GetApprovals() {
 		names = append(names, ap.GetApprover())
 	}
-	fmt.Fprintf(w, "APPROVALS\t%d of %d (%s); %d more needed\n", len(b.GetApprovals()), b.GetThreshold(), strings.Join(names, ", "), b.GetApprovalsNeeded())
+	fmt.Fprintf(w, "APPROVALS\t%s\n", approvalsLine(b, names))
 	fmt.Fprintln(w, "SCOPE\tSUBJECT\tKIND\tPAYLOAD")
 	for _, l := range b.GetScope() {
 		p := "any payload"
@@ -121,6 +125,25 @@ func (a *app) batchTable(b *apiv1.CommandBatch) error {
 		fmt.Fprintf(w, "\t%s\t%s\t%s\n", l.GetSubject(), l.GetKind(), p)
 	}
 	return w.Flush()
+}
+
+// batchRecorded is the state of a batch made without approver keys.
+const batchRecorded = "recorded"
+
+// approvalsLine says where a batch stands on approvals: "0 of 0 (); 0 more
+// needed" said nothing of a batch recorded without approver keys, which
+// needs none and whose commands run at once.
+func approvalsLine(b *apiv1.CommandBatch, names []string) string {
+	got := fmt.Sprintf("%d of %d (%s)", len(b.GetApprovals()), b.GetThreshold(), strings.Join(names, ", "))
+	switch b.GetState() {
+	case batchRecorded:
+		return "none needed: this server has no approver keys (pki.approvers), so the batch is recorded for audit only and its commands run at once"
+	case "approved":
+		return got + ": approved; its commands go out"
+	case "expired":
+		return got + ": the batch passed its deadline before it was approved"
+	}
+	return fmt.Sprintf("%s; %d more needed", got, b.GetApprovalsNeeded())
 }
 
 func (a *app) batchApproveCommand() *cobra.Command {

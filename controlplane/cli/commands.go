@@ -112,6 +112,7 @@ func (a *app) cancelCommand() *cobra.Command {
 				return a.printJSON(resp)
 			}
 			a.commandTable([]*apiv1.Command{resp.(*apiv1.Command)}, true)
+			fmt.Fprintln(a.env.Stdout, cancelNote(resp.(*apiv1.Command)))
 			return nil
 		},
 	}

@@ -203,6 +203,8 @@ func New(ctx context.Context, cfg Config, reg *kinds.Registry, logger hclog.Logg
 		return closeOnErr(err)
 	}
 	s.trust = trustbundle.NewSource(pool, 0)
+	s.registerSigningMetric()
+	s.warnUnsigned(ctx)
 	if cfg.Secrets != nil {
 		key, err := secrets.LoadKeyFile(cfg.Secrets.KeyFile)
 		if err != nil {
@@ -418,7 +420,8 @@ func (s *Server) healthz(w http.ResponseWriter, _ *http.Request) {
 }
 
 // readyz says the server takes traffic: not stopping, and the database
-// answers.
+// answers. A second line says whether commands are signed (signingState):
+// unsigned is not unready, but an operator looking should see it.
 func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 	if s.stopping.Load() {
 		http.Error(w, "shutting down", http.StatusServiceUnavailable)
@@ -431,6 +434,7 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	_, _ = w.Write([]byte("ready\n"))
+	s.writeSigningDetail(ctx, w)
 }
 
 // Run serves until ctx ends, then stops gracefully: readiness and gRPC

@@ -71,7 +71,17 @@ func (b *Bundle) Root(keyID string, t time.Time, skew time.Duration) (Root, erro
 		}
 		return r, nil
 	}
-	return Root{}, fmt.Errorf("root %s: %w: not in trust bundle version %d", short(keyID), ErrUnknownKey, b.Version)
+	return Root{}, fmt.Errorf("root %s: %w: not in %s", short(keyID), ErrUnknownKey, b.name())
+}
+
+// name says which roots b holds in an error: a bundle's version, or, for
+// version 0 (which no signed bundle has), a node's trust anchors standing
+// in for the bundle it does not hold yet.
+func (b *Bundle) name() string {
+	if b.Version == 0 {
+		return "the node's trust anchors (it holds no trust bundle yet)"
+	}
+	return fmt.Sprintf("trust bundle version %d", b.Version)
 }
 
 // SignBundle signs b's encoding with every root key given; at least one.

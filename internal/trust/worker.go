@@ -35,7 +35,7 @@ func verifyWorkerCert(b *Bundle, certWire, sig []byte, now time.Time) (WorkerCer
 	if err != nil {
 		return c, "", err
 	}
-	var certErr error = fmt.Errorf("worker key %s: %w: its certificate names no root of trust bundle version %d", short(c.KeyID()), ErrUnknownKey, b.Version)
+	var certErr error = fmt.Errorf("worker key %s: %w: its certificate names no root of %s", short(c.KeyID()), ErrUnknownKey, b.name())
 	for _, cs := range s.Signatures {
 		r, err := b.Root(cs.KeyID, now, DefaultClockSkew)
 		if err != nil {

@@ -69,6 +69,12 @@ func cmdJoin(args []string, stdout, stderr io.Writer) error {
 	if !roots.AppendCertsFromPEM(caPEM) {
 		return &exitError{code: 2, err: fmt.Errorf("--ca-file %s: no PEM certificate", *caFile)}
 	}
+	// Read before the token is spent: a bad anchor file is the operator's
+	// to fix first.
+	anchors, err := loadAnchors(cfg.TrustAnchors)
+	if err != nil {
+		return &exitError{code: 2, err: err}
+	}
 	name := cfg.NodeID
 	if name == "" {
 		name = "bcd"
@@ -118,12 +124,8 @@ func cmdJoin(args []string, stdout, stderr io.Writer) error {
 	}
 	// The join answer's trust bundle: from here on the node takes only
 	// versions its roots signed. Without one (no pki.commandSigning)
-	// commands go unsigned.
+	// commands go unsigned, unless the node has trust anchors.
 	if tb := resp.GetTrustBundle(); len(tb.GetSigned()) > 0 {
-		anchors, err := loadAnchors(cfg.TrustAnchors)
-		if err != nil {
-			return err
-		}
 		ts, err := truststore.Open(cfg.StateDir, anchors, nil)
 		if err != nil {
 			return err
@@ -132,6 +134,10 @@ func cmdJoin(args []string, stdout, stderr io.Writer) error {
 			return fmt.Errorf("join: %w", err)
 		}
 		fmt.Fprintf(stdout, "joined as %s (role %s); certificate in %s; trust bundle version %d (commands must be signed)\n", id.NodeID, id.Role, dir, ts.Version())
+		return nil
+	}
+	if len(anchors) > 0 {
+		fmt.Fprintf(stdout, "joined as %s (role %s); certificate in %s; no trust bundle yet (commands must be signed: this node has trust anchors)\n", id.NodeID, id.Role, dir)
 		return nil
 	}
 	fmt.Fprintf(stdout, "joined as %s (role %s); certificate in %s; no trust bundle (commands go unsigned)\n", id.NodeID, id.Role, dir)
