@@ -4,6 +4,7 @@
 // node_healthy and node_faulty run what the runs queue; node_offline has no
 // daemon, so its commands stay pending.
 import assert from "node:assert/strict";
+import { readFile } from "node:fs/promises";
 import { describe, test } from "node:test";
 
 import { timestampFromDate } from "@bufbuild/protobuf/wkt";
@@ -183,6 +184,49 @@ describe("fleetRuns", () => {
     assert.equal(mine.state, "succeeded");
     const active = await client.fleetRuns.list({ tenantId, state: "active", limit: 200 });
     assert.ok(!active.items.some((r) => r.id === created.id), "an ended run is not active");
+  });
+
+  test("docs/api.md's fleet-run snippet runs as written: inventory.refresh over gpu=h200 ends succeeded", async (t) => {
+    // The snippet below is docs/api.md's, line for line.
+    const doc = await readFile(new URL("../../../../docs/api.md", import.meta.url), "utf8");
+    const self = await readFile(new URL("../../test/fleetruns.test.ts", import.meta.url), "utf8");
+    const block = doc.split("```ts\n").map((b) => b.split("```")[0]).find((b) => b.includes("client.fleetRuns.create"));
+    assert.ok(block, "docs/api.md has a ts block with client.fleetRuns.create");
+    const copy = self.split("// verbatim: docs/api.md fleet runs\n")[1]?.split("// end verbatim")[0];
+    assert.ok(copy, "this test holds the copy");
+    const lines = (s: string) => s.split("\n").map((l) => l.trim()).filter((l) => l !== "");
+    assert.deepEqual(lines(copy), lines(block), "the copy below is docs/api.md's snippet");
+
+    for (const nodeId of [env.healthy, env.faulty]) {
+      await client.nodes.setLabels({ tenantId, nodeId, labels: { gpu: "h200" } });
+    }
+    const logged: unknown[][] = [];
+    t.mock.method(console, "log", (...a: unknown[]) => void logged.push(a));
+    let result: { run: FleetRun; ended: FleetRun };
+    {
+      // verbatim: docs/api.md fleet runs
+      // inventory.refresh on every node labelled gpu=h200, two at a time.
+      const run = await client.fleetRuns.create({
+        tenantId,
+        kind: 'inventory.refresh',
+        targets: { selector: 'gpu=h200' },
+        maxConcurrency: '2',
+        idempotencyKey: 'refresh-h200-0412',
+      });
+      const ended = await client.fleetRuns.wait({ tenantId, runId: run.id }, {
+        onProgress: (r) => console.log(r.state, r.counts?.succeeded, 'of', r.counts?.targets),
+      });
+      if (ended.state !== 'succeeded') {
+        const { items } = await client.fleetRuns.listTargets({ tenantId, runId: run.id, state: 'failures' });
+        for (const t of items) console.log(t.nodeId, t.state, t.reason, t.message);
+      }
+      // end verbatim
+      result = { run, ended };
+    }
+    t.mock.restoreAll();
+    assert.equal(result.ended.state, "succeeded", JSON.stringify(logged));
+    assert.equal(result.ended.concurrencyLimit, 2);
+    assert.deepEqual(logged.at(-1), ["succeeded", 2, "of", 2], "the last progress line: both nodes");
   });
 
   test("a run over node_offline can be paused, resumed and cancelled: its pending command is cancelled and the run ends cancelled", async () => {
