@@ -14,14 +14,17 @@ import (
 )
 
 type listCommandsIn struct {
-	NodeID string `json:"nodeId"`
+	NodeID string `json:"nodeId,omitempty"`
 	State  string `json:"state,omitempty"`
+	Kind   string `json:"kind,omitempty"`
+	Reason string `json:"reason,omitempty"`
+	RunID  string `json:"runId,omitempty"`
 	Limit  int32  `json:"limit,omitempty"`
 	Cursor string `json:"cursor,omitempty"`
 }
 
 type getCommandIn struct {
-	NodeID    string `json:"nodeId"`
+	NodeID    string `json:"nodeId,omitempty"`
 	CommandID string `json:"commandId"`
 }
 
@@ -59,7 +62,7 @@ func (s *Server) listCommands(ctx context.Context, _ *gomcp.CallToolRequest, in 
 	ctx, cancel := s.call(ctx)
 	defer cancel()
 	resp, err := s.commands.List(ctx, &apiv1.ListCommandsRequest{TenantId: s.cfg.Tenant, NodeId: in.NodeID,
-		State: in.State, Limit: new(min(limit, maxListCommands)), Cursor: in.Cursor})
+		State: in.State, Kind: in.Kind, Reason: in.Reason, RunId: in.RunID, Limit: new(min(limit, maxListCommands)), Cursor: in.Cursor})
 	if err != nil {
 		return nil, CommandsOut{}, s.apiError("commands.list", err)
 	}

@@ -117,7 +117,7 @@ func TestHTTPTransport(t *testing.T) {
 	t.Cleanup(func() { _ = cs.Close() })
 	tools, err := cs.ListTools(ctx, nil)
 	require.NoError(t, err)
-	require.Len(t, tools.Tools, 6)
+	require.Len(t, tools.Tools, 11, "the six tools of nodes, commands and batches, and the five of fleet runs")
 	node := ok(t, cs, mcp.ToolGetNode, map[string]any{"nodeId": servertest.NodeA1})["node"].(map[string]any)
 	require.Equal(t, servertest.NodeA1, node["id"])
 	// The audit line is written as the call returns: wait for it.

@@ -1,6 +1,7 @@
 // Package mcp is bc-mcp: a Model Context Protocol server, on the official Go
 // SDK, through which an agent reads nodes and commands, runs allowlisted
-// read-only diagnostics and proposes destructive batches.
+// read-only diagnostics (on one node, or on many as a fleet run) and
+// proposes destructive batches and destructive fleet runs.
 //
 // It is an API client with its own agent principal: every tool calls
 // bc-server's public gRPC API with the agent identity's bearer token, as
@@ -50,21 +51,25 @@ const (
 	// listFieldBytes caps a command's result, progress and payload in
 	// list_commands; get_command shows up to MaxFieldBytes.
 	listFieldBytes = 1 << 10
-	// maxListNodes bounds list_nodes' node ids, maxListCommands its page.
+	// maxListNodes bounds list_nodes' node ids, maxListCommands its page;
+	// maxListRuns and maxListTargets bound the run tools' pages.
 	maxListNodes    = 20
 	maxListCommands = 50
+	maxListRuns     = 50
+	maxListTargets  = 200
 )
 
 // Config is what the MCP server needs beside its API connection.
 type Config struct {
 	// Tenant is the agent's tenant; every call names it.
 	Tenant string
-	// Allowlist is the kinds exec_command queues: DefaultAllowlist when nil.
-	// Put only read-only kinds here.
+	// Allowlist is the kinds exec_command queues and create_fleet_run runs:
+	// DefaultAllowlist when nil. Put only read-only kinds here.
 	Allowlist []string
 	// BatchKinds is the kinds exec_command queues only with a batchId whose
-	// batch waits for (or has) people's approvals: DefaultBatchKinds when
-	// nil, none when empty and non-nil.
+	// batch waits for (or has) people's approvals, and the kinds
+	// propose_fleet_run proposes: DefaultBatchKinds when nil, none when
+	// empty and non-nil.
 	BatchKinds []string
 	// MaxFieldBytes cuts a command's result, progress and payload and a
 	// node's inventory to a preview when their JSON is larger, and says so.
@@ -94,6 +99,7 @@ type Server struct {
 	nodes     apiv1.NodesClient
 	commands  apiv1.CommandsClient
 	batches   batchClient
+	runs      runClient
 	allow     []string
 	batchOnly []string
 	mcp       *gomcp.Server
@@ -136,6 +142,7 @@ func New(conn grpc.ClientConnInterface, cfg Config) (*Server, error) {
 		nodes:     apiv1.NewNodesClient(conn),
 		commands:  apiv1.NewCommandsClient(conn),
 		batches:   apiv1.NewCommandBatchesClient(conn),
+		runs:      apiv1.NewFleetRunsClient(conn),
 		allow:     slices.Clone(cfg.Allowlist),
 		batchOnly: slices.Clone(cfg.BatchKinds),
 	}
@@ -164,7 +171,10 @@ func (s *Server) instructions() string {
 		"exec_command queues read-only diagnostics; poll get_command for the result. " +
 		"Destructive work needs a batch: propose_command_batch records a proposal that people " +
 		"approve with their own keys (you cannot approve it), and exec_command with its batchId " +
-		"queues the work, held until they do. " + UntrustedNotice
+		"queues the work, held until they do. " +
+		"create_fleet_run runs a read-only kind on many nodes (node ids, a pool, a label selector, conditions); " +
+		"propose_fleet_run proposes a destructive one, which starts no node until people approve its batch. " +
+		"Follow a run with get_fleet_run and list_fleet_run_targets. " + UntrustedNotice
 }
 
 // call bounds one API call.

@@ -37,10 +37,11 @@ func TestToolSchemas(t *testing.T) {
 		require.NotContains(t, strings.ToLower(tool.Name), "approve", "no tool approves")
 		require.NotNil(t, tool.Annotations, tool.Name)
 		switch tool.Name {
-		case mcp.ToolProposeBatch:
+		case mcp.ToolProposeBatch, mcp.ToolProposeRun:
 			require.NotNil(t, tool.Annotations.DestructiveHint)
-			require.True(t, *tool.Annotations.DestructiveHint, "propose_command_batch is annotated destructive")
-		case mcp.ToolExecCommand:
+			require.True(t, *tool.Annotations.DestructiveHint, "%s is annotated destructive", tool.Name)
+			require.Contains(t, tool.InputSchema.(map[string]any)["required"], "idempotencyKey")
+		case mcp.ToolExecCommand, mcp.ToolCreateRun:
 			require.False(t, tool.Annotations.ReadOnlyHint)
 			require.False(t, *tool.Annotations.DestructiveHint)
 			require.Contains(t, tool.InputSchema.(map[string]any)["required"], "idempotencyKey")
@@ -49,7 +50,8 @@ func TestToolSchemas(t *testing.T) {
 		}
 	}
 	require.ElementsMatch(t, []string{mcp.ToolListNodes, mcp.ToolGetNode, mcp.ToolListCommands, mcp.ToolGetCommand,
-		mcp.ToolExecCommand, mcp.ToolProposeBatch}, names)
+		mcp.ToolExecCommand, mcp.ToolProposeBatch, mcp.ToolCreateRun, mcp.ToolProposeRun, mcp.ToolGetRun, mcp.ToolListRuns,
+		mcp.ToolListRunTargets}, names)
 
 	got, err := json.MarshalIndent(res.Tools, "", "  ")
 	require.NoError(t, err)

@@ -18,10 +18,11 @@ const (
 	ToolProposeBatch = "propose_command_batch"
 )
 
-// addTools registers the six tools. Each read tool carries readOnlyHint;
-// exec_command is additive (it queues a command, idempotently per key);
-// propose_command_batch carries destructiveHint, since the batch it records
-// is for destructive work once people approve it.
+// addTools registers the tools: the six of nodes, commands and batches
+// here, the fleet runs' in addRunTools. Each read tool carries
+// readOnlyHint; exec_command is additive (it queues a command, idempotently
+// per key); propose_command_batch carries destructiveHint, since the batch
+// it records is for destructive work once people approve it.
 func (s *Server) addTools() {
 	readOnly := &gomcp.ToolAnnotations{ReadOnlyHint: true, IdempotentHint: true, OpenWorldHint: new(false)}
 
@@ -48,14 +49,18 @@ func (s *Server) addTools() {
 
 	gomcp.AddTool(s.mcp, &gomcp.Tool{
 		Name:  ToolListCommands,
-		Title: "List a node's commands",
-		Description: "Show a node's commands, newest first, with state and a short preview of results " +
-			"(get_command shows a result in full, up to its cap). Page with nextCursor.",
+		Title: "List commands",
+		Description: "Show a node's commands, or without nodeId the tenant's on every node you may read, newest first, " +
+			"with state and a short preview of results (get_command shows a result in full, up to its cap). " +
+			"kind, reason and runId filter (runId: one fleet run's commands). Page with nextCursor.",
 		Annotations: readOnly,
-		InputSchema: object([]string{"nodeId"}, props{
-			"nodeId": idString("The node id (node_…)."),
+		InputSchema: object(nil, props{
+			"nodeId": idString("The node id (node_…); leave it out for the whole tenant."),
 			"state": {Type: "string", Description: "Only commands in this state.",
 				Enum: []any{"pending", "dispatched", "acked", "running", "succeeded", "failed", "rejected", "expired", "cancelled"}},
+			"kind":   {Type: "string", Description: "Only commands of this kind.", MinLength: new(1), MaxLength: new(128)},
+			"reason": {Type: "string", Description: "Only commands that ended with this reason (not_after, checks-failed, ...).", MinLength: new(1), MaxLength: new(128)},
+			"runId":  idString("Only the commands of this fleet run (run_…)."),
 			"limit":  {Type: "integer", Description: "Page size, 1 to 50 (default 20).", Minimum: new(1.0), Maximum: new(float64(maxListCommands))},
 			"cursor": {Type: "string", Description: "nextCursor from the previous page.", MaxLength: new(512)},
 		}),
@@ -66,8 +71,8 @@ func (s *Server) addTools() {
 		Title:       "Get a command",
 		Description: "Show one command: its state, reason, progress and result (cut to a preview when large, with resultTruncated: true).",
 		Annotations: readOnly,
-		InputSchema: object([]string{"nodeId", "commandId"}, props{
-			"nodeId":    idString("The node id (node_…)."),
+		InputSchema: object([]string{"commandId"}, props{
+			"nodeId":    idString("The node id (node_…); optional: the command id alone finds the command."),
 			"commandId": idString("The command id (cmd_…)."),
 		}),
 	}, s.getCommand)
@@ -108,6 +113,8 @@ func (s *Server) addTools() {
 			"deadlineSeconds": {Type: "integer", Description: "How long the batch may wait for approvals, 60 to 86400 seconds (default 3600).", Minimum: new(60.0), Maximum: new(86400.0)},
 		}),
 	}, s.proposeBatch)
+
+	s.addRunTools(readOnly)
 }
 
 func (s *Server) batchKindsNote() string {

@@ -55,3 +55,16 @@ func (s *Server) batchView(b *apiv1.CommandBatch) (map[string]any, error) {
 	capField(m, "scope", s.cfg.MaxFieldBytes)
 	return m, nil
 }
+
+// runView is a fleet run as the run tools show it: cleaned, its payload and
+// the list of refused targets each cut to MaxFieldBytes of JSON.
+func (s *Server) runView(r *apiv1.FleetRun) (map[string]any, error) {
+	m, err := protoMap(r)
+	if err != nil {
+		return nil, err
+	}
+	m = cleanValue(m, s.cfg.MaxStringLen).(map[string]any)
+	capField(m, "payload", s.cfg.MaxFieldBytes)
+	capField(m, "refused", s.cfg.MaxFieldBytes)
+	return m, nil
+}

@@ -5,8 +5,12 @@ import { Code, createClient as createConnectClient } from "@connectrpc/connect";
 import type { CallOptions, Client, Interceptor, Transport } from "@connectrpc/connect";
 
 import { ApiError } from "./errors.js";
+import { waitForRun } from "./fleetruns.js";
+import type { WaitRunOptions } from "./fleetruns.js";
 import { CommandBatches, Commands, Events, Nodes } from "./gen/bc/api/v1/api_pb.js";
 import type { CommandBatch, Event, WatchEventsRequestSchema } from "./gen/bc/api/v1/api_pb.js";
+import { FleetRuns } from "./gen/bc/api/v1/fleetruns_pb.js";
+import type { FleetRun } from "./gen/bc/api/v1/fleetruns_pb.js";
 
 /** What createClient needs: where the API is and the bearer token. */
 export interface ClientOptions {
@@ -165,8 +169,15 @@ function withBatchId(b: CommandBatch): Batch {
   return Object.defineProperty(b, "batchId", { value: b.id, enumerable: false }) as Batch;
 }
 
-/** The client: commands, commandBatches, events and nodes, with the spec's method and field names. */
+/** The client: commands, commandBatches, events, fleetRuns and nodes, with the spec's method and field names. */
 export interface BetterComputeClient {
+  /**
+   * commands.run, get, list, cancel: the Commands service as generated.
+   * commands.get takes a commandId alone (nodeId is optional); commands.list
+   * without nodeId lists the tenant's commands on every node the caller may
+   * read, newest first, filtered by kind, state, reason, runId, batchId,
+   * requester, since, until and settledSince.
+   */
   commands: Client<typeof Commands>;
   commandBatches: Omit<Client<typeof CommandBatches>, "create" | "get" | "approve" | "list"> & {
     create(...a: Parameters<Client<typeof CommandBatches>["create"]>): Promise<Batch>;
@@ -178,7 +189,25 @@ export interface BetterComputeClient {
     /** for await (const e of client.events.watch({ tenantId, cursor })) — resumes from its cursor after a reconnect. */
     watch(request: MessageInitShape<typeof WatchEventsRequestSchema>, options?: WatchOptions): EventWatch;
   };
-  /** nodes.get, nodes.list ({ tenantId, pool, limit, cursor } → { items, nextCursor }: the nodes with their sessions), nodes.create, …: the Nodes service as generated. */
+  /**
+   * fleetRuns.create, get, list, listTargets, pause, resume, cancel: the
+   * FleetRuns service as generated; and wait, which resolves with the run
+   * once it has ended, following its fleet.run.* events.
+   */
+  fleetRuns: Client<typeof FleetRuns> & {
+    /**
+     * await client.fleetRuns.wait({ tenantId, runId }, { onProgress }) → the
+     * ended run (succeeded, failed or cancelled). It reads the run once its
+     * event watch is open and again after each of the run's events, so no
+     * change is missed and nothing polls.
+     */
+    wait(request: { tenantId: string; runId: string }, options?: WaitRunOptions): Promise<FleetRun>;
+  };
+  /**
+   * nodes.get, nodes.list ({ tenantId, pool, selector, limit, cursor } → { items, nextCursor }: the nodes with their
+   * sessions and labels), nodes.setLabels ({ tenantId, nodeId, labels, remove, replace } → the node), nodes.create, …:
+   * the Nodes service as generated.
+   */
   nodes: Client<typeof Nodes>;
 }
 
@@ -193,6 +222,7 @@ export function bearer(token: string): Interceptor {
 /** createClientOn builds the client on a transport (which must send the token). */
 export function createClientOn(transport: Transport): BetterComputeClient {
   const events = createConnectClient(Events, transport);
+  const fleetRuns = unaryWithApiErrors(FleetRuns, createConnectClient(FleetRuns, transport));
   return {
     commands: unaryWithApiErrors(Commands, createConnectClient(Commands, transport)),
     commandBatches: unaryWithApiErrors(CommandBatches, createConnectClient(CommandBatches, transport), (v) => {
@@ -205,6 +235,11 @@ export function createClientOn(transport: Transport): BetterComputeClient {
       return v;
     }) as unknown as BetterComputeClient["commandBatches"],
     events: { watch: (request, options = {}) => new EventWatch(events, request, options) },
+    fleetRuns: {
+      ...fleetRuns,
+      wait: (request, options) =>
+        waitForRun(fleetRuns.get, (req, opts) => new EventWatch(events, req, opts), request, options),
+    },
     nodes: unaryWithApiErrors(Nodes, createConnectClient(Nodes, transport)),
   };
 }

@@ -5,5 +5,8 @@ export { ApiError, decodeErrorInfo, errorDomain } from "./errors.js";
 export type { ApiErrorCode, ErrorInfo } from "./errors.js";
 export { EventWatch, bearer, createClientOn } from "./client.js";
 export type { Batch, BetterComputeClient, ClientOptions, WatchOptions } from "./client.js";
+export { fleetRunEndStates, fleetRunEnded, fleetRunEventTypes } from "./fleetruns.js";
+export type { WaitRunOptions } from "./fleetruns.js";
 export * from "./gen/bc/api/v1/api_pb.js";
+export * from "./gen/bc/api/v1/fleetruns_pb.js";
 export { jsonOf, toDate } from "./values.js";
