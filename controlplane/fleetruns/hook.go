@@ -16,6 +16,13 @@ import (
 // back. The settle's own command.settled event wakes the advancer. A
 // command of no run costs nothing here.
 func (s *Service) Hook(ctx context.Context, tx pgx.Tx, settled []queue.Command) error {
+	return SettleHook(ctx, tx, settled)
+}
+
+// SettleHook is Hook without a Service: what a process (or a test's own
+// queue) that settles commands but runs no fleet-run API installs with
+// queue.AlsoOnSettle.
+func SettleHook(ctx context.Context, tx pgx.Tx, settled []queue.Command) error {
 	var ids, states, reasons, msgs []string
 	for _, c := range settled {
 		if queue.RunIDOfKey(c.IdempotencyKey) == "" || !c.State.Terminal() {

@@ -24,6 +24,7 @@ import (
 	"github.com/better-compute/commands/controlplane/auth"
 	"github.com/better-compute/commands/controlplane/bundles"
 	"github.com/better-compute/commands/controlplane/join"
+	"github.com/better-compute/commands/controlplane/fleetruns"
 	"github.com/better-compute/commands/controlplane/kinds"
 	"github.com/better-compute/commands/controlplane/pki"
 	"github.com/better-compute/commands/controlplane/queue"
@@ -200,6 +201,9 @@ func start(t testing.TB, name string, cfg server.Config, logger hclog.Logger, fi
 	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
 	require.NoError(t, err)
 	q := queue.New(reg, hclog.NewNullLogger())
+	// The test's own settles (SetState) move fleet runs' targets, as the
+	// server's do.
+	q.AlsoOnSettle(fleetruns.SettleHook)
 	if fixtures {
 		for _, tn := range []string{TenantA, TenantB} {
 			_, err := q.CreateTenant(ctx, pool, queue.Tenant{ID: tn})
