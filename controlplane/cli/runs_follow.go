@@ -97,6 +97,11 @@ func (a *app) followRun(cmd *cobra.Command, run *apiv1.FleetRun, interval time.D
 		})
 	}()
 	p := &runProgress{w: a.env.Stderr, tty: a.isTerminal(a.env.Stderr), width: a.termWidth(a.env.Stderr)}
+	if p.tty {
+		// The bar has no room for the run's id, which pause, resume and
+		// cancel from another terminal need.
+		writeLine(p.w, "following run %s (Ctrl-C stops following; the run goes on)", runID)
+	}
 	for {
 		p.show(run, time.Now())
 		if runEnded(run.GetState()) {
