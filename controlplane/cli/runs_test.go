@@ -264,7 +264,9 @@ func TestRunsPauseResumeCancelListTargets(t *testing.T) {
 	require.Regexp(t, `(?m)^2\s+`+nodes[2]+`\s+default\s+waiting\s+-\s+-\s+-\s+-\s+-$`, res.stdout)
 	res = cliRun(ctx, env, "runs", "targets", runID, "limit=1", "--all", "--json")
 	require.Equal(t, cli.ExitOK, res.code, res.stderr)
-	var targets struct{ Items []struct{ NodeID, State string } }
+	var targets struct {
+		Items []struct{ NodeID, State string }
+	}
 	require.NoError(t, json.Unmarshal([]byte(res.stdout), &targets))
 	require.Len(t, targets.Items, 3, "--all follows the cursor")
 
