@@ -176,14 +176,14 @@ func TestCommandsPrintTablesByDefaultAndJSONWithFlag(t *testing.T) {
 	env := envFor(r, servertest.TokOps)
 	env["BC_TENANT"] = servertest.TenantA
 	ctx := context.Background()
-	header := regexp.MustCompile(`^SEQ\s+ID\s+KIND\s+STATE\s+REASON\s+CREATED\s+NOT AFTER\n`)
+	header := regexp.MustCompile(`^SEQ\s+ID\s+NODE\s+KIND\s+STATE\s+REASON\s+REQUESTER\s+CREATED\s+NOT AFTER\n`)
 
 	res := cliRun(ctx, env, "commands", "run", "nodeId=node_a1", "kind=diag.nvml")
 	require.Equal(t, cli.ExitOK, res.code, res.stderr)
 	require.Regexp(t, header, res.stdout)
 	id := regexp.MustCompile(`cmd_[0-9A-Za-z]+`).FindString(res.stdout)
 	require.NotEmpty(t, id, res.stdout)
-	require.Regexp(t, `\s`+id+`\s+diag\.nvml\s+pending\s`, res.stdout)
+	require.Regexp(t, `\s`+id+`\s+node_a1\s+diag\.nvml\s+pending\s`, res.stdout)
 
 	byDefault := map[string][]string{
 		"run":    {"commands", "run", "nodeId=node_a1", "kind=logs.collect"},
