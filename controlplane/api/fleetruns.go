@@ -13,6 +13,7 @@ import (
 	"github.com/better-compute/commands/controlplane/auth"
 	"github.com/better-compute/commands/controlplane/batches"
 	"github.com/better-compute/commands/controlplane/fleetruns"
+	"github.com/better-compute/commands/controlplane/ids"
 	"github.com/better-compute/commands/controlplane/queue"
 	apiv1 "github.com/better-compute/commands/proto/bc/api/v1"
 )
@@ -85,8 +86,14 @@ func (f *fleetRunsServer) Create(ctx context.Context, req *apiv1.CreateFleetRunR
 		}
 	}
 	// The payload is checked once, as commands.run would check it for any
-	// node: a bad one is refused before anything is stored.
-	if err := s.queue.Check(queue.EnqueueParams{TenantID: req.GetTenantId(), NodeID: "payload-check", Kind: req.GetKind(), Payload: payload}); err != nil {
+	// node: a bad one is refused before anything is stored. A destructive
+	// run makes its own batch, so the check stands a batch id in for it:
+	// without one the quorum's batch-required rule refused every such run.
+	check := queue.EnqueueParams{TenantID: req.GetTenantId(), NodeID: "payload-check", Kind: req.GetKind(), Payload: payload}
+	if m.Flags.Destructive {
+		check.BatchID = ids.NewBatch()
+	}
+	if err := s.queue.Check(check); err != nil {
 		return nil, s.fail(ctx, "fleetRuns.create", err)
 	}
 	t := req.GetTargets()
