@@ -261,7 +261,7 @@ func TestRunWaitFollowsUntilSettled(t *testing.T) {
 	res := awaitResult(t, done)
 	require.Equal(t, cli.ExitCommandFailed, res.code, res.stderr)
 	require.Contains(t, res.stderr, "failed (ecc.uncorrectable)")
-	require.Regexp(t, `(?m)^SEQ\s+ID\s+KIND\s+STATE`, res.stdout, "a table, as get, list and cancel print")
+	require.Regexp(t, `(?m)^SEQ\s+ID\s+NODE\s+KIND\s+STATE`, res.stdout, "a table, as get, list and cancel print")
 	require.Regexp(t, `\sdiag\.nvml\s+failed\s+ecc\.uncorrectable\s`, res.stdout)
 
 	id, _, done = waitFor(t, r, "inventory.refresh")
