@@ -108,21 +108,27 @@ func (a *app) followRun(cmd *cobra.Command, run *apiv1.FleetRun, interval time.D
 			p.end()
 			return run, nil
 		}
+		stopped := func() error {
+			p.end()
+			return fmt.Errorf("following run %s: %w (the run goes on: better-compute runs get %s --wait)", runID, ctx.Err(), runID)
+		}
 		t := time.NewTimer(interval)
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			p.end()
-			return nil, fmt.Errorf("following run %s: %w (the run goes on: better-compute runs get %s --wait)", runID, ctx.Err(), runID)
+			return nil, stopped()
 		case <-hints:
 			t.Stop()
 		case <-t.C:
 		}
 		next, err := client.Get(ctx, &apiv1.GetFleetRunRequest{TenantId: tenantID, RunId: runID})
-		if err != nil {
-			if status.Code(err) == codes.Unavailable && ctx.Err() == nil {
-				continue
-			}
+		switch {
+		case err == nil:
+		case ctx.Err() != nil:
+			return nil, stopped()
+		case status.Code(err) == codes.Unavailable:
+			continue
+		default:
 			p.end()
 			return nil, err
 		}

@@ -203,6 +203,26 @@ func TestRunsBadInput(t *testing.T) {
 	res = cliRun(ctx, other, "runs", "get", runID, "tenantId="+servertest.TenantA)
 	require.Equal(t, cli.ExitError, res.code)
 	require.Contains(t, res.stderr, "NOT_FOUND")
+	// Interrupted (Ctrl-C cancels Main's context), --wait stops following
+	// and says the run goes on.
+	wctx, stop := context.WithCancel(ctx)
+	var wout, werr safeBuffer
+	waited := make(chan int, 1)
+	go func() {
+		waited <- cli.Main(wctx, cli.Env{Args: []string{"runs", "get", runID, "--wait"}, Stdout: &wout, Stderr: &werr,
+			Getenv: func(k string) string { return env[k] }})
+	}()
+	testutil.WaitFor(t, 20*time.Second, "--wait to follow the run", func() bool { return strings.Contains(werr.String(), runID+"  running") })
+	stop()
+	select {
+	case code := <-waited:
+		require.Equal(t, cli.ExitError, code)
+	case <-time.After(20 * time.Second):
+		t.Fatal("--wait did not stop when its context ended")
+	}
+	require.Contains(t, werr.String(), "(the run goes on: better-compute runs get "+runID+" --wait)")
+	require.Empty(t, wout.String())
+
 	res = cliRun(ctx, env, "runs", "targets", runID, "--state", "bogus")
 	require.Equal(t, cli.ExitError, res.code)
 	require.Contains(t, res.stderr, `state "bogus" is not a target state`)
