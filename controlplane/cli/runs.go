@@ -100,7 +100,7 @@ func wholeSeconds(flag string, d time.Duration) (*int32, error) {
 	if d == 0 {
 		return nil, nil
 	}
-	if d < 0 || d%time.Second != 0 || d > 1<<31*time.Second {
+	if d < 0 || d%time.Second != 0 || d >= 1<<31*time.Second {
 		return nil, usageErr("%s %s: want a positive whole number of seconds (10m, 600s)", flag, d)
 	}
 	s := int32(d / time.Second)
