@@ -176,14 +176,14 @@ func TestCommandsPrintTablesByDefaultAndJSONWithFlag(t *testing.T) {
 	env := envFor(r, servertest.TokOps)
 	env["BC_TENANT"] = servertest.TenantA
 	ctx := context.Background()
-	header := regexp.MustCompile(`^SEQ\s+ID\s+KIND\s+STATE\s+REASON\s+CREATED\s+NOT AFTER\n`)
+	header := regexp.MustCompile(`^SEQ\s+ID\s+NODE\s+KIND\s+STATE\s+REASON\s+REQUESTER\s+CREATED\s+NOT AFTER\n`)
 
 	res := cliRun(ctx, env, "commands", "run", "nodeId=node_a1", "kind=diag.nvml")
 	require.Equal(t, cli.ExitOK, res.code, res.stderr)
 	require.Regexp(t, header, res.stdout)
 	id := regexp.MustCompile(`cmd_[0-9A-Za-z]+`).FindString(res.stdout)
 	require.NotEmpty(t, id, res.stdout)
-	require.Regexp(t, `\s`+id+`\s+diag\.nvml\s+pending\s`, res.stdout)
+	require.Regexp(t, `\s`+id+`\s+node_a1\s+diag\.nvml\s+pending\s`, res.stdout)
 
 	byDefault := map[string][]string{
 		"run":    {"commands", "run", "nodeId=node_a1", "kind=logs.collect"},
@@ -261,7 +261,7 @@ func TestRunWaitFollowsUntilSettled(t *testing.T) {
 	res := awaitResult(t, done)
 	require.Equal(t, cli.ExitCommandFailed, res.code, res.stderr)
 	require.Contains(t, res.stderr, "failed (ecc.uncorrectable)")
-	require.Regexp(t, `(?m)^SEQ\s+ID\s+KIND\s+STATE`, res.stdout, "a table, as get, list and cancel print")
+	require.Regexp(t, `(?m)^SEQ\s+ID\s+NODE\s+KIND\s+STATE`, res.stdout, "a table, as get, list and cancel print")
 	require.Regexp(t, `\sdiag\.nvml\s+failed\s+ecc\.uncorrectable\s`, res.stdout)
 
 	id, _, done = waitFor(t, r, "inventory.refresh")

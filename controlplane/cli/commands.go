@@ -78,12 +78,15 @@ func reasonSuffix(c *apiv1.Command) string {
 }
 
 func (a *app) getCommand() *cobra.Command {
-	var asJSON bool
+	var (
+		asJSON bool
+		node   string
+	)
 	cmd := &cobra.Command{
-		Use:   "get [commandId] nodeId=… [commandId=…]",
-		Short: "Show one command",
+		Use:   "get [commandId] [nodeId=… | --node N] [commandId=…]",
+		Short: "Show one command (the command id alone finds it in the tenant)",
 		RunE: func(cmd *cobra.Command, args []string) error {
-			resp, err := a.call(cmd, "commands.get", idArg(args, "commandId"))
+			resp, err := a.call(cmd, "commands.get", withFlagPairs(idArg(args, "commandId"), "nodeId", node))
 			if err != nil {
 				return err
 			}
@@ -95,16 +98,20 @@ func (a *app) getCommand() *cobra.Command {
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON instead of a table")
+	cmd.Flags().StringVar(&node, "node", "", "the command's node (nodeId=…); optional")
 	return cmd
 }
 
 func (a *app) cancelCommand() *cobra.Command {
-	var asJSON bool
+	var (
+		asJSON bool
+		node   string
+	)
 	cmd := &cobra.Command{
-		Use:   "cancel [commandId] nodeId=… [commandId=…]",
+		Use:   "cancel [commandId] (nodeId=… | --node N) [commandId=…]",
 		Short: "Cancel a command and show it",
 		RunE: func(cmd *cobra.Command, args []string) error {
-			resp, err := a.call(cmd, "commands.cancel", idArg(args, "commandId"))
+			resp, err := a.call(cmd, "commands.cancel", withFlagPairs(idArg(args, "commandId"), "nodeId", node))
 			if err != nil {
 				return err
 			}
@@ -117,6 +124,7 @@ func (a *app) cancelCommand() *cobra.Command {
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON instead of a table")
+	cmd.Flags().StringVar(&node, "node", "", "the command's node (nodeId=…)")
 	return cmd
 }
 
@@ -136,11 +144,29 @@ func (a *app) listCommand() *cobra.Command {
 	var (
 		asJSON bool
 		all    bool
+		f      listFilters
 	)
 	cmd := &cobra.Command{
-		Use:   "list nodeId=… [state=…] [limit=N] [cursor=…]",
-		Short: "List a node's commands, newest first",
+		Use:   "list [--node N | nodeId=…] [--kind K] [--state S] [--reason R] [--run R] [--batch B] [--requester P] [--since T] [--until T] [--settled-since T] [limit=N] [cursor=…]",
+		Short: "List commands, newest first: a node's, or without a node the tenant's",
+		Long: `list calls commands.list. With a node (--node or nodeId=…), that node's
+commands, newest first by seq; without one, every command of the tenant on
+a node you may read, newest first by creation. The filters keep commands by
+kind, state, reason, fleet run (--run run_…), batch, requester (the
+principal that asked), creation time (--since, --until) and settle time
+(--settled-since); a time is a duration back from now (90s, 30m, 1h, 7d) or
+an RFC 3339 time. REQUESTER says who asked and how: alice (api),
+ops (fleet-run run_…), health (module:health).`,
+		Example: `  better-compute commands list --node node_0412 --state failed
+  better-compute commands list --state failed --settled-since 1h
+  better-compute commands list --run run_… --all
+  better-compute commands list --kind node.reboot --since 2026-12-04T00:00:00Z --requester alice`,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			extra, err := f.pairs(time.Now())
+			if err != nil {
+				return err
+			}
+			args = append(args, extra...)
 			var items []*apiv1.Command
 			var last *apiv1.ListCommandsResponse
 			pairs := args
@@ -168,7 +194,57 @@ func (a *app) listCommand() *cobra.Command {
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON instead of a table")
 	cmd.Flags().BoolVar(&all, "all", false, "follow the cursor through every page")
+	f.add(cmd)
 	return cmd
+}
+
+// listFilters are commands list's filter flags, each the request field
+// it names; a field given both ways is refused as set twice.
+type listFilters struct {
+	node, kind, state, reason, run, batch, requester string
+	since, until, settledSince                       string
+}
+
+func (f *listFilters) add(cmd *cobra.Command) {
+	fl := cmd.Flags()
+	fl.StringVar(&f.node, "node", "", "one node's commands (nodeId=…); without it, the tenant's")
+	fl.StringVar(&f.kind, "kind", "", "keep this kind")
+	fl.StringVar(&f.state, "state", "", "keep this state (pending, delivered, running, succeeded, failed, rejected, expired, cancelled)")
+	fl.StringVar(&f.reason, "reason", "", "keep this reason")
+	fl.StringVar(&f.run, "run", "", "keep the commands of this fleet run (run_…)")
+	fl.StringVar(&f.batch, "batch", "", "keep the commands of this batch (batch_…)")
+	fl.StringVar(&f.requester, "requester", "", "keep the commands this principal asked for")
+	fl.StringVar(&f.since, "since", "", "keep the commands created at or after: 1h (back from now) or an RFC 3339 time")
+	fl.StringVar(&f.until, "until", "", "keep the commands created before: 30m (back from now) or an RFC 3339 time")
+	fl.StringVar(&f.settledSince, "settled-since", "", "keep the commands settled at or after: 1h or an RFC 3339 time")
+}
+
+// pairs are the flags given, as request fields.
+func (f *listFilters) pairs(now time.Time) ([]string, error) {
+	var out []string
+	for _, p := range []struct{ key, v string }{{"nodeId", f.node}, {"kind", f.kind}, {"state", f.state}, {"reason", f.reason},
+		{"runId", f.run}, {"batchId", f.batch}, {"requester", f.requester}} {
+		out = withFlagPairs(out, p.key, p.v)
+	}
+	for _, p := range []struct{ flag, key, v string }{{"--since", "since", f.since}, {"--until", "until", f.until}, {"--settled-since", "settledSince", f.settledSince}} {
+		if p.v == "" {
+			continue
+		}
+		t, err := parseSince(p.v, now)
+		if err != nil {
+			return nil, usageErr("%s %v", p.flag, err)
+		}
+		out = append(out, p.key+"="+t.UTC().Format(time.RFC3339Nano))
+	}
+	return out, nil
+}
+
+// withFlagPairs adds key=value when a flag gave value.
+func withFlagPairs(pairs []string, key, value string) []string {
+	if value == "" {
+		return pairs
+	}
+	return append(pairs, key+"="+value)
 }
 
 func withoutKey(pairs []string, key string) []string {
@@ -184,10 +260,10 @@ func withoutKey(pairs []string, key string) []string {
 func (a *app) commandTable(cs []*apiv1.Command, detail bool) {
 	tw := tabwriter.NewWriter(a.env.Stdout, 0, 4, 2, ' ', 0)
 	defer tw.Flush()
-	fmt.Fprintln(tw, "SEQ\tID\tKIND\tSTATE\tREASON\tCREATED\tNOT AFTER")
+	fmt.Fprintln(tw, "SEQ\tID\tNODE\tKIND\tSTATE\tREASON\tREQUESTER\tCREATED\tNOT AFTER")
 	for _, c := range cs {
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\n", c.GetSeq(), c.GetId(), c.GetKind(), c.GetState(),
-			dash(c.GetReason()), ts(c.GetCreatedAt().AsTime()), ts(c.GetNotAfter().AsTime()))
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", c.GetSeq(), c.GetId(), c.GetNodeId(), c.GetKind(), c.GetState(),
+			dash(c.GetReason()), requesterText(c.GetRequester(), c.GetRequestedVia(), c.GetRunId()), ts(c.GetCreatedAt().AsTime()), ts(c.GetNotAfter().AsTime()))
 	}
 	if detail && len(cs) == 1 {
 		tw.Flush()

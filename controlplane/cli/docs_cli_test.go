@@ -81,7 +81,9 @@ func TestCLIReferenceConfigFileWorksAsWritten(t *testing.T) {
 // with where what it shows is run instead.
 var docsCLISkipped = map[string]string{
 	// --wait needs a node that runs the command: e2e runs commands run --wait
-	// against a real bcd (e2e/e2e_test.go).
+	// against a real bcd (e2e/e2e_test.go); runs create --wait is run with
+	// the test playing the nodes by TestRunsCreateWaitStopsPastMaxErrorsAndPrintsTheFailures
+	// and the operator guide's fleet-run test.
 	"--wait": "e2e",
 	// A watch from now with no --count follows until interrupted.
 	"commands watch cursor=now": "TestCommandsWatch",
@@ -162,7 +164,7 @@ func TestCLIReferenceExamplesRunAsWritten(t *testing.T) {
 	t.Parallel()
 	d := newDocsShell(t)
 	require.NoError(t, os.WriteFile(filepath.Join(d.work, "token.txt"), []byte("s3cret\n"), 0o600))
-	command := ""
+	var ids placeholders
 	ran := 0
 	for _, page := range []string{"cli.md", "api.md", "trust.md"} {
 		for _, b := range mdBlocks(t, filepath.Join("..", "..", "docs", page)) {
@@ -186,7 +188,7 @@ func TestCLIReferenceExamplesRunAsWritten(t *testing.T) {
 					}
 				}
 				where := "docs/" + page + ":" + strconv.Itoa(b.line+1+i)
-				d.example(t, where, l, &command)
+				d.example(t, where, l, &ids)
 				ran++
 			}
 		}
@@ -194,14 +196,21 @@ func TestCLIReferenceExamplesRunAsWritten(t *testing.T) {
 	require.GreaterOrEqual(t, ran, 27, "the examples run")
 }
 
+// placeholders are the ids the examples print, which later examples name
+// as cmd_… and run_….
+type placeholders struct{ command, run string }
+
 // example runs one documented better-compute line (see
-// TestCLIReferenceExamplesRunAsWritten), remembering in *command the first
-// command id an example printed.
-func (d *docsShell) example(t *testing.T, where, l string, command *string) {
+// TestCLIReferenceExamplesRunAsWritten), remembering the first command id
+// and the first fleet run id an example printed.
+func (d *docsShell) example(t *testing.T, where, l string, ids *placeholders) {
 	t.Helper()
 	require.True(t, strings.HasPrefix(l, "better-compute "), "%s: an example that is not a better-compute command: %s", where, l)
 	if strings.Contains(l, "cmd_…") {
-		require.NotEmpty(t, *command, "%s uses cmd_… before any example queued a command", where)
+		require.NotEmpty(t, ids.command, "%s uses cmd_… before any example queued a command", where)
+	}
+	if strings.Contains(l, "run_…") {
+		require.NotEmpty(t, ids.run, "%s uses run_… before any example created a fleet run", where)
 	}
 	node := servertest.NodeA1
 	if strings.Contains(l, "nodes delete") {
@@ -212,7 +221,7 @@ func (d *docsShell) example(t *testing.T, where, l string, command *string) {
 		require.Equal(t, 0, res.code, res.stderr)
 	}
 	// Files the pages keep in /etc/bc-server are the test's.
-	line := strings.NewReplacer("node_…", node, "node_0412", node, "cmd_…", *command, "/etc/bc-server/", d.work+"/").Replace(l)
+	line := strings.NewReplacer("node_…", node, "node_0412", node, "cmd_…", ids.command, "run_…", ids.run, "/etc/bc-server/", d.work+"/").Replace(l)
 	// Optional arguments, written [x], are given.
 	line = regexp.MustCompile(` \[([^\]'"]+)\]`).ReplaceAllString(line, " $1")
 	if strings.Contains(line, "--file spec.json") {
@@ -220,8 +229,11 @@ func (d *docsShell) example(t *testing.T, where, l string, command *string) {
 		require.NoError(t, os.WriteFile(filepath.Join(d.work, "spec.json"), []byte(`{"holds":[{"gpu":"GPU-8f…","state":"live"}]}`), 0o600))
 	}
 	out := d.run(t, where, line)
-	if m := regexp.MustCompile(`"id":\s*"(cmd_[^"]+)"`).FindSubmatch(out); m != nil && *command == "" {
-		*command = string(m[1])
+	if m := regexp.MustCompile(`"id":\s*"(cmd_[^"]+)"`).FindSubmatch(out); m != nil && ids.command == "" {
+		ids.command = string(m[1])
+	}
+	if m := regexp.MustCompile(`(?m)^RUN\s+(run_\S+)$`).FindSubmatch(out); m != nil && ids.run == "" {
+		ids.run = string(m[1])
 	}
 }
 

@@ -28,7 +28,7 @@ const (
 	// ExitUsage: the command line was wrong.
 	ExitUsage = 2
 	// ExitCommandFailed: with --wait, the command ended failed, rejected,
-	// expired or cancelled.
+	// expired or cancelled, or the fleet run ended failed or cancelled.
 	ExitCommandFailed = 3
 )
 
@@ -38,6 +38,9 @@ type Env struct {
 	Stdout io.Writer
 	Stderr io.Writer
 	Getenv func(string) string
+	// IsTerminal says whether a stream is a terminal (a --wait progress bar
+	// is redrawn in place on one); nil asks the operating system.
+	IsTerminal func(io.Writer) bool
 }
 
 // OSEnv is the process's own Env.
@@ -117,7 +120,8 @@ else the config file ($BC_CONFIG or ~/.config/better-compute/config.yaml, with
 the keys endpoint, token, tokenFile, tenant, caCert, cert, key, plaintext).
 
 Exit codes: 0 success; 1 the call failed; 2 usage; 3 with --wait, the command
-ended failed, rejected, expired or cancelled.`,
+ended failed, rejected, expired or cancelled, or the fleet run (runs) ended
+failed or cancelled.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		Version:       version.Version,
@@ -133,7 +137,7 @@ ended failed, rejected, expired or cancelled.`,
 	pf.BoolVar(&a.flags.Plaintext, "plaintext", false, "connect without TLS (loopback only) [BC_PLAINTEXT]")
 	pf.StringVar(&a.configPath, "config", "", "config file [BC_CONFIG]")
 	root.AddCommand(a.apiCommand(), a.commandsCommand(), a.nodesCommand(), a.bundlesCommand(), a.pkiCommand(), a.batchCommand(), a.metalCommand())
-	root.AddCommand(a.poolsCommand(), a.locksCommand(), a.reconcilerCommand(), a.secretsCommand(), a.rolloutCommand())
+	root.AddCommand(a.poolsCommand(), a.locksCommand(), a.reconcilerCommand(), a.secretsCommand(), a.rolloutCommand(), a.runsCommand())
 	return root
 }
 

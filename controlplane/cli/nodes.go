@@ -24,7 +24,8 @@ func (a *app) nodesCommand() *cobra.Command {
 "better-compute api"; a bare first argument is the node id; tenantId defaults
 to --tenant / BC_TENANT.`,
 	}
-	cmd.AddCommand(a.nodeListCommand(), a.nodeGetCommand(), a.joinTokenCommand(), a.setSpecCommand(), a.getSpecCommand(), a.nodeDeleteCommand())
+	cmd.AddCommand(a.nodeListCommand(), a.nodeGetCommand(), a.joinTokenCommand(), a.setSpecCommand(), a.getSpecCommand(), a.nodeDeleteCommand(),
+		a.nodeLabelCommand())
 	cmd.AddCommand(a.nodeTrustCommands()...)
 	return cmd
 }
@@ -63,6 +64,7 @@ func (a *app) nodeTable(n *apiv1.Node) error {
 	fmt.Fprintf(w, "IDENTITY\t%s\n", identity)
 	fmt.Fprintf(w, "GENERATION\t%d\n", n.GetAppliedGeneration())
 	fmt.Fprintf(w, "TRUST\t%s\n", trustVersion(n))
+	fmt.Fprintf(w, "LABELS\t%s\n", labelsText(n.GetLabels()))
 	if err := w.Flush(); err != nil {
 		return err
 	}
@@ -205,21 +207,29 @@ longer join. There is no undo, hence --yes; the node's commands still list.`,
 
 func (a *app) nodeListCommand() *cobra.Command {
 	var (
-		asJSON bool
-		all    bool
+		asJSON   bool
+		all      bool
+		selector string
 	)
 	cmd := &cobra.Command{
-		Use:   "list [pool=…] [limit=N] [cursor=…]",
+		Use:   "list [pool=…] [--selector S] [limit=N] [cursor=…]",
 		Short: "List the tenant's nodes with their sessions and conditions",
 		Long: `list calls nodes.list: the tenant's nodes (those you may read), by id, a
 page at a time (limit, 100 by default, at most 200; --all follows every page).
 SESSION is connected (with the gateway holding it) or disconnected; LAST SEEN
 is when a gateway last held the session or heard from the node; CONDITIONS
-lists each condition as TYPE=STATUS (nodes get NODE shows their reasons).`,
+lists each condition as TYPE=STATUS (nodes get NODE shows their reasons);
+LABELS the node's labels (nodes label). --selector keeps the nodes whose
+labels match (gpu=h200,rack in (r1,r2); the grammar of runs create
+--selector).`,
 		Example: `  better-compute nodes list
   better-compute nodes list pool=gpu-east --all
+  better-compute nodes list --selector 'gpu=h200,rack in (r1,r2)'
   better-compute nodes list --json`,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if selector != "" {
+				args = append(args, "selector="+selector)
+			}
 			var items []*apiv1.Node
 			var last *apiv1.ListNodesResponse
 			pairs := args
@@ -249,6 +259,7 @@ lists each condition as TYPE=STATUS (nodes get NODE shows their reasons).`,
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON instead of a table")
 	cmd.Flags().BoolVar(&all, "all", false, "follow the cursor through every page")
+	cmd.Flags().StringVar(&selector, "selector", "", "keep the nodes whose labels match: gpu=h200,rack in (r1,r2)")
 	return cmd
 }
 
@@ -256,7 +267,7 @@ lists each condition as TYPE=STATUS (nodes get NODE shows their reasons).`,
 // glance.
 func (a *app) nodeListTable(nodes []*apiv1.Node, now time.Time) error {
 	w := tabwriter.NewWriter(a.env.Stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(w, "NODE\tPOOL\tROLE\tSESSION\tVERSION\tTRUST\tLAST SEEN\tCONDITIONS")
+	fmt.Fprintln(w, "NODE\tPOOL\tROLE\tSESSION\tVERSION\tTRUST\tLAST SEEN\tCONDITIONS\tLABELS")
 	for _, n := range nodes {
 		session := "never connected"
 		switch {
@@ -276,8 +287,8 @@ func (a *app) nodeListTable(nodes []*apiv1.Node, now time.Time) error {
 		for _, c := range n.GetConditions() {
 			conds = append(conds, c.GetType()+"="+c.GetStatus())
 		}
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", n.GetId(), n.GetPool(), n.GetRole(), session, dash(n.GetAgentVersion()), trustVersion(n), lastSeen,
-			dash(strings.Join(conds, ",")))
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", n.GetId(), n.GetPool(), n.GetRole(), session, dash(n.GetAgentVersion()), trustVersion(n), lastSeen,
+			dash(strings.Join(conds, ",")), labelsText(n.GetLabels()))
 	}
 	return w.Flush()
 }
