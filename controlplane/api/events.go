@@ -2,11 +2,13 @@ package api
 
 import (
 	"strconv"
+	"strings"
 	"sync"
 
 	"github.com/better-compute/commands/controlplane/api/apierr"
 	"github.com/better-compute/commands/controlplane/auth"
 	"github.com/better-compute/commands/controlplane/events"
+	"github.com/better-compute/commands/controlplane/fleetruns"
 	apiv1 "github.com/better-compute/commands/proto/bc/api/v1"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
@@ -93,6 +95,12 @@ func (e *eventsServer) Watch(req *apiv1.WatchEventsRequest, stream grpc.ServerSt
 				continue
 			}
 			if out.GetNodeId() != "" && !id.Allowed(auth.PermNodesRead, auth.NodeResource(out.GetNodeId())) {
+				continue
+			}
+			if strings.HasPrefix(ev.Topic, fleetruns.TopicPrefix) && !id.Allowed(auth.PermRunsRead, auth.TenantResource(req.GetTenantId())) &&
+				out.GetData().GetFields()["requester"].GetStringValue() != id.Name {
+				// A fleet run's events name no node: they reach whoever
+				// may read the run (fleetRuns.get's rule).
 				continue
 			}
 			if err := stream.Send(out); err != nil {

@@ -173,16 +173,17 @@ func (f *fleetRunsServer) List(ctx context.Context, req *apiv1.ListFleetRunsRequ
 	if !id.SeesTenant(req.GetTenantId()) {
 		return nil, apierr.New(apierr.NotFound, "tenant "+req.GetTenantId()+" not found", map[string]string{"tenantId": req.GetTenantId()})
 	}
-	runs, next, err := s.fleet.List(ctx, req.GetTenantId(), req.GetState(), int(req.GetLimit()), req.GetCursor())
+	own := ""
+	if !id.Allowed(auth.PermRunsRead, auth.TenantResource(req.GetTenantId())) {
+		own = id.Name // the caller's own runs, filtered before paging
+	}
+	runs, next, err := s.fleet.List(ctx, req.GetTenantId(), req.GetState(), own, int(req.GetLimit()), req.GetCursor())
 	if err != nil {
 		return nil, s.fail(ctx, "fleetRuns.list", err)
 	}
-	all := id.Allowed(auth.PermRunsRead, auth.TenantResource(req.GetTenantId()))
 	out := &apiv1.ListFleetRunsResponse{NextCursor: next}
 	for _, r := range runs {
-		if all || r.Requester == id.Name {
-			out.Items = append(out.Items, runProto(r))
-		}
+		out.Items = append(out.Items, runProto(r))
 	}
 	return out, nil
 }

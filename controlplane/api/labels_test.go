@@ -6,7 +6,9 @@ import (
 	"github.com/stretchr/testify/require"
 	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/better-compute/commands/controlplane/api"
 	"github.com/better-compute/commands/controlplane/api/apierr"
+	"github.com/better-compute/commands/controlplane/fleetruns"
 	apiv1 "github.com/better-compute/commands/proto/bc/api/v1"
 )
 
@@ -95,5 +97,43 @@ func TestCommandsListAcrossTheTenant(t *testing.T) {
 	_, err = cmds.Get(as(tokNarrow), &apiv1.GetCommandRequest{TenantId: tenantA, CommandId: ids[2]})
 	requireCode(t, err, apierr.PermissionDenied)
 	_, err = cmds.Get(as(tokOther), &apiv1.GetCommandRequest{TenantId: tenantA, CommandId: ids[2]})
+	requireCode(t, err, apierr.NotFound)
+}
+
+// A fleet run's events name no node; they reach the run's requester and
+// the holders of compute:runs:read, and no other watcher of the tenant
+// (narrow reads node_gpu* only and created no run). fleetRuns.list gives a
+// caller without compute:runs:read its own runs, with full pages.
+func TestFleetRunEventsAndListReachOnlyWhoMayReadTheRun(t *testing.T) {
+	t.Parallel()
+	b := setup(t, func(c *api.Config) { c.FleetRuns = fleetruns.New(c.Pool, c.Queue, fleetruns.Options{}) })
+	runs := apiv1.NewFleetRunsClient(b.conn)
+	run, err := runs.Create(as(tokOps), &apiv1.CreateFleetRunRequest{TenantId: tenantA, Kind: "diag.nvml",
+		Targets: &apiv1.FleetRunTargets{NodeIds: []string{nodeA1}}})
+	require.NoError(t, err)
+	require.Equal(t, "ops", run.GetRequester())
+	narrow, err := runs.Create(as(tokNarrow), &apiv1.CreateFleetRunRequest{TenantId: tenantA, Kind: "diag.nvml",
+		Targets: &apiv1.FleetRunTargets{NodeIds: []string{nodeGPU}}})
+	require.NoError(t, err)
+
+	events := apiv1.NewEventsClient(b.conn)
+	stream, err := events.Watch(as(tokNarrow), &apiv1.WatchEventsRequest{TenantId: tenantA, Types: []string{"fleet.run.created"}})
+	require.NoError(t, err)
+	e := recv(t, stream, 1)[0]
+	require.Equal(t, narrow.GetId(), e.GetData().GetFields()["runId"].GetStringValue(), "narrow sees its own run's event, not ops'")
+	stream, err = events.Watch(as(tokAdmin), &apiv1.WatchEventsRequest{TenantId: tenantA, Types: []string{"fleet.run.created"}})
+	require.NoError(t, err)
+	got := recv(t, stream, 2)
+	require.Equal(t, run.GetId(), got[0].GetData().GetFields()["runId"].GetStringValue(), "compute:runs:read sees every run's")
+
+	one := int32(1)
+	page, err := runs.List(as(tokNarrow), &apiv1.ListFleetRunsRequest{TenantId: tenantA, Limit: &one})
+	require.NoError(t, err)
+	require.Len(t, page.GetItems(), 1)
+	require.Equal(t, narrow.GetId(), page.GetItems()[0].GetId())
+	require.Empty(t, page.GetNextCursor(), "its own runs only, filtered before paging")
+	_, err = runs.Get(as(tokNarrow), &apiv1.GetFleetRunRequest{TenantId: tenantA, RunId: run.GetId()})
+	requireCode(t, err, apierr.PermissionDenied)
+	_, err = runs.Get(as(tokOther), &apiv1.GetFleetRunRequest{TenantId: tenantA, RunId: run.GetId()})
 	requireCode(t, err, apierr.NotFound)
 }

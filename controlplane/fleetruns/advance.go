@@ -223,7 +223,7 @@ func (s *Service) stop(ctx context.Context, tx pgx.Tx, r Run, c Counts, reason, 
 		waiting_reason = '', waiting_message = '', updated_at = now() WHERE id = $1`, r.ID, reason, msg); err != nil {
 		return fmt.Errorf("stopping run %s: %w", r.ID, err)
 	}
-	if err := events.Write(ctx, tx, r.TenantID, TopicStopping, map[string]any{"runId": r.ID, "reason": reason, "message": msg}); err != nil {
+	if err := events.Write(ctx, tx, r.TenantID, TopicStopping, map[string]any{"runId": r.ID, "requester": r.Requester, "reason": reason, "message": msg}); err != nil {
 		return err
 	}
 	if c.ByState[TargetStarted] == 0 {
@@ -264,8 +264,8 @@ func (s *Service) finish(ctx context.Context, tx pgx.Tx, r Run, c Counts) error 
 		waiting_reason = '', waiting_message = '' WHERE id = $1`, r.ID, state, reason, msg); err != nil {
 		return fmt.Errorf("finishing run %s: %w", r.ID, err)
 	}
-	return events.Write(ctx, tx, r.TenantID, TopicFinished, map[string]any{"runId": r.ID, "kind": r.Kind, "state": state, "reason": reason,
-		"message": msg, "counts": c.ByState, "requester": r.Requester})
+	return events.Write(ctx, tx, r.TenantID, TopicFinished, map[string]any{"runId": r.ID, "requester": r.Requester, "kind": r.Kind, "state": state, "reason": reason,
+		"message": msg, "counts": c.ByState})
 }
 
 func summary(c Counts) string {
@@ -290,7 +290,7 @@ func (s *Service) setWaiting(ctx context.Context, tx pgx.Tx, r Run, reason, msg 
 	if reason == "" {
 		return nil
 	}
-	return events.Write(ctx, tx, r.TenantID, TopicWaiting, map[string]any{"runId": r.ID, "reason": reason, "message": msg})
+	return events.Write(ctx, tx, r.TenantID, TopicWaiting, map[string]any{"runId": r.ID, "requester": r.Requester, "reason": reason, "message": msg})
 }
 
 // progress publishes fleet.run.progress with the run's counts when they
@@ -308,5 +308,5 @@ func (s *Service) progress(ctx context.Context, tx pgx.Tx, r Run, c Counts) erro
 	if _, err := tx.Exec(ctx, `UPDATE fleet_runs SET progress = $2, updated_at = now() WHERE id = $1`, r.ID, b); err != nil {
 		return fmt.Errorf("updating run %s: %w", r.ID, err)
 	}
-	return events.Write(ctx, tx, r.TenantID, TopicProgress, map[string]any{"runId": r.ID, "state": r.State, "counts": c.ByState})
+	return events.Write(ctx, tx, r.TenantID, TopicProgress, map[string]any{"runId": r.ID, "requester": r.Requester, "state": r.State, "counts": c.ByState})
 }

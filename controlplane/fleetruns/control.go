@@ -44,7 +44,7 @@ func (s *Service) Pause(ctx context.Context, tenantID, runID, by string) (Run, e
 		if _, err := tx.Exec(ctx, `UPDATE fleet_runs SET state = 'paused', updated_at = now() WHERE id = $1`, r.ID); err != nil {
 			return fmt.Errorf("pausing run %s: %w", r.ID, err)
 		}
-		return events.Write(ctx, tx, r.TenantID, TopicPaused, map[string]any{"runId": r.ID, "by": by})
+		return events.Write(ctx, tx, r.TenantID, TopicPaused, map[string]any{"runId": r.ID, "requester": r.Requester, "by": by})
 	})
 }
 
@@ -62,7 +62,7 @@ func (s *Service) Resume(ctx context.Context, tenantID, runID, by string) (Run, 
 		if _, err := tx.Exec(ctx, `UPDATE fleet_runs SET state = 'running', waiting_reason = '', waiting_message = '', updated_at = now() WHERE id = $1`, r.ID); err != nil {
 			return fmt.Errorf("resuming run %s: %w", r.ID, err)
 		}
-		return events.Write(ctx, tx, r.TenantID, TopicResumed, map[string]any{"runId": r.ID, "by": by})
+		return events.Write(ctx, tx, r.TenantID, TopicResumed, map[string]any{"runId": r.ID, "requester": r.Requester, "by": by})
 	})
 }
 
@@ -110,7 +110,7 @@ func (s *Service) Cancel(ctx context.Context, tenantID, runID, by string) (Run, 
 				return fmt.Errorf("cancelling command %s of run %s: %w", o.cmd, r.ID, err)
 			}
 		}
-		return events.Write(ctx, tx, r.TenantID, TopicCancelRequested, map[string]any{"runId": r.ID, "by": by, "open": len(opens)})
+		return events.Write(ctx, tx, r.TenantID, TopicCancelRequested, map[string]any{"runId": r.ID, "requester": r.Requester, "by": by, "open": len(opens)})
 	})
 }
 

@@ -91,8 +91,9 @@ func counts(ctx context.Context, db store.DBTX, runID string) (Counts, error) {
 }
 
 // List returns a page of the tenant's runs, newest first; state "active"
-// keeps the runs not yet ended.
-func (s *Service) List(ctx context.Context, tenantID, state string, limit int, cursor string) ([]Run, string, error) {
+// keeps the runs not yet ended, and requester, when set, the runs that
+// identity created (what a caller without compute:runs:read may list).
+func (s *Service) List(ctx context.Context, tenantID, state, requester string, limit int, cursor string) ([]Run, string, error) {
 	switch state {
 	case "", "active", StateRunning, StatePaused, StateStopping, StateCancelling, StateSucceeded, StateFailed, StateCancelled:
 	default:
@@ -105,8 +106,8 @@ func (s *Service) List(ctx context.Context, tenantID, state string, limit int, c
 	}
 	rows, err := s.pool.Query(ctx, `SELECT `+runColumns+` FROM fleet_runs
 		WHERE tenant_id = $1 AND ($2 = '' OR ($2 = 'active' AND finished_at IS NULL) OR state = $2)
-		  AND ($3 = '' OR (created_at, id) < ($4, $3))
-		ORDER BY created_at DESC, id DESC LIMIT $5`, tenantID, state, id, at, limit+1)
+		  AND ($3 = '' OR (created_at, id) < ($4, $3)) AND ($6 = '' OR requester = $6)
+		ORDER BY created_at DESC, id DESC LIMIT $5`, tenantID, state, id, at, limit+1, requester)
 	if err != nil {
 		return nil, "", fmt.Errorf("listing runs: %w", err)
 	}

@@ -70,6 +70,11 @@ const (
 	WaitPaused   = "paused"
 )
 
+// TopicPrefix starts every fleet run's event; each carries the run's id
+// and requester, which events.watch checks (a run's events reach its
+// requester and the holders of compute:runs:read).
+const TopicPrefix = "fleet.run."
+
 // Event topics on the outbox.
 const (
 	TopicCreated         = "fleet.run.created"

@@ -23,8 +23,8 @@ import (
 
 	"github.com/better-compute/commands/controlplane/auth"
 	"github.com/better-compute/commands/controlplane/bundles"
-	"github.com/better-compute/commands/controlplane/join"
 	"github.com/better-compute/commands/controlplane/fleetruns"
+	"github.com/better-compute/commands/controlplane/join"
 	"github.com/better-compute/commands/controlplane/kinds"
 	"github.com/better-compute/commands/controlplane/pki"
 	"github.com/better-compute/commands/controlplane/queue"
