@@ -286,7 +286,16 @@ function commandRow(c: Command, nodeId: string, refresh: () => void): HTMLElemen
   return h("tr", { "data-command": c.id, "data-state": c.state },
     h("td", {}, String(c.seq)), h("td", {}, h("a", { href: `#/nodes/${nodeId}/commands/${c.id}` }, c.kind)), h("td", {}, state(c.state)),
     h("td", {}, c.reason || c.waitingReason || ""), h("td", { class: "message" }, c.message || c.waitingMessage || (c.awaitingApproval ? `awaiting approval of ${c.batchId}` : "")),
-    h("td", { class: "progress" }, progressText(c)), h("td", {}, ago(c.createdAt)), h("td", {}, cancel));
+    h("td", { class: "progress" }, progressText(c)), h("td", { class: "requester" }, requesterText(c)), h("td", {}, ago(c.createdAt)), h("td", {}, cancel));
+}
+
+// requesterText says who asked for a command and how: "ops (api)",
+// "ops (fleet run run_…)", "provision (module:provision)"; the server
+// records it, never the caller.
+function requesterText(c: { requester: string; requestedVia: string; runId: string }): string {
+  if (!c.requester) return "—";
+  if (c.requestedVia === "fleet-run" && c.runId) return `${c.requester} (fleet run ${c.runId})`;
+  return c.requestedVia ? `${c.requester} (${c.requestedVia})` : c.requester;
 }
 
 async function nodePage(nodeId: string): Promise<void> {
@@ -305,7 +314,7 @@ async function nodePage(nodeId: string): Promise<void> {
   });
   runDiag.id = "run-diag";
   show(nav(), h("h1", {}, `Node ${nodeId} `, live), head, h("h2", {}, "Commands (newest first) "), runDiag, err,
-    h("table", { id: "commands" }, h("thead", {}, h("tr", {}, ...["Seq", "Kind", "State", "Reason", "Message", "Progress", "Queued", ""].map((x) => h("th", {}, x)))), rows));
+    h("table", { id: "commands" }, h("thead", {}, h("tr", {}, ...["Seq", "Kind", "State", "Reason", "Message", "Progress", "Requested by", "Queued", ""].map((x) => h("th", {}, x)))), rows));
   try {
     const n = await client!.nodes.get({ tenantId: session!.tenantId, nodeId });
     head.replaceChildren(h("p", {}, sessionBadge(n), `, last seen `, ago(n.lastSeen), `; pool ${n.pool}, role ${n.role}, agent ${n.agentVersion || "unknown"}, trust bundle ${n.trustVersion > 0n ? `v${n.trustVersion}` : "none"}, registered `, ago(n.createdAt)), conditions(n));
@@ -404,6 +413,7 @@ async function commandPage(nodeId: string, commandId: string): Promise<void> {
       h("table", { class: "fields", id: "command" },
         row("Kind", c.kind, c.kindVersion ? ` v${c.kindVersion}` : ""), row("State", state(c.state)), row("Reason", c.reason || "—"),
         row("Message", c.message || c.waitingMessage || "—"), row("Progress", progressText(c) || "—"),
+        row("Requested by", h("span", { id: "requester" }, requesterText(c))),
         row("Queued", ago(c.createdAt)), row("Expires (not after)", ago(c.notAfter)), row("Settled", ago(c.settledAt)),
         row("Batch", c.batchId ? h("a", { href: "#/batches" }, c.batchId) : "—", c.awaitingApproval ? " (awaiting approval)" : ""),
         row("Signature", h("span", { id: "signature" }, signature)), row("Attestation", h("span", { id: "attestation" }, attestation))),

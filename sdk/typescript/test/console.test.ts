@@ -110,6 +110,7 @@ describe("the web console", { timeout: 180_000 }, () => {
     assert.ok(failing.includes("ecc.uncorrectable"), `failing checks: ${failing}`);
     assert.equal(await page.locator('#command [data-state="failed"]').count(), 1, "the command failed");
     assert.match(await page.innerText("#signature"), /signed at enqueue/, "the server signs commands (pki.commandSigning)");
+    assert.match(await page.innerText("#requester"), /\(api\)$/, "the command says who asked for it, and how");
     assert.notEqual((await page.innerText("#attestation")).trim(), "");
     assert.equal(await page.evaluate(() => (window as unknown as { noReload?: boolean }).noReload), true, "no page reload");
     const mine = calls.slice(before);
