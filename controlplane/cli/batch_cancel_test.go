@@ -113,7 +113,7 @@ func TestCommandsCancel_SaysWhatTheCancelDid(t *testing.T) {
 	inFlight := run()
 	move(inFlight, queue.Dispatched, queue.Running)
 	out := cancel(inFlight, false)
-	require.Regexp(t, `\s`+inFlight+`\s+diag\.nvml\s+running\s`, out, "the row still shows the state")
+	require.Regexp(t, `\s`+inFlight+`\s+node_a1\s+diag\.nvml\s+running\s`, out, "the row still shows the state")
 	require.Regexp(t, `(?m)^cancel requested at \d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ: the command is in flight \(running\); the node is asked to stop it`, out)
 	var got map[string]any
 	require.NoError(t, json.Unmarshal([]byte(cancel(inFlight, true)), &got), "--json is JSON alone")
