@@ -19,15 +19,14 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
-	"github.com/godbus/dbus/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/better-compute/commands/controlplane/server"
 	"github.com/better-compute/commands/controlplane/server/servertest"
-	"github.com/better-compute/commands/internal/fakesystemd"
 	"github.com/better-compute/commands/internal/testutil"
 	"github.com/better-compute/commands/internal/trust"
 	"github.com/better-compute/commands/internal/upgrade"
@@ -161,35 +160,28 @@ func (s *releaseSite) publish(r releases, name, file string, tamper bool) pkg {
 
 // upNode is a node set up for in-place upgrades as the operator guide
 // says: a versioned install directory whose current symlink bcd.service
-// runs through, under a fake systemd manager on a private bus that the
-// upgrade plugin and its helper talk to.
+// runs through, under bc-fake-systemd (the binary: a fake systemd manager
+// on a private bus that the upgrade plugin and its helper talk to).
 type upNode struct {
 	id     string
 	layout upgrade.Layout
 	config string
-	mgr    *fakesystemd.Manager
 	logs   *lockedBuffer
 }
 
 // upgradeNode creates node id (when it is not a fixture), installs release
 // name in its install directory, joins it with that bcd and starts
-// bcd.service.
+// bcd.service under bc-fake-systemd.
 func (c *cluster) upgradeNode(id string, r releases, name string, create bool) *upNode {
 	t := c.t
 	t.Helper()
+	if _, err := exec.LookPath("dbus-daemon"); err != nil {
+		t.Skip("dbus-daemon is not installed")
+	}
 	if create {
 		_, stderr, code := c.cliAs(servertest.TokAdmin, "api", "nodes.create", "tenantId="+servertest.TenantA, "nodeId="+id)
 		require.Equal(t, 0, code, stderr)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	bus, err := fakesystemd.StartBus(ctx, t.TempDir())
-	if errors.Is(err, fakesystemd.ErrNoDaemon) {
-		t.Skip("dbus-daemon is not installed")
-	}
-	require.NoError(t, err)
-	t.Cleanup(bus.Close)
-
 	n := &upNode{id: id, layout: upgrade.Layout{Root: t.TempDir()}, config: filepath.Join(t.TempDir(), "bcd.yaml"), logs: &lockedBuffer{}}
 	v := r.builds[name].version
 	for f, b := range r.files(t, name) {
@@ -198,6 +190,37 @@ func (c *cluster) upgradeNode(id string, r releases, name string, create bool) *
 		require.NoError(t, os.WriteFile(p, b, 0o755))
 	}
 	require.NoError(t, n.layout.Activate(v))
+	bcd := filepath.Join(n.layout.Current(), upgrade.DaemonBinary)
+
+	sd := testutil.BuildBinary(t, "./internal/tools/bc-fake-systemd")
+	sdDir := t.TempDir()
+	serve := exec.Command(sd, "serve", "--dir", sdDir, "--unit", "bcd.service", "--", bcd, "run", "--config", n.config)
+	serve.Stdout, serve.Stderr = n.logs, n.logs
+	require.NoError(t, serve.Start())
+	done := make(chan struct{})
+	go func() {
+		_ = serve.Wait()
+		close(done)
+	}()
+	t.Cleanup(func() {
+		_ = serve.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-done:
+		case <-time.After(45 * time.Second):
+			_ = serve.Process.Kill()
+			<-done
+		}
+		if t.Failed() {
+			t.Logf("%s's processes:\n%s", id, n.logs.String())
+		}
+	})
+	var addr string
+	testutil.WaitFor(t, 30*time.Second, "bc-fake-systemd's address", func() bool {
+		b, err := os.ReadFile(filepath.Join(sdDir, "address"))
+		addr = strings.TrimSpace(string(b))
+		return err == nil
+	})
+
 	boot := filepath.Join(t.TempDir(), "boot_id")
 	require.NoError(t, os.WriteFile(boot, []byte("boot-"+id+"\n"), 0o600))
 	cfg := strings.Join([]string{
@@ -208,28 +231,14 @@ func (c *cluster) upgradeNode(id string, r releases, name string, create bool) *
 		"pluginPinsFile: " + filepath.Join(n.layout.Current(), upgrade.PinsFile),
 		"bootIdFile: " + boot,
 		"pluginEnv:",
-		"  BCD_SYSTEM_BUS_ADDRESS: " + bus.Addr,
+		"  BCD_SYSTEM_BUS_ADDRESS: " + addr,
 	}, "\n") + "\n"
 	require.NoError(t, os.WriteFile(n.config, []byte(cfg), 0o600))
-	bcd := filepath.Join(n.layout.Current(), upgrade.DaemonBinary)
 	out, errs, code := run(t, bcd, "join", "--token", c.srv.JoinToken(t, id), "--server", c.srv.Gateway,
 		"--ca-file", filepath.Join(c.srv.CADir, "ca.pem"), "--config", n.config)
 	require.Equal(t, 0, code, "bcd join: %s%s", out, errs)
-
-	conn, err := dbus.Connect(bus.Addr)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = conn.Close() })
-	n.mgr, err = fakesystemd.Serve(conn, nil, n.logs)
-	require.NoError(t, err)
-	n.mgr.AddService("bcd.service", func() []string { return []string{bcd, "run", "--config", n.config} })
-	t.Cleanup(func() {
-		n.mgr.StopAll()
-		if t.Failed() {
-			t.Logf("%s's processes:\n%s", id, n.logs.String())
-		}
-	})
-	_, derr := n.mgr.StartUnit("bcd.service", "replace")
-	require.Nil(t, derr)
+	out, errs, code = run(t, sd, "start", "--dir", sdDir, "bcd.service")
+	require.Equal(t, 0, code, "bc-fake-systemd start: %s%s", out, errs)
 	c.waitVersion(id, v)
 	return n
 }
