@@ -106,6 +106,9 @@ func TestFakeBMCBinaryServesThePlugin(t *testing.T) {
 		return st["fake-r1"].Power == "Off" && st["fake-i1"].Power == "Off" && st["fake-r2"].Power == "On" &&
 			st["fake-r2"].Boot["BootSourceOverrideTarget"] == "Hdd" && st["fake-r2"].Boot["BootSourceOverrideEnabled"] == "Continuous"
 	})
+	power, err := os.ReadFile(filepath.Join(dir, "power"))
+	require.NoError(t, err)
+	require.Equal(t, "fake-r1 Off\nfake-r2 On\nfake-i1 Off\n", string(power), "one line per machine, for a shell's grep")
 }
 
 // syncLog is a process's stderr, read while it runs.

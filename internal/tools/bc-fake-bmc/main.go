@@ -6,8 +6,9 @@
 // over UDP. It writes, in --dir, a site inventory that names them
 // (site-inventory.yaml), their credential (credentials/fake-admin.json,
 // mode 0600) and the Redfish certificates, then `ready` once every BMC
-// answers; state.json holds each machine's power and boot state, rewritten
-// when it changes. It stops on SIGINT or SIGTERM.
+// answers; state.json holds each machine's power and boot state and
+// `power` a line "MACHINE On|Off" for each, both rewritten when they
+// change. It stops on SIGINT or SIGTERM.
 //
 //	bc-fake-bmc --dir /tmp/bmc
 //	bc-fake-bmc --dir /tmp/bmc --redfish 3 --ipmi 0 --delay 1s
@@ -26,6 +27,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -40,6 +42,8 @@ const (
 	InventoryFile = "site-inventory.yaml"
 	ReadyFile     = "ready"
 	StateFile     = "state.json"
+	// PowerFile is "MACHINE On|Off" per line, sorted, for a shell's grep.
+	PowerFile = "power"
 	// CredentialRef names the credential every fake BMC takes.
 	CredentialRef = "fake-admin"
 	// Username is the fake BMCs' administrator.
@@ -249,6 +253,7 @@ func serve(ctx context.Context, o options, logger hclog.Logger) error {
 // writeState writes state.json when it differs from last, and returns it.
 func writeState(dir string, machines []machine, mockup string, last []byte) ([]byte, error) {
 	st := map[string]any{}
+	var power strings.Builder
 	for _, m := range machines {
 		switch {
 		case m.redfish != nil:
@@ -256,12 +261,15 @@ func writeState(dir string, machines []machine, mockup string, last []byte) ([]b
 			st[m.id] = map[string]any{"provider": "redfish", "power": m.redfish.PowerState(id), "boot": m.redfish.Boot(id),
 				"requests": m.redfish.Requests()}
 		case m.ipmi != nil:
-			power := "Off"
+			on := "Off"
 			if m.ipmi.Chassis.On() {
-				power = "On"
+				on = "On"
 			}
-			st[m.id] = map[string]any{"provider": "ipmi", "power": power, "bootFlags": m.ipmi.Chassis.BootFlags()}
+			st[m.id] = map[string]any{"provider": "ipmi", "power": on, "bootFlags": m.ipmi.Chassis.BootFlags()}
 		}
+	}
+	for _, m := range machines {
+		fmt.Fprintf(&power, "%s %s\n", m.id, st[m.id].(map[string]any)["power"])
 	}
 	b, err := json.Marshal(st)
 	if err != nil {
@@ -270,12 +278,24 @@ func writeState(dir string, machines []machine, mockup string, last []byte) ([]b
 	if string(b) == string(last) {
 		return b, nil
 	}
-	tmp := filepath.Join(dir, "."+StateFile)
-	if err := os.WriteFile(tmp, append(b, '\n'), 0o644); err != nil {
-		return nil, fmt.Errorf("writing %s: %w", StateFile, err)
+	if err := writeFile(dir, StateFile, append(b, '\n')); err != nil {
+		return nil, err
 	}
-	if err := os.Rename(tmp, filepath.Join(dir, StateFile)); err != nil {
-		return nil, fmt.Errorf("writing %s: %w", StateFile, err)
+	if err := writeFile(dir, PowerFile, []byte(power.String())); err != nil {
+		return nil, err
 	}
 	return b, nil
+}
+
+// writeFile replaces dir/name through a rename: a reader sees the old
+// file or the new, whole.
+func writeFile(dir, name string, b []byte) error {
+	tmp := filepath.Join(dir, "."+name)
+	if err := os.WriteFile(tmp, b, 0o644); err != nil {
+		return fmt.Errorf("writing %s: %w", name, err)
+	}
+	if err := os.Rename(tmp, filepath.Join(dir, name)); err != nil {
+		return fmt.Errorf("writing %s: %w", name, err)
+	}
+	return nil
 }
