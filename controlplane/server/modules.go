@@ -83,8 +83,8 @@ func (s *Server) moduleList(cfg Config) ([]modules.Module, error) {
 }
 
 // checkModuleTimes refuses a module pass or wait that is negative, or a
-// pass shorter than a second (it would spin on the database), naming the
-// key; 0 (unset) is the default.
+// pass shorter than 100ms (it would spin on the database), naming the key;
+// 0 (unset) is the default.
 func checkModuleTimes(mc serverconfig.ModulesConfig) error {
 	for _, d := range []struct {
 		key  string
@@ -96,8 +96,8 @@ func checkModuleTimes(mc serverconfig.ModulesConfig) error {
 		switch {
 		case d.v < 0:
 			return fmt.Errorf("%s %s: must not be negative (leave it out for the default)", d.key, time.Duration(d.v))
-		case d.pass && d.v != 0 && time.Duration(d.v) < time.Second:
-			return fmt.Errorf("%s %s: a pass must be at least 1s", d.key, time.Duration(d.v))
+		case d.pass && d.v != 0 && time.Duration(d.v) < 100*time.Millisecond:
+			return fmt.Errorf("%s %s: a pass must be at least 100ms", d.key, time.Duration(d.v))
 		}
 	}
 	return nil

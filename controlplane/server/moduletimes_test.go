@@ -19,7 +19,7 @@ func TestCheckModuleTimesNamesTheKey(t *testing.T) {
 	err := checkModuleTimes(serverconfig.ModulesConfig{Cooldown: serverconfig.Duration(-time.Second)})
 	require.ErrorContains(t, err, "modules.cooldown -1s: must not be negative")
 	err = checkModuleTimes(serverconfig.ModulesConfig{Rollout: serverconfig.RolloutConfig{Interval: serverconfig.Duration(10 * time.Millisecond)}})
-	require.ErrorContains(t, err, "modules.rollout.interval 10ms: a pass must be at least 1s")
+	require.ErrorContains(t, err, "modules.rollout.interval 10ms: a pass must be at least 100ms")
 	err = checkModuleTimes(serverconfig.ModulesConfig{Rollout: serverconfig.RolloutConfig{RejoinGrace: serverconfig.Duration(-time.Minute)}})
 	require.ErrorContains(t, err, "modules.rollout.rejoinGrace")
 }
