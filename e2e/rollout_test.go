@@ -67,7 +67,10 @@ func nodeState(st rollout.PoolStatus, id string) rollout.NodeStatus {
 //     command.
 //  3. "a retry after a fix" and "a staged rollout of a good release": set
 //     with the fixed package; node_a1 is retried (retrySkipped) and
-//     upgraded, then node_a2, each with one command.
+//     upgraded, then node_a2, each with one command, although bc-server
+//     is stopped and another started on the same database while node_a1's
+//     upgrade is in flight (a graceful stop in process, not a kill -9 of
+//     a bc-server process).
 func TestE2E_RolloutStopsOnABadReleaseAndRetriesAfterAFix(t *testing.T) {
 	site, adjust := withReleaseKey(t)
 	c := newCluster(t, adjust)
@@ -118,9 +121,16 @@ func TestE2E_RolloutStopsOnABadReleaseAndRetriesAfterAFix(t *testing.T) {
 	require.Equal(t, "1.0.0", cur)
 	require.Equal(t, 1, c.settledCount(ups[1][0]), "one terminal state")
 
-	// 3. The fix.
+	// 3. The fix. bc-server stops while node_a1's upgrade is in flight and
+	// another starts on the same database: the wave resumes from what is
+	// stored, and no node is upgraded twice.
 	good := site.publish(r, "good", "good.tar.gz", false)
 	c.setRollout(rolloutPool, good)
+	testutil.WaitFor(t, 2*time.Minute, "node_a1's third upgrade to reach the node", func() bool {
+		ups := c.upgrades(servertest.NodeA1)
+		return len(ups) == 3 && ups[2][1] != "pending"
+	})
+	c.restartControlPlane()
 	st = c.waitRollout("both nodes to be upgraded", func(st rollout.PoolStatus) bool {
 		return nodeState(st, servertest.NodeA1).State == rollout.StateUpgraded && nodeState(st, nodeA2).State == rollout.StateUpgraded
 	})
