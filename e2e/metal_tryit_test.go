@@ -61,10 +61,16 @@ func toolPath(t *testing.T, bins map[string]string) string {
 // its output.
 func runProcedure(t *testing.T, script string, env []string, timeout time.Duration) string {
 	t.Helper()
+	return runProcedureIn(t, "", script, env, timeout)
+}
+
+// runProcedureIn is runProcedure in directory dir ("" for the test's).
+func runProcedureIn(t *testing.T, dir, script string, env []string, timeout time.Duration) string {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "bash", "-e", "-c", script)
-	cmd.Env = env
+	cmd.Env, cmd.Dir = env, dir
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	var out lockedBuffer

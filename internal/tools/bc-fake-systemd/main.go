@@ -107,6 +107,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 // serve runs the bus and the manager until ctx ends or the bus dies; the
 // services it started stop with it.
 func serve(ctx context.Context, dir, unit string, argv []string, start bool, logger hclog.Logger) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("making --dir: %w", err)
+	}
 	startCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	bus, err := fakesystemd.StartBus(startCtx, dir)
 	cancel()
