@@ -185,6 +185,12 @@ demo-tools:
 	@mkdir -p $(BIN)/tools
 	$(GO) build -o $(BIN)/tools/ ./internal/tools/fakelogind
 
+## fakes: the fakes the docs' try-it procedures run, into bin/tools: bc-fake-bmc (Redfish and IPMI BMCs on loopback) and bc-fake-systemd (systemd's manager on a private D-Bus, for daemon.upgrade's handoff)
+.PHONY: fakes
+fakes:
+	@mkdir -p $(BIN)/tools
+	$(GO) build -o $(BIN)/tools/ ./internal/tools/bc-fake-bmc ./internal/tools/bc-fake-systemd
+
 ## demo-check: scripts/demo as root with / and /sys read-only, only a fresh temporary directory writable: it must pass, write nothing elsewhere, print no error line, count its whole run and leave nothing behind (CI runs it)
 demo-check: deps-demo build demo-tools
 	BIN=$(BIN) scripts/demo-check

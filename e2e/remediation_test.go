@@ -113,7 +113,7 @@ case "$*" in
   printf '%s, %s, %s, 0\n' "$idx" "$last" "$bus" ;;
 "-pm 0 -i "*) printf 'Disabled persistence mode for GPU %s.\nAll done.\n' "$last" ;;
 "-pm 1 -i "*) printf 'Enabled persistence mode for GPU %s.\nAll done.\n' "$last" ;;
-"--gpu-reset -i "*) rm -f "$d/pending-$last"; printf 'GPU %s was successfully reset.\nAll done.\n' "$last" ;;
+"--gpu-reset -i "*) [ -e "$d/sticky" ] || rm -f "$d/pending-$last"; printf 'GPU %s was successfully reset.\nAll done.\n' "$last" ;;
 *) echo "fake nvidia-smi: no answer scripted for: $*" >&2; exit 2 ;;
 esac
 `

@@ -10,7 +10,6 @@ import (
 	"github.com/better-compute/commands/controlplane/auth"
 	"github.com/better-compute/commands/controlplane/labels"
 	"github.com/better-compute/commands/controlplane/queue"
-	"github.com/better-compute/commands/controlplane/remediation"
 	apiv1 "github.com/better-compute/commands/proto/bc/api/v1"
 )
 
@@ -84,7 +83,7 @@ func (n *nodesServer) List(ctx context.Context, req *apiv1.ListNodesRequest) (*a
 	for i, r := range rows {
 		ids[i] = r.node.GetId()
 	}
-	rc, err := remediation.NodesConditions(ctx, s.pool, ids)
+	rc, err := platformConditions(ctx, s.pool, ids)
 	if err != nil {
 		return nil, s.fail(ctx, "nodes.list", err)
 	}

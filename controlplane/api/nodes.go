@@ -100,13 +100,15 @@ func scanNodeRow(r pgx.Row) (nodeRow, error) {
 // nodeProto completes a node row: inventory, its conditions with the
 // control plane's and the platform's own, and the session's times.
 func (s *Server) nodeProto(ctx context.Context, x nodeRow) (*apiv1.Node, error) {
-	// The platform's remediation adds its own: a reset that did not clear
-	// its GPU's condition, a node remediated too often (RemediationEscalated).
-	rc, err := remediation.NodeConditions(ctx, s.pool, x.node.GetId())
+	// The platform adds its own: a reset that did not clear its GPU's
+	// condition, a node remediated too often (RemediationEscalated), a
+	// report that contradicted a stored outcome (UpgradeRolledBack,
+	// ReportContradicted).
+	rc, err := platformConditions(ctx, s.pool, []string{x.node.GetId()})
 	if err != nil {
 		return nil, err
 	}
-	return nodeProtoWith(x, rc), nil
+	return nodeProtoWith(x, rc[x.node.GetId()]), nil
 }
 
 // nodeProtoWith is a node as the API shows it, with its remediation

@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -131,25 +132,12 @@ func (p *poolsServer) SetBudget(ctx context.Context, req *apiv1.SetPoolBudgetReq
 	if err != nil {
 		return nil, err
 	}
-	b := pools.Defaults(req.GetTenantId(), req.GetPool())
-	b.MaxConcurrent, b.MaxPerWindow = int(req.GetMaxConcurrent()), int(req.GetMaxPerWindow())
-	if req.GetWindowSeconds() != 0 {
-		b.Window = time.Duration(req.GetWindowSeconds()) * time.Second
-	}
-	if req.GetBreakerFailures() != 0 || req.GetBreakerWindowSeconds() != 0 {
-		b.BreakerFailures = int(req.GetBreakerFailures())
-	}
-	if req.GetBreakerWindowSeconds() != 0 {
-		b.BreakerWindow = time.Duration(req.GetBreakerWindowSeconds()) * time.Second
-	}
-	if req.GetWindowSeconds() < 0 || req.GetWindowSeconds() > 30*86400 || req.GetBreakerWindowSeconds() < 0 || req.GetBreakerWindowSeconds() > 30*86400 {
-		return nil, apierr.New(apierr.InvalidInput, "windowSeconds and breakerWindowSeconds must be 60 to 2592000 (0 for the default hour)", map[string]string{"field": "windowSeconds"})
-	}
-	if err := b.Validate(); err != nil {
-		return nil, s.fail(ctx, "pools.setBudget", err)
+	patch, err := budgetPatch(req)
+	if err != nil {
+		return nil, err
 	}
 	if err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		_, err := pools.Set(ctx, tx, b, id.Name)
+		_, err := pools.Update(ctx, tx, req.GetTenantId(), req.GetPool(), patch, id.Name)
 		return err
 	}); err != nil {
 		return nil, s.fail(ctx, "pools.setBudget", err)
@@ -268,4 +256,38 @@ func (r *reconcilerServer) ListBatches(ctx context.Context, req *apiv1.ListPlatf
 		out.Items = append(out.Items, batchProto(b, now))
 	}
 	return out, nil
+}
+
+// budgetPatch is the change a SetBudget request asks for: the fields it
+// sets (explicit presence), the others kept. A window outside 0 (the
+// default hour) or 60 to 2592000 seconds is refused, named.
+func budgetPatch(req *apiv1.SetPoolBudgetRequest) (pools.Patch, error) {
+	p := pools.Patch{StopAll: req.GetStopAllMaintenance()}
+	intp := func(v int32) *int { i := int(v); return &i }
+	if req.MaxConcurrent != nil {
+		p.MaxConcurrent = intp(req.GetMaxConcurrent())
+	}
+	if req.MaxPerWindow != nil {
+		p.MaxPerWindow = intp(req.GetMaxPerWindow())
+	}
+	if req.BreakerFailures != nil {
+		p.BreakerFailures = intp(req.GetBreakerFailures())
+	}
+	for _, w := range []struct {
+		field string
+		set   bool
+		secs  int64
+		dst   **time.Duration
+	}{{"windowSeconds", req.WindowSeconds != nil, req.GetWindowSeconds(), &p.Window},
+		{"breakerWindowSeconds", req.BreakerWindowSeconds != nil, req.GetBreakerWindowSeconds(), &p.BreakerWindow}} {
+		if !w.set {
+			continue
+		}
+		if w.secs < 0 || w.secs > 30*86400 || (w.secs != 0 && w.secs < 60) {
+			return pools.Patch{}, apierr.New(apierr.InvalidInput, fmt.Sprintf("%s %d must be 60 to 2592000 (0 for the default hour)", w.field, w.secs), map[string]string{"field": w.field})
+		}
+		d := time.Duration(w.secs) * time.Second
+		*w.dst = &d
+	}
+	return p, nil
 }

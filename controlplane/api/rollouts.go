@@ -21,10 +21,11 @@ type rolloutsServer struct {
 
 func rolloutProto(st rollout.PoolStatus) *apiv1.Rollout {
 	out := &apiv1.Rollout{TenantId: st.TenantID, Pool: st.Pool, Version: st.Version, Generation: st.Generation, Paused: st.Paused,
-		PausedReason: st.PausedReason, UpdatedAt: timestamppb.New(st.UpdatedAt), RejoinWindowSeconds: int32(st.RejoinWindow / time.Second)}
+		PausedReason: st.PausedReason, UpdatedAt: timestamppb.New(st.UpdatedAt), RejoinWindowSeconds: int32(st.RejoinWindow / time.Second),
+		MaxFailures: int32(st.MaxFailures), Failures: int32(st.Failures)}
 	for _, n := range st.Nodes {
 		out.Nodes = append(out.Nodes, &apiv1.RolloutNode{NodeId: n.NodeID, Current: n.Current, Target: n.Target, State: n.State,
-			CommandId: n.CommandID, Reason: n.Reason, Message: n.Message})
+			CommandId: n.CommandID, Reason: n.Reason, Message: n.Message, Attempts: int32(n.Attempts)})
 	}
 	return out
 }
@@ -49,7 +50,7 @@ func (r *rolloutsServer) Set(ctx context.Context, req *apiv1.SetRolloutRequest) 
 	}
 	d := rollout.Desired{TenantID: req.GetTenantId(), Pool: req.GetPool(), Version: req.GetVersion(), PackageURL: req.GetPackageUrl(),
 		PackageSize: req.GetPackageSize(), PackageSHA256: req.GetPackageSha256(), Release: req.GetRelease(),
-		RejoinWindow: time.Duration(req.GetRejoinWindowSeconds()) * time.Second}
+		RejoinWindow: time.Duration(req.GetRejoinWindowSeconds()) * time.Second, MaxFailures: int(req.GetMaxFailures())}
 	if err := d.Validate(); err != nil {
 		return nil, r.s.fail(ctx, "rollouts.set", err)
 	}
@@ -111,4 +112,26 @@ func (r *rolloutsServer) Resume(ctx context.Context, req *apiv1.ResumeRolloutReq
 		return nil, r.s.fail(ctx, "rollouts.resume", err)
 	}
 	return r.status(ctx, "rollouts.resume", req.GetTenantId(), req.GetPool())
+}
+
+// Retry sends the pool's failed and rolled-back nodes (or the one named) a
+// new command and resumes the rollout.
+func (r *rolloutsServer) Retry(ctx context.Context, req *apiv1.RetryRolloutRequest) (*apiv1.Rollout, error) {
+	if err := validID("pool", req.GetPool()); err != nil {
+		return nil, err
+	}
+	if err := validOptionalID("nodeId", req.GetNodeId()); err != nil {
+		return nil, err
+	}
+	id, err := poolAuth(ctx, req.GetTenantId(), req.GetPool(), auth.PermPoolsAdmin)
+	if err != nil {
+		return nil, err
+	}
+	if err := pgx.BeginFunc(ctx, r.s.pool, func(tx pgx.Tx) error {
+		_, _, err := rollout.Retry(ctx, tx, req.GetTenantId(), req.GetPool(), req.GetNodeId(), id.Name)
+		return err
+	}); err != nil {
+		return nil, r.s.fail(ctx, "rollouts.retry", err)
+	}
+	return r.status(ctx, "rollouts.retry", req.GetTenantId(), req.GetPool())
 }

@@ -57,3 +57,33 @@ func TestOperatorGuidePoolsProcedureRunsAsWritten(t *testing.T) {
 	require.Contains(t, res.stdout, `"maxConcurrent": 2`)
 	require.Contains(t, res.stdout, `"maxPerWindow": 10`)
 }
+
+// The operator guide's freeze (section 9: "maxConcurrent=0 … is refused
+// unless you add stopAllMaintenance=true"), run as written: the freeze
+// stores 0, lifting it stores 2, and the freeze without the confirmation
+// is refused with the words the guide quotes.
+func TestOperatorGuideBudgetFreezeRunsAsWritten(t *testing.T) {
+	t.Parallel()
+	r := servertest.Start(t, nil)
+	env := envFor(r, servertest.TokOps)
+	env["BC_TENANT"] = servertest.TenantA
+	lines := shBlock(t, filepath.Join("..", "..", "docs", "operator-guide.md"), "which says you mean it:")
+	require.Len(t, lines, 2)
+	for i, want := range []string{`"maxConcurrent"`, `"maxConcurrent": 2`} {
+		cmd, _, _ := strings.Cut(lines[i], "#")
+		args, ok := strings.CutPrefix(strings.TrimSpace(cmd), "better-compute ")
+		require.True(t, ok, lines[i])
+		res := cliRun(context.Background(), env, strings.Fields(args)...)
+		require.Equal(t, 0, res.code, "%s: %s", lines[i], res.stderr)
+		res = cliRun(context.Background(), env, "pools", "get", "gpu-a", "--json")
+		require.Equal(t, 0, res.code, res.stderr)
+		if i == 0 {
+			require.NotContains(t, res.stdout, want, "protojson leaves out a maxConcurrent of 0")
+			continue
+		}
+		require.Contains(t, res.stdout, want)
+	}
+	res := cliRun(context.Background(), env, "pools", "set-budget", "pool=gpu-a", "maxConcurrent=0")
+	require.Equal(t, 1, res.code)
+	require.Contains(t, res.stderr, "stopAllMaintenance=true")
+}

@@ -66,13 +66,20 @@ remediation in the pool when too many fail within its window.
 	}
 	jsonFlag(get, &getJSON)
 	set := &cobra.Command{
-		Use:   "set-budget pool=… maxConcurrent=N [maxPerWindow=N] [windowSeconds=N] [breakerFailures=N] [breakerWindowSeconds=N]",
-		Short: "Set a pool's disruption budget (compute:pools:admin)",
-		Long: `set-budget replaces the pool's budget. maxConcurrent is how many nodes may be
-in disruptive maintenance at once (0 stops all); maxPerWindow how many may
-start it per windowSeconds (0: no limit; the window defaults to 3600);
-breakerFailures failed or unverified remediations within breakerWindowSeconds
-trip the pool's breaker (defaults 3 per 3600; 0 never trips it).`,
+		Use:   "set-budget pool=… [maxConcurrent=N] [maxPerWindow=N] [windowSeconds=N] [breakerFailures=N] [breakerWindowSeconds=N] [stopAllMaintenance=true]",
+		Short: "Change a pool's disruption budget: only the fields given (compute:pools:admin)",
+		Long: `set-budget changes the fields it names and keeps the others; a pool without a
+budget starts from the defaults (maxConcurrent 1, no window limit, a breaker at
+3 failures per 3600 s). maxConcurrent is how many nodes may be in disruptive
+maintenance at once; maxPerWindow how many may start it per windowSeconds (0:
+no limit; a window of 0 is the default 3600); breakerFailures failed or
+unverified remediations within breakerWindowSeconds trip the pool's breaker
+(0 never trips it). maxConcurrent=0 stops all disruptive maintenance in the
+pool (remediation and rollouts) and is refused unless stopAllMaintenance=true
+says that is meant.
+
+  better-compute pools set-budget pool=gpu-a maxPerWindow=10 windowSeconds=1800
+  better-compute pools set-budget pool=gpu-a maxConcurrent=0 stopAllMaintenance=true`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return a.callPrint(cmd, "pools.setBudget", args, setJSON, func(m proto.Message) error { return a.poolsTable(m.(*apiv1.Pool)) })
 		},

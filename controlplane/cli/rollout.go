@@ -14,21 +14,26 @@ import (
 func (a *app) rolloutCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "rollout",
-		Short: "Show, set, pause and resume the pools' desired daemon versions",
+		Short: "Show, set, pause, resume and retry the pools' desired daemon versions",
 		Long: `rollout wraps the rollouts.* methods. Each pool has a desired bcd version; the
 rollout module upgrades the pool's nodes with daemon.upgrade, in waves within
 the pool's disruption budget (pools set-budget), and pauses the rollout on the
-first node that rolls back.
+first node that rolls back, and once maxFailures nodes (1 unless set) failed
+otherwise (a package refused for its digest or signature, a failed
+self-check, no news within the rejoin window). retry sends the failed and
+rolled-back nodes a new command and resumes it; set with the same version and
+another package (a fixed one) does the same.
 
   better-compute rollout set pool=gpu-a version=1.4.0 packageUrl=https://… packageSize=N packageSha256=HEX release=BASE64
       (packageSha256, packageSize and release come from: better-compute pki sign-release --json)
   better-compute rollout status gpu-a        per node: current, target, state
   better-compute rollout pause gpu-a [reason=…]
-  better-compute rollout resume gpu-a`,
+  better-compute rollout resume gpu-a
+  better-compute rollout retry gpu-a [nodeId=node_…]`,
 	}
-	var setJSON, statusJSON, pauseJSON, resumeJSON bool
+	var setJSON, statusJSON, pauseJSON, resumeJSON, retryJSON bool
 	set := &cobra.Command{
-		Use:   "set pool=… version=… packageUrl=… packageSize=N packageSha256=HEX release=BASE64 [rejoinWindowSeconds=N]",
+		Use:   "set pool=… version=… packageUrl=… packageSize=N packageSha256=HEX release=BASE64 [rejoinWindowSeconds=N] [maxFailures=N]",
 		Short: "Set a pool's desired daemon version (compute:pools:admin)",
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return a.callPrint(cmd, "rollouts.set", args, setJSON, func(m proto.Message) error { return a.rolloutTable(m.(*apiv1.Rollout)) })
@@ -59,7 +64,15 @@ first node that rolls back.
 		},
 	}
 	jsonFlag(resume, &resumeJSON)
-	cmd.AddCommand(set, status, pause, resume)
+	retry := &cobra.Command{
+		Use:   "retry pool=… [nodeId=…]",
+		Short: "Send the nodes that failed or rolled back a new command and resume the rollout (compute:pools:admin)",
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return a.callPrint(cmd, "rollouts.retry", idArg(args, "pool"), retryJSON, func(m proto.Message) error { return a.rolloutTable(m.(*apiv1.Rollout)) })
+		},
+	}
+	jsonFlag(retry, &retryJSON)
+	cmd.AddCommand(set, status, pause, resume, retry)
 	return cmd
 }
 
@@ -68,7 +81,8 @@ func (a *app) rolloutTable(r *apiv1.Rollout) error {
 	if r.GetPaused() {
 		state = "PAUSED: " + r.GetPausedReason()
 	}
-	fmt.Fprintf(a.env.Stdout, "pool %s: target %s (generation %d), %s\n", r.GetPool(), r.GetVersion(), r.GetGeneration(), state)
+	fmt.Fprintf(a.env.Stdout, "pool %s: target %s (generation %d), %s; failures %d/%d\n", r.GetPool(), r.GetVersion(), r.GetGeneration(), state,
+		r.GetFailures(), r.GetMaxFailures())
 	w := tabwriter.NewWriter(a.env.Stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(w, "NODE\tCURRENT\tTARGET\tSTATE\tCOMMAND\tREASON")
 	for _, n := range r.GetNodes() {

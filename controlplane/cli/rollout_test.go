@@ -43,6 +43,20 @@ func TestRolloutCLI(t *testing.T) {
 	require.Equal(t, 0, res.code, res.stderr)
 	require.Contains(t, res.stdout, "running")
 
+	// Issue 35: "rollout retry … retries failed nodes"; a node that did
+	// not fail is refused, named.
+	res = cliRun(ctx, env, "rollout", "retry", "gpu-a", "nodeId="+servertest.NodeA1)
+	require.Equal(t, 1, res.code)
+	require.Contains(t, res.stderr, "INVALID_STATE")
+	require.Contains(t, res.stderr, "node "+servertest.NodeA1+" has not failed or rolled back")
+	res = cliRun(ctx, env, "rollout", "retry", "gpu-a")
+	require.Equal(t, 0, res.code, res.stderr)
+	require.Contains(t, res.stdout, "running; failures 0/1")
+	res = cliRun(ctx, env, "rollout", "set", "pool=gpu-a", "version=1.4.0", "packageUrl=https://releases.example/bcd-1.4.0.tar.gz",
+		"packageSize=1234", "packageSha256="+strings.Repeat("ab", 32), "release="+release, "maxFailures=3")
+	require.Equal(t, 0, res.code, res.stderr)
+	require.Contains(t, res.stdout, "failures 0/3")
+
 	res = cliRun(ctx, env, "rollout", "set", "pool=gpu-a", "version=1.5.0", "packageUrl=ftp://x", "packageSize=1", "packageSha256="+strings.Repeat("ab", 32), "release="+release)
 	require.Equal(t, 1, res.code)
 	require.Contains(t, res.stderr, "INVALID_INPUT")

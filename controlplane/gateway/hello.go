@@ -36,6 +36,9 @@ func (g *Gateway) beginSession(ctx context.Context, hello *agentv1.Hello, role s
 			return err
 		}
 		for _, c := range open {
+			if err := g.upgradeRejoining(ctx, tx, c, hello); err != nil {
+				return err
+			}
 			t := settledByReconnect(c, start, hello, role)
 			if t == nil {
 				continue
@@ -62,12 +65,14 @@ func settledByReconnect(c queue.Command, prev queue.SessionStart, hello *agentv1
 	newJournal := prev.PrevJournalID != "" && prev.PrevJournalID != hello.GetJournalId()
 	switch {
 	case c.Kind == upgrade.KindName:
-		// daemon.upgrade restarts bcd on the same boot: the new daemon's
-		// version in Hello proves it, a new boot proves nothing. A
-		// rollback is reported by the old daemon, with what was tried.
-		if target := upgradeTarget(c.Payload); target != "" && hello.GetDaemonVersion() == target {
-			return &queue.Transition{CommandID: c.ID, NodeID: c.NodeID, To: queue.Succeeded, Reason: ReasonUpgraded}
-		}
+		// daemon.upgrade restarts bcd on the same boot, and neither a new
+		// boot nor the new daemon's version in Hello proves how it ends:
+		// the new daemon may yet fail to rejoin and be rolled back. The
+		// node reports the outcome itself: the new daemon once it wrote its
+		// rejoin marker, the old one after a rollback (rolled-back), and
+		// the rollout module fails it when the rejoin window passes with no
+		// news (rejoin-timeout).
+		return nil
 	case (newBoot || newRole) && c.Flags.SelfTerminating:
 		return &queue.Transition{CommandID: c.ID, NodeID: c.NodeID, To: queue.Succeeded, Reason: kind.ReasonRebooted, Rebooted: true}
 	case newJournal && !c.Flags.RetrySafe:
@@ -76,9 +81,27 @@ func settledByReconnect(c queue.Command, prev queue.SessionStart, hello *agentv1
 	return nil
 }
 
-// ReasonUpgraded is the reason of a daemon.upgrade that the new daemon's
-// first Hello settled.
-const ReasonUpgraded = "upgraded"
+// upgradeRejoining records, as the progress of an in-flight daemon.upgrade,
+// that its target version said Hello: the command stays open until the
+// node reports how it ended, and an operator sees what it waits for.
+func (g *Gateway) upgradeRejoining(ctx context.Context, tx pgx.Tx, c queue.Command, hello *agentv1.Hello) error {
+	if c.Kind != upgrade.KindName || c.State == queue.Pending {
+		return nil
+	}
+	target := upgradeTarget(c.Payload)
+	if target == "" || hello.GetDaemonVersion() != target {
+		return nil
+	}
+	b, err := json.Marshal(map[string]any{"percent": 95, "message": "bcd " + target + " said Hello; waiting for its rejoin marker (or the helper's rollback)"})
+	if err != nil {
+		return err
+	}
+	if _, err := g.queue.RecordProgress(ctx, tx, c.ID, 0, b); err != nil {
+		return err
+	}
+	g.logger.Info("the upgrade's new daemon said Hello; the command waits for its outcome", "node_id", c.NodeID, "command_id", c.ID, "version", target)
+	return nil
+}
 
 // upgradeTarget is a daemon.upgrade payload's targetVersion, "" when it
 // has none.

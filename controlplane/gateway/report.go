@@ -127,6 +127,14 @@ func (s *session) land(ctx context.Context, u *agentv1.CommandUpdate) (outcome, 
 		// nothing, so store the progress itself, throttled.
 		return s.progress(ctx, cur.ID, t.Progress)
 	}
+	if !changed && queue.Contradicts(cur, t) {
+		// "A report that contradicts a stored terminal state is never
+		// dropped silently": the first state stays, this one is stored
+		// beside it and its owner woken.
+		if _, err := s.g.queue.RecordContradiction(ctx, s.g.pool, cur, t); err != nil {
+			return s.landErr(ctx, "storing a contradicting report", u, err)
+		}
+	}
 	if cur.State.Terminal() {
 		delete(s.progressDue, cur.ID)
 		delete(s.progressAt, cur.ID)

@@ -12,11 +12,10 @@ import (
 	"github.com/better-compute/commands/sdk/kind"
 )
 
-// "The new daemon settles the command in its first Hello (its version and
-// boot id) as succeeded": an in-flight daemon.upgrade is settled by a Hello
-// that reports the target version, and neither by a Hello of the old
-// version (a rollback, which the old daemon reports itself) nor by a new
-// boot id, which proves nothing about an upgrade.
+// Issue 35: "The command of a daemon.upgrade settles only when the outcome
+// is known": neither a Hello of the target version (the new daemon may yet
+// fail to rejoin and be rolled back), nor one of the old version (the old
+// daemon reports the rollback itself), nor a new boot id settles it.
 func TestSettledByReconnect_DaemonUpgrade(t *testing.T) {
 	payload, err := json.Marshal(map[string]any{"targetVersion": "1.1.0"})
 	require.NoError(t, err)
@@ -24,12 +23,9 @@ func TestSettledByReconnect_DaemonUpgrade(t *testing.T) {
 		Flags: kind.Flags{SelfTerminating: true}}
 	prev := queue.SessionStart{PrevBootID: "boot-1", PrevRole: "node", PrevJournalID: "j1"}
 
-	tr := settledByReconnect(c, prev, &agentv1.Hello{BootId: "boot-1", JournalId: "j1", DaemonVersion: "1.1.0"}, "node")
-	require.NotNil(t, tr)
-	require.Equal(t, queue.Succeeded, tr.To)
-	require.Equal(t, ReasonUpgraded, tr.Reason)
-	require.False(t, tr.Rebooted)
-
+	require.Nil(t, settledByReconnect(c, prev, &agentv1.Hello{BootId: "boot-1", JournalId: "j1", DaemonVersion: "1.1.0"}, "node"),
+		"the new daemon's Hello proves it started, not that it rejoined")
+	require.Equal(t, "1.1.0", upgradeTarget(c.Payload))
 	require.Nil(t, settledByReconnect(c, prev, &agentv1.Hello{BootId: "boot-1", JournalId: "j1", DaemonVersion: "1.0.0"}, "node"),
 		"the old version says nothing in Hello; it reports the rollback")
 	require.Nil(t, settledByReconnect(c, prev, &agentv1.Hello{BootId: "boot-2", JournalId: "j1", DaemonVersion: "1.0.0"}, "node"),

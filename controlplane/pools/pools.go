@@ -63,7 +63,7 @@ type Budget struct {
 // Defaults is the budget of a pool nobody configured: one node at a time,
 // no window limit, a breaker at 3 failures an hour.
 func Defaults(tenantID, pool string) Budget {
-	return Budget{TenantID: tenantID, Pool: pool, MaxConcurrent: 1, Window: time.Hour, BreakerFailures: 3, BreakerWindow: time.Hour}
+	return Budget{TenantID: tenantID, Pool: pool, MaxConcurrent: 1, Window: DefaultWindow, BreakerFailures: 3, BreakerWindow: DefaultWindow}
 }
 
 func invalid(field, format string, args ...any) error {
@@ -158,10 +158,19 @@ func Set(ctx context.Context, tx pgx.Tx, b Budget, by string) (Budget, error) {
 	if err != nil {
 		return Budget{}, fmt.Errorf("storing the budget of pool %s: %w", b.Pool, err)
 	}
-	err = events.Write(ctx, tx, b.TenantID, TopicBudgetSet, map[string]any{"pool": b.Pool, "by": by,
+	return out, writeBudgetEvent(ctx, tx, out, by, "")
+}
+
+// writeBudgetEvent publishes pool.budget.set with the budget as stored;
+// changed, when not empty, names the fields the caller set.
+func writeBudgetEvent(ctx context.Context, tx pgx.Tx, out Budget, by, changed string) error {
+	payload := map[string]any{"pool": out.Pool, "by": by,
 		"maxConcurrent": out.MaxConcurrent, "maxPerWindow": out.MaxPerWindow, "windowSeconds": int(out.Window / time.Second),
-		"breakerFailures": out.BreakerFailures, "breakerWindowSeconds": int(out.BreakerWindow / time.Second)})
-	return out, err
+		"breakerFailures": out.BreakerFailures, "breakerWindowSeconds": int(out.BreakerWindow / time.Second)}
+	if changed != "" {
+		payload["changed"] = changed
+	}
+	return events.Write(ctx, tx, out.TenantID, TopicBudgetSet, payload)
 }
 
 // SetNodePool moves a node into pool in tx and publishes node.pool.set. A

@@ -390,6 +390,17 @@ func (e *Engine) running(ctx context.Context, tx pgx.Tx, r Row) error {
 		}
 		return nil
 	}
+	if cmd.State == queue.Failed && r.Action == ActionGPUReset && cmd.Reason == ReasonGPUUnhealthy {
+		// The reset ran and the GPU is still unhealthy: resetting again
+		// will not help, so it escalates, as a reset whose fresh inventory
+		// still shows the condition does.
+		msg := fmt.Sprintf("gpu.reset %s ran but %s stays unhealthy (%s): escalated instead of resetting again", cmd.ID, r.GPU, cmd.Message)
+		if err := e.mc.Event(ctx, tx, r.TenantID, TopicEscalated, map[string]any{"remediationId": r.ID, "nodeId": r.NodeID, "pool": r.Pool,
+			"gpu": r.GPU, "trigger": r.Trigger, "commandId": r.CommandID, "message": msg}); err != nil {
+			return err
+		}
+		return e.finish(ctx, tx, r, StateEscalated, OutcomeFailed, msg)
+	}
 	if cmd.State != queue.Succeeded {
 		return e.finish(ctx, tx, r, StateFailed, OutcomeFailed, fmt.Sprintf("%s %s ended %s (%s) %s", r.Action, cmd.ID, cmd.State, cmd.Reason, cmd.Message))
 	}

@@ -192,6 +192,31 @@ func TestProvisionEscalatesWhenTheResetDidNotClearIt(t *testing.T) {
 	require.Len(t, rows, 1)
 }
 
+// Issue 35: "a reset whose GPU stays unhealthy escalates": a gpu.reset that
+// ran but reports the GPU still unhealthy (gpu-unhealthy) escalates, with
+// the event and the node condition, instead of failing and being tried
+// again; any other failure of the reset fails the remediation.
+func TestProvisionEscalatesWhenTheResetReportsTheGPUStillUnhealthy(t *testing.T) {
+	b := setup(t)
+	rows := b.plan(t)
+	require.Equal(t, remediation.StateRunning, rows[0].State)
+	_, changed, err := b.q.Transition(b.ctx, b.pool, queue.Transition{CommandID: b.commands(t)[0].ID, NodeID: b.node, To: queue.Failed,
+		Reason: remediation.ReasonGPUUnhealthy, Message: "reset, but still unhealthy (power-cycle the node or replace the GPU): " + gpu1 + ": a row remap is still pending"})
+	require.NoError(t, err)
+	require.True(t, changed)
+	rows = b.plan(t)
+	require.Len(t, rows, 1, "no second reset")
+	require.Equal(t, remediation.StateEscalated, rows[0].State)
+	require.Equal(t, remediation.OutcomeFailed, rows[0].Outcome, "it counts towards the breaker")
+	require.Contains(t, rows[0].OutcomeMessage, "stays unhealthy")
+	require.Contains(t, b.topics(t), remediation.TopicEscalated)
+	conds, err := remediation.NodeConditions(b.ctx, b.pool, b.node)
+	require.NoError(t, err)
+	require.Len(t, conds, 1)
+	require.Equal(t, remediation.ConditionEscalated, conds[0].Type)
+	require.Len(t, b.commands(t), 1, "the reset only: nothing to verify")
+}
+
 // A stale session keeps the reset waiting, saying so; a session seen again
 // lets it go.
 func TestProvisionSkipsAStaleSession(t *testing.T) {

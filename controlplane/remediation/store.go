@@ -114,6 +114,11 @@ func Get(ctx context.Context, db store.DBTX, id string) (Row, error) {
 // "platform:health").
 const PlatformRequesterPrefix = "platform:"
 
+// ReasonGPUUnhealthy is gpu.reset's failure when every reset ran but a
+// fresh query shows the GPU still unhealthy (plugins/gpureset's
+// ReasonUnhealthy): the remediation escalates rather than failing.
+const ReasonGPUUnhealthy = "gpu-unhealthy"
+
 // ConditionEscalated is the node condition of a remediation that escalated
 // (a reset that did not clear its GPU's condition, or a node remediated
 // too often): True while one escalated within the last 7 days.

@@ -20,6 +20,8 @@ type NodeStatus struct {
 	CommandID string
 	Reason    string
 	Message   string
+	// Attempts counts the node's commands in this generation.
+	Attempts  int
 	UpdatedAt *time.Time
 }
 
@@ -38,7 +40,7 @@ func Status(ctx context.Context, db store.DBTX, tenantID, pool string) (PoolStat
 		return PoolStatus{}, err
 	}
 	rows, err := db.Query(ctx, `SELECT n.id, n.daemon_version, coalesce(rn.state, ''), coalesce(rn.command_id, ''), coalesce(rn.reason, ''),
-		coalesce(rn.message, ''), rn.updated_at
+		coalesce(rn.message, ''), coalesce(rn.attempts, 0), rn.updated_at
 		FROM nodes n LEFT JOIN rollout_nodes rn ON rn.node_id = n.id AND rn.generation = $3 AND rn.pool = $2
 		WHERE n.tenant_id = $1 AND n.pool = $2 AND n.deleted_at IS NULL ORDER BY n.id`, tenantID, pool, r.Generation)
 	if err != nil {
@@ -46,7 +48,7 @@ func Status(ctx context.Context, db store.DBTX, tenantID, pool string) (PoolStat
 	}
 	nodes, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (NodeStatus, error) {
 		n := NodeStatus{Target: r.Version}
-		err := row.Scan(&n.NodeID, &n.Current, &n.State, &n.CommandID, &n.Reason, &n.Message, &n.UpdatedAt)
+		err := row.Scan(&n.NodeID, &n.Current, &n.State, &n.CommandID, &n.Reason, &n.Message, &n.Attempts, &n.UpdatedAt)
 		switch {
 		case n.State == "" && n.Current == r.Version:
 			n.State = StateUpgraded

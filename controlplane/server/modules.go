@@ -14,6 +14,7 @@ import (
 	"github.com/better-compute/commands/controlplane/reconciler"
 	"github.com/better-compute/commands/controlplane/remediation"
 	"github.com/better-compute/commands/controlplane/rollout"
+	"github.com/better-compute/commands/controlplane/serverconfig"
 	"github.com/better-compute/commands/internal/trust"
 )
 
@@ -60,14 +61,46 @@ func (s *Server) moduleList(cfg Config) ([]modules.Module, error) {
 		eng.PlatformKey = key
 		s.logger.Info("the platform approves its own batches as one approval", "approver", eng.PlatformKeyName, "key_id", id)
 	}
-	out := []modules.Module{rollout.New(s.pool, s.queue, s.logger), metal.Module{Pool: s.pool, Queue: s.queue}}
+	if err := checkModuleTimes(mc); err != nil {
+		return nil, err
+	}
+	ro := rollout.New(s.pool, s.queue, s.logger)
+	if mc.Rollout.Interval > 0 {
+		ro.Every = time.Duration(mc.Rollout.Interval)
+	}
+	if mc.Rollout.RejoinGrace > 0 {
+		ro.RejoinGrace = time.Duration(mc.Rollout.RejoinGrace)
+	}
+	out := []modules.Module{ro, metal.Module{Pool: s.pool, Queue: s.queue}}
+	cooldown := time.Duration(mc.Cooldown)
 	if mc.Remediation.Enabled {
-		out = append(out, remediation.NewProvision(remediation.ProvisionOptions{Engine: eng, Interval: time.Duration(mc.Interval)}))
+		out = append(out, remediation.NewProvision(remediation.ProvisionOptions{Engine: eng, Interval: time.Duration(mc.Interval), Cooldown: cooldown}))
 	}
 	if mc.Reconciler.Enabled {
-		out = append(out, reconciler.New(reconciler.Options{Engine: eng, Interval: time.Duration(mc.Interval)}))
+		out = append(out, reconciler.New(reconciler.Options{Engine: eng, Interval: time.Duration(mc.Interval), Cooldown: cooldown}))
 	}
 	return out, nil
+}
+
+// checkModuleTimes refuses a module pass or wait that is negative, or a
+// pass shorter than 100ms (it would spin on the database), naming the key;
+// 0 (unset) is the default.
+func checkModuleTimes(mc serverconfig.ModulesConfig) error {
+	for _, d := range []struct {
+		key  string
+		v    serverconfig.Duration
+		pass bool
+	}{{"modules.interval", mc.Interval, true}, {"modules.staleAfter", mc.StaleAfter, false}, {"modules.verifyTimeout", mc.VerifyTimeout, false},
+		{"modules.cooldown", mc.Cooldown, false}, {"modules.rollout.interval", mc.Rollout.Interval, true},
+		{"modules.rollout.rejoinGrace", mc.Rollout.RejoinGrace, false}} {
+		switch {
+		case d.v < 0:
+			return fmt.Errorf("%s %s: must not be negative (leave it out for the default)", d.key, time.Duration(d.v))
+		case d.pass && d.v != 0 && time.Duration(d.v) < 100*time.Millisecond:
+			return fmt.Errorf("%s %s: a pass must be at least 100ms", d.key, time.Duration(d.v))
+		}
+	}
+	return nil
 }
 
 // Modules is the module host.

@@ -110,6 +110,24 @@ type ModulesConfig struct {
 	// Reconciler is the health reconciler (RebootRequired and the XID
 	// rules). Off unless enabled: it reboots nodes on its own.
 	Reconciler ModuleSwitch `yaml:"reconciler"`
+	// Cooldown keeps what a remediation just finished on (the
+	// reconciler's node, the provision module's GPU) from being planned
+	// again at once, while the node's reports catch up ("5m").
+	Cooldown Duration `yaml:"cooldown"`
+	// Rollout tunes the rollout module.
+	Rollout RolloutConfig `yaml:"rollout"`
+}
+
+// RolloutConfig tunes the rollout module (daemon.upgrade by pool).
+type RolloutConfig struct {
+	// Interval is its pass ("30s"): a rollout set, resumed or retried, and
+	// a node that joined the pool, wait for it at most this long; a node's
+	// outcome starts the next wave at once.
+	Interval Duration `yaml:"interval"`
+	// RejoinGrace is how long past the rejoin window an upgrade whose new
+	// daemon said Hello may stay without news before it fails
+	// rejoin-timeout ("2m").
+	RejoinGrace Duration `yaml:"rejoinGrace"`
 }
 
 // ModuleSwitch turns a module on.

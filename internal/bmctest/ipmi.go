@@ -2,6 +2,7 @@ package bmctest
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"slices"
 	"sync"
@@ -39,12 +40,24 @@ type IPMI struct {
 	Host    string
 	Port    int
 	Chassis *Chassis
+	close   func()
 }
 
 // NewIPMI starts go-ipmi's BMC with one administrator; it stops with the
 // test.
 func NewIPMI(t testing.TB, opts IPMIOptions) *IPMI {
 	t.Helper()
+	i, err := StartIPMI(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(i.Close)
+	return i
+}
+
+// StartIPMI starts go-ipmi's BMC with one administrator on loopback UDP,
+// outside a test (bc-fake-bmc); Close stops it.
+func StartIPMI(opts IPMIOptions) (*IPMI, error) {
 	if opts.Delay == 0 {
 		opts.Delay = 300 * time.Millisecond
 	}
@@ -56,14 +69,14 @@ func NewIPMI(t testing.TB, opts IPMIOptions) *IPMI {
 	b := bmc.New(info, guid, h, bmc.WithClock(clock.Real))
 	u, err := b.Users.Add(2, opts.Username)
 	if err != nil {
-		t.Fatalf("adding the IPMI user: %v", err)
+		return nil, fmt.Errorf("adding the IPMI user: %w", err)
 	}
 	u.SetPassword([]byte(opts.Password))
 	u.Enabled = true
 	u.ChannelAccess[1] = bmc.UserChannelAccess{MaxPrivilege: bmc.PrivilegeLevelAdministrator, Enabled: true}
 	pc, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
 	if err != nil {
-		t.Fatalf("listening for IPMI: %v", err)
+		return nil, fmt.Errorf("listening for IPMI: %w", err)
 	}
 	srv := server.NewServer(b, udp.Wrap(pc))
 	ctx, cancel := context.WithCancel(context.Background())
@@ -72,13 +85,19 @@ func NewIPMI(t testing.TB, opts IPMIOptions) *IPMI {
 		defer close(done)
 		_ = srv.Serve(ctx)
 	}()
-	t.Cleanup(func() {
+	addr := pc.LocalAddr().(*net.UDPAddr)
+	return &IPMI{Host: addr.IP.String(), Port: addr.Port, Chassis: h.chassis, close: func() {
 		cancel()
 		_ = pc.Close()
 		<-done
-	})
-	addr := pc.LocalAddr().(*net.UDPAddr)
-	return &IPMI{Host: addr.IP.String(), Port: addr.Port, Chassis: h.chassis}
+	}}, nil
+}
+
+// Close stops the BMC.
+func (i *IPMI) Close() {
+	if i.close != nil {
+		i.close()
+	}
 }
 
 type halWithChassis struct {

@@ -74,6 +74,14 @@ type system struct {
 // NewRedfish starts a fake Redfish BMC over TLS; it stops with the test.
 func NewRedfish(t testing.TB, opts RedfishOptions) *Redfish {
 	t.Helper()
+	r := StartRedfish(opts)
+	t.Cleanup(r.Close)
+	return r
+}
+
+// StartRedfish starts a fake Redfish BMC over TLS on loopback, outside a
+// test (bc-fake-bmc); Close stops it.
+func StartRedfish(opts RedfishOptions) *Redfish {
 	if opts.Mockup == "" {
 		opts.Mockup = Rackmount1
 	}
@@ -82,7 +90,6 @@ func NewRedfish(t testing.TB, opts RedfishOptions) *Redfish {
 	}
 	r := &Redfish{opts: opts, systems: map[string]*system{}}
 	r.Server = httptest.NewTLSServer(http.HandlerFunc(r.serve))
-	t.Cleanup(r.Close)
 	return r
 }
 
@@ -90,12 +97,21 @@ func NewRedfish(t testing.TB, opts RedfishOptions) *Redfish {
 // its path, for the inventory's redfish.caFile.
 func (r *Redfish) CAFile(t testing.TB, dir string) string {
 	t.Helper()
-	p := filepath.Join(dir, "bmc-ca-"+strings.ReplaceAll(r.Listener.Addr().String(), ":", "_")+".pem")
-	b := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: r.Certificate().Raw})
-	if err := os.WriteFile(p, b, 0o644); err != nil {
+	p, err := r.WriteCAFile(dir)
+	if err != nil {
 		t.Fatal(err)
 	}
 	return p
+}
+
+// WriteCAFile is CAFile outside a test.
+func (r *Redfish) WriteCAFile(dir string) (string, error) {
+	p := filepath.Join(dir, "bmc-ca-"+strings.ReplaceAll(r.Listener.Addr().String(), ":", "_")+".pem")
+	b := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: r.Certificate().Raw})
+	if err := os.WriteFile(p, b, 0o644); err != nil {
+		return "", fmt.Errorf("writing the BMC's certificate: %w", err)
+	}
+	return p, nil
 }
 
 // Requests are the state-changing requests the BMC received, in order

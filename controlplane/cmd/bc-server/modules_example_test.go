@@ -5,9 +5,11 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/better-compute/commands/controlplane/rollout"
 	"github.com/better-compute/commands/controlplane/server"
 )
 
@@ -46,6 +48,11 @@ func TestModulesConfigAsDocumented(t *testing.T) {
 	require.False(t, cfg.Modules.Remediation.Enabled)
 	require.False(t, cfg.Modules.Reconciler.Enabled)
 	require.Equal(t, 5, cfg.Modules.MaxRemediationsPerWeek)
+	// Issue 35: the passes and waits are configuration, the example
+	// showing their defaults.
+	require.EqualValues(t, 5*time.Minute, cfg.Modules.Cooldown)
+	require.EqualValues(t, rollout.DefaultEvery, cfg.Modules.Rollout.Interval)
+	require.EqualValues(t, rollout.DefaultRejoinGrace, cfg.Modules.Rollout.RejoinGrace)
 
 	blocks := yamlBlocks(t, filepath.Join("..", "..", "..", "docs", "operator-guide.md"), "### Enabling it, and who approves")
 	require.Len(t, blocks, 2)
@@ -55,6 +62,8 @@ func TestModulesConfigAsDocumented(t *testing.T) {
 			require.True(t, c.Modules.Remediation.Enabled)
 			require.True(t, c.Modules.Reconciler.Enabled)
 			require.EqualValues(t, 90e9, c.Modules.StaleAfter)
+			require.EqualValues(t, 2*time.Minute, c.Modules.Cooldown)
+			require.EqualValues(t, 10*time.Second, c.Modules.Rollout.Interval)
 		},
 		func(c server.Config) {
 			require.Equal(t, "/etc/bc-server/platform-approver.pem", c.PKI.PlatformApproverKey)

@@ -325,19 +325,33 @@ func (x *Pool) GetFailuresInWindow() int32 {
 	return 0
 }
 
+// SetPoolBudgetRequest changes the fields it sets and keeps the others:
+// a pool without a budget starts from the defaults (max_concurrent 1, no
+// window limit, a breaker at 3 failures an hour). The numbers have explicit
+// presence (proto3 optional), so a field left out is unchanged while one set
+// to 0 means 0.
 type SetPoolBudgetRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	TenantId      string                 `protobuf:"bytes,1,opt,name=tenant_id,json=tenantId,proto3" json:"tenant_id,omitempty"`
-	Pool          string                 `protobuf:"bytes,2,opt,name=pool,proto3" json:"pool,omitempty"`
-	MaxConcurrent int32                  `protobuf:"varint,3,opt,name=max_concurrent,json=maxConcurrent,proto3" json:"max_concurrent,omitempty"`
-	MaxPerWindow  int32                  `protobuf:"varint,4,opt,name=max_per_window,json=maxPerWindow,proto3" json:"max_per_window,omitempty"`
-	// window_seconds defaults to 3600.
-	WindowSeconds int64 `protobuf:"varint,5,opt,name=window_seconds,json=windowSeconds,proto3" json:"window_seconds,omitempty"`
-	// breaker_failures defaults to 3 when breaker_window_seconds is 0 too.
-	BreakerFailures      int32 `protobuf:"varint,6,opt,name=breaker_failures,json=breakerFailures,proto3" json:"breaker_failures,omitempty"`
-	BreakerWindowSeconds int64 `protobuf:"varint,7,opt,name=breaker_window_seconds,json=breakerWindowSeconds,proto3" json:"breaker_window_seconds,omitempty"`
-	unknownFields        protoimpl.UnknownFields
-	sizeCache            protoimpl.SizeCache
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	TenantId string                 `protobuf:"bytes,1,opt,name=tenant_id,json=tenantId,proto3" json:"tenant_id,omitempty"`
+	Pool     string                 `protobuf:"bytes,2,opt,name=pool,proto3" json:"pool,omitempty"`
+	// max_concurrent is how many of its nodes may be in disruptive maintenance
+	// at once (1 to 100000). 0 stops all of it (the platform's remediation
+	// and rollouts) and is refused unless stop_all_maintenance is set too.
+	MaxConcurrent *int32 `protobuf:"varint,3,opt,name=max_concurrent,json=maxConcurrent,proto3,oneof" json:"max_concurrent,omitempty"`
+	// max_per_window is how many may start it per window (0: no limit).
+	MaxPerWindow *int32 `protobuf:"varint,4,opt,name=max_per_window,json=maxPerWindow,proto3,oneof" json:"max_per_window,omitempty"`
+	// window_seconds is 60 to 2592000; 0 sets the default, 3600.
+	WindowSeconds *int64 `protobuf:"varint,5,opt,name=window_seconds,json=windowSeconds,proto3,oneof" json:"window_seconds,omitempty"`
+	// breaker_failures failed or unverified remediations within
+	// breaker_window_seconds trip the breaker (0: never).
+	BreakerFailures *int32 `protobuf:"varint,6,opt,name=breaker_failures,json=breakerFailures,proto3,oneof" json:"breaker_failures,omitempty"`
+	// breaker_window_seconds is 60 to 2592000; 0 sets the default, 3600.
+	BreakerWindowSeconds *int64 `protobuf:"varint,7,opt,name=breaker_window_seconds,json=breakerWindowSeconds,proto3,oneof" json:"breaker_window_seconds,omitempty"`
+	// stop_all_maintenance confirms a max_concurrent of 0: the caller means to
+	// stop all disruptive maintenance in the pool.
+	StopAllMaintenance bool `protobuf:"varint,8,opt,name=stop_all_maintenance,json=stopAllMaintenance,proto3" json:"stop_all_maintenance,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *SetPoolBudgetRequest) Reset() {
@@ -385,38 +399,45 @@ func (x *SetPoolBudgetRequest) GetPool() string {
 }
 
 func (x *SetPoolBudgetRequest) GetMaxConcurrent() int32 {
-	if x != nil {
-		return x.MaxConcurrent
+	if x != nil && x.MaxConcurrent != nil {
+		return *x.MaxConcurrent
 	}
 	return 0
 }
 
 func (x *SetPoolBudgetRequest) GetMaxPerWindow() int32 {
-	if x != nil {
-		return x.MaxPerWindow
+	if x != nil && x.MaxPerWindow != nil {
+		return *x.MaxPerWindow
 	}
 	return 0
 }
 
 func (x *SetPoolBudgetRequest) GetWindowSeconds() int64 {
-	if x != nil {
-		return x.WindowSeconds
+	if x != nil && x.WindowSeconds != nil {
+		return *x.WindowSeconds
 	}
 	return 0
 }
 
 func (x *SetPoolBudgetRequest) GetBreakerFailures() int32 {
-	if x != nil {
-		return x.BreakerFailures
+	if x != nil && x.BreakerFailures != nil {
+		return *x.BreakerFailures
 	}
 	return 0
 }
 
 func (x *SetPoolBudgetRequest) GetBreakerWindowSeconds() int64 {
-	if x != nil {
-		return x.BreakerWindowSeconds
+	if x != nil && x.BreakerWindowSeconds != nil {
+		return *x.BreakerWindowSeconds
 	}
 	return 0
+}
+
+func (x *SetPoolBudgetRequest) GetStopAllMaintenance() bool {
+	if x != nil {
+		return x.StopAllMaintenance
+	}
+	return false
 }
 
 type ResetPoolBreakerRequest struct {
@@ -1224,15 +1245,21 @@ const file_bc_api_v1_pools_proto_rawDesc = "" +
 	"\x05nodes\x18\v \x01(\x05R\x05nodes\x12%\n" +
 	"\x0ein_maintenance\x18\f \x01(\x05R\rinMaintenance\x12*\n" +
 	"\x11started_in_window\x18\r \x01(\x05R\x0fstartedInWindow\x12,\n" +
-	"\x12failures_in_window\x18\x0e \x01(\x05R\x10failuresInWindow\"\x9c\x02\n" +
+	"\x12failures_in_window\x18\x0e \x01(\x05R\x10failuresInWindow\"\xd0\x03\n" +
 	"\x14SetPoolBudgetRequest\x12\x1b\n" +
 	"\ttenant_id\x18\x01 \x01(\tR\btenantId\x12\x12\n" +
-	"\x04pool\x18\x02 \x01(\tR\x04pool\x12%\n" +
-	"\x0emax_concurrent\x18\x03 \x01(\x05R\rmaxConcurrent\x12$\n" +
-	"\x0emax_per_window\x18\x04 \x01(\x05R\fmaxPerWindow\x12%\n" +
-	"\x0ewindow_seconds\x18\x05 \x01(\x03R\rwindowSeconds\x12)\n" +
-	"\x10breaker_failures\x18\x06 \x01(\x05R\x0fbreakerFailures\x124\n" +
-	"\x16breaker_window_seconds\x18\a \x01(\x03R\x14breakerWindowSeconds\"J\n" +
+	"\x04pool\x18\x02 \x01(\tR\x04pool\x12*\n" +
+	"\x0emax_concurrent\x18\x03 \x01(\x05H\x00R\rmaxConcurrent\x88\x01\x01\x12)\n" +
+	"\x0emax_per_window\x18\x04 \x01(\x05H\x01R\fmaxPerWindow\x88\x01\x01\x12*\n" +
+	"\x0ewindow_seconds\x18\x05 \x01(\x03H\x02R\rwindowSeconds\x88\x01\x01\x12.\n" +
+	"\x10breaker_failures\x18\x06 \x01(\x05H\x03R\x0fbreakerFailures\x88\x01\x01\x129\n" +
+	"\x16breaker_window_seconds\x18\a \x01(\x03H\x04R\x14breakerWindowSeconds\x88\x01\x01\x120\n" +
+	"\x14stop_all_maintenance\x18\b \x01(\bR\x12stopAllMaintenanceB\x11\n" +
+	"\x0f_max_concurrentB\x11\n" +
+	"\x0f_max_per_windowB\x11\n" +
+	"\x0f_window_secondsB\x13\n" +
+	"\x11_breaker_failuresB\x19\n" +
+	"\x17_breaker_window_seconds\"J\n" +
 	"\x17ResetPoolBreakerRequest\x12\x1b\n" +
 	"\ttenant_id\x18\x01 \x01(\tR\btenantId\x12\x12\n" +
 	"\x04pool\x18\x02 \x01(\tR\x04pool\"^\n" +
@@ -1379,6 +1406,7 @@ func file_bc_api_v1_pools_proto_init() {
 		return
 	}
 	file_bc_api_v1_api_proto_init()
+	file_bc_api_v1_pools_proto_msgTypes[4].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{

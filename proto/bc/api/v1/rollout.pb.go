@@ -40,8 +40,13 @@ type SetRolloutRequest struct {
 	// rejoin_window_seconds is how long the helper waits for the new daemon
 	// to rejoin (10 to 1800; 300 when 0).
 	RejoinWindowSeconds int32 `protobuf:"varint,8,opt,name=rejoin_window_seconds,json=rejoinWindowSeconds,proto3" json:"rejoin_window_seconds,omitempty"`
-	unknownFields       protoimpl.UnknownFields
-	sizeCache           protoimpl.SizeCache
+	// max_failures is how many nodes may fail (refused, failed or timed out)
+	// before the rollout pauses, counted since it was set, resumed or
+	// retried (1 when 0): the first node that fetches a bad package stops
+	// the wave. A rollback always pauses it.
+	MaxFailures   int32 `protobuf:"varint,9,opt,name=max_failures,json=maxFailures,proto3" json:"max_failures,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SetRolloutRequest) Reset() {
@@ -126,6 +131,13 @@ func (x *SetRolloutRequest) GetRelease() []byte {
 func (x *SetRolloutRequest) GetRejoinWindowSeconds() int32 {
 	if x != nil {
 		return x.RejoinWindowSeconds
+	}
+	return 0
+}
+
+func (x *SetRolloutRequest) GetMaxFailures() int32 {
+	if x != nil {
+		return x.MaxFailures
 	}
 	return 0
 }
@@ -294,6 +306,68 @@ func (x *ResumeRolloutRequest) GetPool() string {
 	return ""
 }
 
+type RetryRolloutRequest struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	TenantId string                 `protobuf:"bytes,1,opt,name=tenant_id,json=tenantId,proto3" json:"tenant_id,omitempty"`
+	Pool     string                 `protobuf:"bytes,2,opt,name=pool,proto3" json:"pool,omitempty"`
+	// node_id, when set, retries only that node (it must have failed or
+	// rolled back in this generation).
+	NodeId        string `protobuf:"bytes,3,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RetryRolloutRequest) Reset() {
+	*x = RetryRolloutRequest{}
+	mi := &file_bc_api_v1_rollout_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RetryRolloutRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RetryRolloutRequest) ProtoMessage() {}
+
+func (x *RetryRolloutRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_bc_api_v1_rollout_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RetryRolloutRequest.ProtoReflect.Descriptor instead.
+func (*RetryRolloutRequest) Descriptor() ([]byte, []int) {
+	return file_bc_api_v1_rollout_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *RetryRolloutRequest) GetTenantId() string {
+	if x != nil {
+		return x.TenantId
+	}
+	return ""
+}
+
+func (x *RetryRolloutRequest) GetPool() string {
+	if x != nil {
+		return x.Pool
+	}
+	return ""
+}
+
+func (x *RetryRolloutRequest) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
 // Rollout is a pool's rollout and its nodes.
 type Rollout struct {
 	state      protoimpl.MessageState `protogen:"open.v1"`
@@ -307,13 +381,17 @@ type Rollout struct {
 	Nodes               []*RolloutNode         `protobuf:"bytes,7,rep,name=nodes,proto3" json:"nodes,omitempty"`
 	UpdatedAt           *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=updated_at,json=updatedAt,proto3" json:"updated_at,omitempty"`
 	RejoinWindowSeconds int32                  `protobuf:"varint,9,opt,name=rejoin_window_seconds,json=rejoinWindowSeconds,proto3" json:"rejoin_window_seconds,omitempty"`
-	unknownFields       protoimpl.UnknownFields
-	sizeCache           protoimpl.SizeCache
+	// max_failures is the failures that pause the rollout; failures counts
+	// those since it was set, resumed or retried.
+	MaxFailures   int32 `protobuf:"varint,10,opt,name=max_failures,json=maxFailures,proto3" json:"max_failures,omitempty"`
+	Failures      int32 `protobuf:"varint,11,opt,name=failures,proto3" json:"failures,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Rollout) Reset() {
 	*x = Rollout{}
-	mi := &file_bc_api_v1_rollout_proto_msgTypes[4]
+	mi := &file_bc_api_v1_rollout_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -325,7 +403,7 @@ func (x *Rollout) String() string {
 func (*Rollout) ProtoMessage() {}
 
 func (x *Rollout) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_api_v1_rollout_proto_msgTypes[4]
+	mi := &file_bc_api_v1_rollout_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -338,7 +416,7 @@ func (x *Rollout) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Rollout.ProtoReflect.Descriptor instead.
 func (*Rollout) Descriptor() ([]byte, []int) {
-	return file_bc_api_v1_rollout_proto_rawDescGZIP(), []int{4}
+	return file_bc_api_v1_rollout_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Rollout) GetTenantId() string {
@@ -404,24 +482,41 @@ func (x *Rollout) GetRejoinWindowSeconds() int32 {
 	return 0
 }
 
+func (x *Rollout) GetMaxFailures() int32 {
+	if x != nil {
+		return x.MaxFailures
+	}
+	return 0
+}
+
+func (x *Rollout) GetFailures() int32 {
+	if x != nil {
+		return x.Failures
+	}
+	return 0
+}
+
 // RolloutNode is one node: current (its last Hello's version), target and
 // state (pending, upgrading, upgraded, rolled-back, failed).
 type RolloutNode struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	NodeId        string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
-	Current       string                 `protobuf:"bytes,2,opt,name=current,proto3" json:"current,omitempty"`
-	Target        string                 `protobuf:"bytes,3,opt,name=target,proto3" json:"target,omitempty"`
-	State         string                 `protobuf:"bytes,4,opt,name=state,proto3" json:"state,omitempty"`
-	CommandId     string                 `protobuf:"bytes,5,opt,name=command_id,json=commandId,proto3" json:"command_id,omitempty"`
-	Reason        string                 `protobuf:"bytes,6,opt,name=reason,proto3" json:"reason,omitempty"`
-	Message       string                 `protobuf:"bytes,7,opt,name=message,proto3" json:"message,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	NodeId    string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	Current   string                 `protobuf:"bytes,2,opt,name=current,proto3" json:"current,omitempty"`
+	Target    string                 `protobuf:"bytes,3,opt,name=target,proto3" json:"target,omitempty"`
+	State     string                 `protobuf:"bytes,4,opt,name=state,proto3" json:"state,omitempty"`
+	CommandId string                 `protobuf:"bytes,5,opt,name=command_id,json=commandId,proto3" json:"command_id,omitempty"`
+	Reason    string                 `protobuf:"bytes,6,opt,name=reason,proto3" json:"reason,omitempty"`
+	Message   string                 `protobuf:"bytes,7,opt,name=message,proto3" json:"message,omitempty"`
+	// attempts counts the node's commands in this generation (a retry or a
+	// wave that stopped before its command ran adds one).
+	Attempts      int32 `protobuf:"varint,8,opt,name=attempts,proto3" json:"attempts,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RolloutNode) Reset() {
 	*x = RolloutNode{}
-	mi := &file_bc_api_v1_rollout_proto_msgTypes[5]
+	mi := &file_bc_api_v1_rollout_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -433,7 +528,7 @@ func (x *RolloutNode) String() string {
 func (*RolloutNode) ProtoMessage() {}
 
 func (x *RolloutNode) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_api_v1_rollout_proto_msgTypes[5]
+	mi := &file_bc_api_v1_rollout_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -446,7 +541,7 @@ func (x *RolloutNode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RolloutNode.ProtoReflect.Descriptor instead.
 func (*RolloutNode) Descriptor() ([]byte, []int) {
-	return file_bc_api_v1_rollout_proto_rawDescGZIP(), []int{5}
+	return file_bc_api_v1_rollout_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *RolloutNode) GetNodeId() string {
@@ -498,11 +593,18 @@ func (x *RolloutNode) GetMessage() string {
 	return ""
 }
 
+func (x *RolloutNode) GetAttempts() int32 {
+	if x != nil {
+		return x.Attempts
+	}
+	return 0
+}
+
 var File_bc_api_v1_rollout_proto protoreflect.FileDescriptor
 
 const file_bc_api_v1_rollout_proto_rawDesc = "" +
 	"\n" +
-	"\x17bc/api/v1/rollout.proto\x12\tbc.api.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\x97\x02\n" +
+	"\x17bc/api/v1/rollout.proto\x12\tbc.api.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xba\x02\n" +
 	"\x11SetRolloutRequest\x12\x1b\n" +
 	"\ttenant_id\x18\x01 \x01(\tR\btenantId\x12\x12\n" +
 	"\x04pool\x18\x02 \x01(\tR\x04pool\x12\x18\n" +
@@ -512,7 +614,8 @@ const file_bc_api_v1_rollout_proto_rawDesc = "" +
 	"\fpackage_size\x18\x05 \x01(\x03R\vpackageSize\x12%\n" +
 	"\x0epackage_sha256\x18\x06 \x01(\tR\rpackageSha256\x12\x18\n" +
 	"\arelease\x18\a \x01(\fR\arelease\x122\n" +
-	"\x15rejoin_window_seconds\x18\b \x01(\x05R\x13rejoinWindowSeconds\"D\n" +
+	"\x15rejoin_window_seconds\x18\b \x01(\x05R\x13rejoinWindowSeconds\x12!\n" +
+	"\fmax_failures\x18\t \x01(\x05R\vmaxFailures\"D\n" +
 	"\x11GetRolloutRequest\x12\x1b\n" +
 	"\ttenant_id\x18\x01 \x01(\tR\btenantId\x12\x12\n" +
 	"\x04pool\x18\x02 \x01(\tR\x04pool\"^\n" +
@@ -522,7 +625,11 @@ const file_bc_api_v1_rollout_proto_rawDesc = "" +
 	"\x06reason\x18\x03 \x01(\tR\x06reason\"G\n" +
 	"\x14ResumeRolloutRequest\x12\x1b\n" +
 	"\ttenant_id\x18\x01 \x01(\tR\btenantId\x12\x12\n" +
-	"\x04pool\x18\x02 \x01(\tR\x04pool\"\xce\x02\n" +
+	"\x04pool\x18\x02 \x01(\tR\x04pool\"_\n" +
+	"\x13RetryRolloutRequest\x12\x1b\n" +
+	"\ttenant_id\x18\x01 \x01(\tR\btenantId\x12\x12\n" +
+	"\x04pool\x18\x02 \x01(\tR\x04pool\x12\x17\n" +
+	"\anode_id\x18\x03 \x01(\tR\x06nodeId\"\x8d\x03\n" +
 	"\aRollout\x12\x1b\n" +
 	"\ttenant_id\x18\x01 \x01(\tR\btenantId\x12\x12\n" +
 	"\x04pool\x18\x02 \x01(\tR\x04pool\x12\x18\n" +
@@ -535,7 +642,10 @@ const file_bc_api_v1_rollout_proto_rawDesc = "" +
 	"\x05nodes\x18\a \x03(\v2\x16.bc.api.v1.RolloutNodeR\x05nodes\x129\n" +
 	"\n" +
 	"updated_at\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAt\x122\n" +
-	"\x15rejoin_window_seconds\x18\t \x01(\x05R\x13rejoinWindowSeconds\"\xbf\x01\n" +
+	"\x15rejoin_window_seconds\x18\t \x01(\x05R\x13rejoinWindowSeconds\x12!\n" +
+	"\fmax_failures\x18\n" +
+	" \x01(\x05R\vmaxFailures\x12\x1a\n" +
+	"\bfailures\x18\v \x01(\x05R\bfailures\"\xdb\x01\n" +
 	"\vRolloutNode\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x18\n" +
 	"\acurrent\x18\x02 \x01(\tR\acurrent\x12\x16\n" +
@@ -544,12 +654,14 @@ const file_bc_api_v1_rollout_proto_rawDesc = "" +
 	"\n" +
 	"command_id\x18\x05 \x01(\tR\tcommandId\x12\x16\n" +
 	"\x06reason\x18\x06 \x01(\tR\x06reason\x12\x18\n" +
-	"\amessage\x18\a \x01(\tR\amessage2\xfb\x01\n" +
+	"\amessage\x18\a \x01(\tR\amessage\x12\x1a\n" +
+	"\battempts\x18\b \x01(\x05R\battempts2\xb8\x02\n" +
 	"\bRollouts\x127\n" +
 	"\x03Set\x12\x1c.bc.api.v1.SetRolloutRequest\x1a\x12.bc.api.v1.Rollout\x12:\n" +
 	"\x06Status\x12\x1c.bc.api.v1.GetRolloutRequest\x1a\x12.bc.api.v1.Rollout\x12;\n" +
 	"\x05Pause\x12\x1e.bc.api.v1.PauseRolloutRequest\x1a\x12.bc.api.v1.Rollout\x12=\n" +
-	"\x06Resume\x12\x1f.bc.api.v1.ResumeRolloutRequest\x1a\x12.bc.api.v1.RolloutB:Z8github.com/better-compute/commands/proto/bc/api/v1;apiv1b\x06proto3"
+	"\x06Resume\x12\x1f.bc.api.v1.ResumeRolloutRequest\x1a\x12.bc.api.v1.Rollout\x12;\n" +
+	"\x05Retry\x12\x1e.bc.api.v1.RetryRolloutRequest\x1a\x12.bc.api.v1.RolloutB:Z8github.com/better-compute/commands/proto/bc/api/v1;apiv1b\x06proto3"
 
 var (
 	file_bc_api_v1_rollout_proto_rawDescOnce sync.Once
@@ -563,29 +675,32 @@ func file_bc_api_v1_rollout_proto_rawDescGZIP() []byte {
 	return file_bc_api_v1_rollout_proto_rawDescData
 }
 
-var file_bc_api_v1_rollout_proto_msgTypes = make([]protoimpl.MessageInfo, 6)
+var file_bc_api_v1_rollout_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
 var file_bc_api_v1_rollout_proto_goTypes = []any{
 	(*SetRolloutRequest)(nil),     // 0: bc.api.v1.SetRolloutRequest
 	(*GetRolloutRequest)(nil),     // 1: bc.api.v1.GetRolloutRequest
 	(*PauseRolloutRequest)(nil),   // 2: bc.api.v1.PauseRolloutRequest
 	(*ResumeRolloutRequest)(nil),  // 3: bc.api.v1.ResumeRolloutRequest
-	(*Rollout)(nil),               // 4: bc.api.v1.Rollout
-	(*RolloutNode)(nil),           // 5: bc.api.v1.RolloutNode
-	(*timestamppb.Timestamp)(nil), // 6: google.protobuf.Timestamp
+	(*RetryRolloutRequest)(nil),   // 4: bc.api.v1.RetryRolloutRequest
+	(*Rollout)(nil),               // 5: bc.api.v1.Rollout
+	(*RolloutNode)(nil),           // 6: bc.api.v1.RolloutNode
+	(*timestamppb.Timestamp)(nil), // 7: google.protobuf.Timestamp
 }
 var file_bc_api_v1_rollout_proto_depIdxs = []int32{
-	5, // 0: bc.api.v1.Rollout.nodes:type_name -> bc.api.v1.RolloutNode
-	6, // 1: bc.api.v1.Rollout.updated_at:type_name -> google.protobuf.Timestamp
+	6, // 0: bc.api.v1.Rollout.nodes:type_name -> bc.api.v1.RolloutNode
+	7, // 1: bc.api.v1.Rollout.updated_at:type_name -> google.protobuf.Timestamp
 	0, // 2: bc.api.v1.Rollouts.Set:input_type -> bc.api.v1.SetRolloutRequest
 	1, // 3: bc.api.v1.Rollouts.Status:input_type -> bc.api.v1.GetRolloutRequest
 	2, // 4: bc.api.v1.Rollouts.Pause:input_type -> bc.api.v1.PauseRolloutRequest
 	3, // 5: bc.api.v1.Rollouts.Resume:input_type -> bc.api.v1.ResumeRolloutRequest
-	4, // 6: bc.api.v1.Rollouts.Set:output_type -> bc.api.v1.Rollout
-	4, // 7: bc.api.v1.Rollouts.Status:output_type -> bc.api.v1.Rollout
-	4, // 8: bc.api.v1.Rollouts.Pause:output_type -> bc.api.v1.Rollout
-	4, // 9: bc.api.v1.Rollouts.Resume:output_type -> bc.api.v1.Rollout
-	6, // [6:10] is the sub-list for method output_type
-	2, // [2:6] is the sub-list for method input_type
+	4, // 6: bc.api.v1.Rollouts.Retry:input_type -> bc.api.v1.RetryRolloutRequest
+	5, // 7: bc.api.v1.Rollouts.Set:output_type -> bc.api.v1.Rollout
+	5, // 8: bc.api.v1.Rollouts.Status:output_type -> bc.api.v1.Rollout
+	5, // 9: bc.api.v1.Rollouts.Pause:output_type -> bc.api.v1.Rollout
+	5, // 10: bc.api.v1.Rollouts.Resume:output_type -> bc.api.v1.Rollout
+	5, // 11: bc.api.v1.Rollouts.Retry:output_type -> bc.api.v1.Rollout
+	7, // [7:12] is the sub-list for method output_type
+	2, // [2:7] is the sub-list for method input_type
 	2, // [2:2] is the sub-list for extension type_name
 	2, // [2:2] is the sub-list for extension extendee
 	0, // [0:2] is the sub-list for field type_name
@@ -602,7 +717,7 @@ func file_bc_api_v1_rollout_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_bc_api_v1_rollout_proto_rawDesc), len(file_bc_api_v1_rollout_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   6,
+			NumMessages:   7,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -28,6 +28,7 @@ const (
 	Rollouts_Status_FullMethodName = "/bc.api.v1.Rollouts/Status"
 	Rollouts_Pause_FullMethodName  = "/bc.api.v1.Rollouts/Pause"
 	Rollouts_Resume_FullMethodName = "/bc.api.v1.Rollouts/Resume"
+	Rollouts_Retry_FullMethodName  = "/bc.api.v1.Rollouts/Retry"
 )
 
 // RolloutsClient is the client API for Rollouts service.
@@ -47,6 +48,13 @@ type RolloutsClient interface {
 	Pause(ctx context.Context, in *PauseRolloutRequest, opts ...grpc.CallOption) (*Rollout, error)
 	// Resume lets a paused rollout go on (compute:pools:admin).
 	Resume(ctx context.Context, in *ResumeRolloutRequest, opts ...grpc.CallOption) (*Rollout, error)
+	// Retry makes the nodes that failed or rolled back in this generation
+	// (or the one node named) pending again, with a new command each, clears
+	// the failure count and resumes the rollout (compute:pools:admin). A node
+	// that rolled back is sent retrySkipped, since it refuses its skipped
+	// target otherwise. Set with the same version and another package digest
+	// retries them too.
+	Retry(ctx context.Context, in *RetryRolloutRequest, opts ...grpc.CallOption) (*Rollout, error)
 }
 
 type rolloutsClient struct {
@@ -97,6 +105,16 @@ func (c *rolloutsClient) Resume(ctx context.Context, in *ResumeRolloutRequest, o
 	return out, nil
 }
 
+func (c *rolloutsClient) Retry(ctx context.Context, in *RetryRolloutRequest, opts ...grpc.CallOption) (*Rollout, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(Rollout)
+	err := c.cc.Invoke(ctx, Rollouts_Retry_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // RolloutsServer is the server API for Rollouts service.
 // All implementations must embed UnimplementedRolloutsServer
 // for forward compatibility.
@@ -114,6 +132,13 @@ type RolloutsServer interface {
 	Pause(context.Context, *PauseRolloutRequest) (*Rollout, error)
 	// Resume lets a paused rollout go on (compute:pools:admin).
 	Resume(context.Context, *ResumeRolloutRequest) (*Rollout, error)
+	// Retry makes the nodes that failed or rolled back in this generation
+	// (or the one node named) pending again, with a new command each, clears
+	// the failure count and resumes the rollout (compute:pools:admin). A node
+	// that rolled back is sent retrySkipped, since it refuses its skipped
+	// target otherwise. Set with the same version and another package digest
+	// retries them too.
+	Retry(context.Context, *RetryRolloutRequest) (*Rollout, error)
 	mustEmbedUnimplementedRolloutsServer()
 }
 
@@ -135,6 +160,9 @@ func (UnimplementedRolloutsServer) Pause(context.Context, *PauseRolloutRequest) 
 }
 func (UnimplementedRolloutsServer) Resume(context.Context, *ResumeRolloutRequest) (*Rollout, error) {
 	return nil, status.Error(codes.Unimplemented, "method Resume not implemented")
+}
+func (UnimplementedRolloutsServer) Retry(context.Context, *RetryRolloutRequest) (*Rollout, error) {
+	return nil, status.Error(codes.Unimplemented, "method Retry not implemented")
 }
 func (UnimplementedRolloutsServer) mustEmbedUnimplementedRolloutsServer() {}
 func (UnimplementedRolloutsServer) testEmbeddedByValue()                  {}
@@ -229,6 +257,24 @@ func _Rollouts_Resume_Handler(srv interface{}, ctx context.Context, dec func(int
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Rollouts_Retry_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RetryRolloutRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(RolloutsServer).Retry(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Rollouts_Retry_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(RolloutsServer).Retry(ctx, req.(*RetryRolloutRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Rollouts_ServiceDesc is the grpc.ServiceDesc for Rollouts service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -251,6 +297,10 @@ var Rollouts_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Resume",
 			Handler:    _Rollouts_Resume_Handler,
+		},
+		{
+			MethodName: "Retry",
+			Handler:    _Rollouts_Retry_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

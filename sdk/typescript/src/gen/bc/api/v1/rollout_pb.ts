@@ -17,7 +17,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file bc/api/v1/rollout.proto.
  */
 export const file_bc_api_v1_rollout: GenFile = /*@__PURE__*/
-  fileDesc("ChdiYy9hcGkvdjEvcm9sbG91dC5wcm90bxIJYmMuYXBpLnYxIrgBChFTZXRSb2xsb3V0UmVxdWVzdBIRCgl0ZW5hbnRfaWQYASABKAkSDAoEcG9vbBgCIAEoCRIPCgd2ZXJzaW9uGAMgASgJEhMKC3BhY2thZ2VfdXJsGAQgASgJEhQKDHBhY2thZ2Vfc2l6ZRgFIAEoAxIWCg5wYWNrYWdlX3NoYTI1NhgGIAEoCRIPCgdyZWxlYXNlGAcgASgMEh0KFXJlam9pbl93aW5kb3dfc2Vjb25kcxgIIAEoBSI0ChFHZXRSb2xsb3V0UmVxdWVzdBIRCgl0ZW5hbnRfaWQYASABKAkSDAoEcG9vbBgCIAEoCSJGChNQYXVzZVJvbGxvdXRSZXF1ZXN0EhEKCXRlbmFudF9pZBgBIAEoCRIMCgRwb29sGAIgASgJEg4KBnJlYXNvbhgDIAEoCSI3ChRSZXN1bWVSb2xsb3V0UmVxdWVzdBIRCgl0ZW5hbnRfaWQYASABKAkSDAoEcG9vbBgCIAEoCSLsAQoHUm9sbG91dBIRCgl0ZW5hbnRfaWQYASABKAkSDAoEcG9vbBgCIAEoCRIPCgd2ZXJzaW9uGAMgASgJEhIKCmdlbmVyYXRpb24YBCABKAMSDgoGcGF1c2VkGAUgASgIEhUKDXBhdXNlZF9yZWFzb24YBiABKAkSJQoFbm9kZXMYByADKAsyFi5iYy5hcGkudjEuUm9sbG91dE5vZGUSLgoKdXBkYXRlZF9hdBgIIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASHQoVcmVqb2luX3dpbmRvd19zZWNvbmRzGAkgASgFIoMBCgtSb2xsb3V0Tm9kZRIPCgdub2RlX2lkGAEgASgJEg8KB2N1cnJlbnQYAiABKAkSDgoGdGFyZ2V0GAMgASgJEg0KBXN0YXRlGAQgASgJEhIKCmNvbW1hbmRfaWQYBSABKAkSDgoGcmVhc29uGAYgASgJEg8KB21lc3NhZ2UYByABKAky+wEKCFJvbGxvdXRzEjcKA1NldBIcLmJjLmFwaS52MS5TZXRSb2xsb3V0UmVxdWVzdBoSLmJjLmFwaS52MS5Sb2xsb3V0EjoKBlN0YXR1cxIcLmJjLmFwaS52MS5HZXRSb2xsb3V0UmVxdWVzdBoSLmJjLmFwaS52MS5Sb2xsb3V0EjsKBVBhdXNlEh4uYmMuYXBpLnYxLlBhdXNlUm9sbG91dFJlcXVlc3QaEi5iYy5hcGkudjEuUm9sbG91dBI9CgZSZXN1bWUSHy5iYy5hcGkudjEuUmVzdW1lUm9sbG91dFJlcXVlc3QaEi5iYy5hcGkudjEuUm9sbG91dEI6WjhnaXRodWIuY29tL2JldHRlci1jb21wdXRlL2NvbW1hbmRzL3Byb3RvL2JjL2FwaS92MTthcGl2MWIGcHJvdG8z", [file_google_protobuf_timestamp]);
+  fileDesc("ChdiYy9hcGkvdjEvcm9sbG91dC5wcm90bxIJYmMuYXBpLnYxIs4BChFTZXRSb2xsb3V0UmVxdWVzdBIRCgl0ZW5hbnRfaWQYASABKAkSDAoEcG9vbBgCIAEoCRIPCgd2ZXJzaW9uGAMgASgJEhMKC3BhY2thZ2VfdXJsGAQgASgJEhQKDHBhY2thZ2Vfc2l6ZRgFIAEoAxIWCg5wYWNrYWdlX3NoYTI1NhgGIAEoCRIPCgdyZWxlYXNlGAcgASgMEh0KFXJlam9pbl93aW5kb3dfc2Vjb25kcxgIIAEoBRIUCgxtYXhfZmFpbHVyZXMYCSABKAUiNAoRR2V0Um9sbG91dFJlcXVlc3QSEQoJdGVuYW50X2lkGAEgASgJEgwKBHBvb2wYAiABKAkiRgoTUGF1c2VSb2xsb3V0UmVxdWVzdBIRCgl0ZW5hbnRfaWQYASABKAkSDAoEcG9vbBgCIAEoCRIOCgZyZWFzb24YAyABKAkiNwoUUmVzdW1lUm9sbG91dFJlcXVlc3QSEQoJdGVuYW50X2lkGAEgASgJEgwKBHBvb2wYAiABKAkiRwoTUmV0cnlSb2xsb3V0UmVxdWVzdBIRCgl0ZW5hbnRfaWQYASABKAkSDAoEcG9vbBgCIAEoCRIPCgdub2RlX2lkGAMgASgJIpQCCgdSb2xsb3V0EhEKCXRlbmFudF9pZBgBIAEoCRIMCgRwb29sGAIgASgJEg8KB3ZlcnNpb24YAyABKAkSEgoKZ2VuZXJhdGlvbhgEIAEoAxIOCgZwYXVzZWQYBSABKAgSFQoNcGF1c2VkX3JlYXNvbhgGIAEoCRIlCgVub2RlcxgHIAMoCzIWLmJjLmFwaS52MS5Sb2xsb3V0Tm9kZRIuCgp1cGRhdGVkX2F0GAggASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIdChVyZWpvaW5fd2luZG93X3NlY29uZHMYCSABKAUSFAoMbWF4X2ZhaWx1cmVzGAogASgFEhAKCGZhaWx1cmVzGAsgASgFIpUBCgtSb2xsb3V0Tm9kZRIPCgdub2RlX2lkGAEgASgJEg8KB2N1cnJlbnQYAiABKAkSDgoGdGFyZ2V0GAMgASgJEg0KBXN0YXRlGAQgASgJEhIKCmNvbW1hbmRfaWQYBSABKAkSDgoGcmVhc29uGAYgASgJEg8KB21lc3NhZ2UYByABKAkSEAoIYXR0ZW1wdHMYCCABKAUyuAIKCFJvbGxvdXRzEjcKA1NldBIcLmJjLmFwaS52MS5TZXRSb2xsb3V0UmVxdWVzdBoSLmJjLmFwaS52MS5Sb2xsb3V0EjoKBlN0YXR1cxIcLmJjLmFwaS52MS5HZXRSb2xsb3V0UmVxdWVzdBoSLmJjLmFwaS52MS5Sb2xsb3V0EjsKBVBhdXNlEh4uYmMuYXBpLnYxLlBhdXNlUm9sbG91dFJlcXVlc3QaEi5iYy5hcGkudjEuUm9sbG91dBI9CgZSZXN1bWUSHy5iYy5hcGkudjEuUmVzdW1lUm9sbG91dFJlcXVlc3QaEi5iYy5hcGkudjEuUm9sbG91dBI7CgVSZXRyeRIeLmJjLmFwaS52MS5SZXRyeVJvbGxvdXRSZXF1ZXN0GhIuYmMuYXBpLnYxLlJvbGxvdXRCOlo4Z2l0aHViLmNvbS9iZXR0ZXItY29tcHV0ZS9jb21tYW5kcy9wcm90by9iYy9hcGkvdjE7YXBpdjFiBnByb3RvMw", [file_google_protobuf_timestamp]);
 
 /**
  * @generated from message bc.api.v1.SetRolloutRequest
@@ -67,6 +67,16 @@ export type SetRolloutRequest = Message<"bc.api.v1.SetRolloutRequest"> & {
    * @generated from field: int32 rejoin_window_seconds = 8;
    */
   rejoinWindowSeconds: number;
+
+  /**
+   * max_failures is how many nodes may fail (refused, failed or timed out)
+   * before the rollout pauses, counted since it was set, resumed or
+   * retried (1 when 0): the first node that fetches a bad package stops
+   * the wave. A rollback always pauses it.
+   *
+   * @generated from field: int32 max_failures = 9;
+   */
+  maxFailures: number;
 };
 
 /**
@@ -148,6 +158,36 @@ export const ResumeRolloutRequestSchema: GenMessage<ResumeRolloutRequest> = /*@_
   messageDesc(file_bc_api_v1_rollout, 3);
 
 /**
+ * @generated from message bc.api.v1.RetryRolloutRequest
+ */
+export type RetryRolloutRequest = Message<"bc.api.v1.RetryRolloutRequest"> & {
+  /**
+   * @generated from field: string tenant_id = 1;
+   */
+  tenantId: string;
+
+  /**
+   * @generated from field: string pool = 2;
+   */
+  pool: string;
+
+  /**
+   * node_id, when set, retries only that node (it must have failed or
+   * rolled back in this generation).
+   *
+   * @generated from field: string node_id = 3;
+   */
+  nodeId: string;
+};
+
+/**
+ * Describes the message bc.api.v1.RetryRolloutRequest.
+ * Use `create(RetryRolloutRequestSchema)` to create a new message.
+ */
+export const RetryRolloutRequestSchema: GenMessage<RetryRolloutRequest> = /*@__PURE__*/
+  messageDesc(file_bc_api_v1_rollout, 4);
+
+/**
  * Rollout is a pool's rollout and its nodes.
  *
  * @generated from message bc.api.v1.Rollout
@@ -199,6 +239,19 @@ export type Rollout = Message<"bc.api.v1.Rollout"> & {
    * @generated from field: int32 rejoin_window_seconds = 9;
    */
   rejoinWindowSeconds: number;
+
+  /**
+   * max_failures is the failures that pause the rollout; failures counts
+   * those since it was set, resumed or retried.
+   *
+   * @generated from field: int32 max_failures = 10;
+   */
+  maxFailures: number;
+
+  /**
+   * @generated from field: int32 failures = 11;
+   */
+  failures: number;
 };
 
 /**
@@ -206,7 +259,7 @@ export type Rollout = Message<"bc.api.v1.Rollout"> & {
  * Use `create(RolloutSchema)` to create a new message.
  */
 export const RolloutSchema: GenMessage<Rollout> = /*@__PURE__*/
-  messageDesc(file_bc_api_v1_rollout, 4);
+  messageDesc(file_bc_api_v1_rollout, 5);
 
 /**
  * RolloutNode is one node: current (its last Hello's version), target and
@@ -249,6 +302,14 @@ export type RolloutNode = Message<"bc.api.v1.RolloutNode"> & {
    * @generated from field: string message = 7;
    */
   message: string;
+
+  /**
+   * attempts counts the node's commands in this generation (a retry or a
+   * wave that stopped before its command ran adds one).
+   *
+   * @generated from field: int32 attempts = 8;
+   */
+  attempts: number;
 };
 
 /**
@@ -256,7 +317,7 @@ export type RolloutNode = Message<"bc.api.v1.RolloutNode"> & {
  * Use `create(RolloutNodeSchema)` to create a new message.
  */
 export const RolloutNodeSchema: GenMessage<RolloutNode> = /*@__PURE__*/
-  messageDesc(file_bc_api_v1_rollout, 5);
+  messageDesc(file_bc_api_v1_rollout, 6);
 
 /**
  * Rollouts sets, shows, pauses and resumes the pools' rollouts.
@@ -305,6 +366,21 @@ export const Rollouts: GenService<{
   resume: {
     methodKind: "unary";
     input: typeof ResumeRolloutRequestSchema;
+    output: typeof RolloutSchema;
+  },
+  /**
+   * Retry makes the nodes that failed or rolled back in this generation
+   * (or the one node named) pending again, with a new command each, clears
+   * the failure count and resumes the rollout (compute:pools:admin). A node
+   * that rolled back is sent retrySkipped, since it refuses its skipped
+   * target otherwise. Set with the same version and another package digest
+   * retries them too.
+   *
+   * @generated from rpc bc.api.v1.Rollouts.Retry
+   */
+  retry: {
+    methodKind: "unary";
+    input: typeof RetryRolloutRequestSchema;
     output: typeof RolloutSchema;
   },
 }> = /*@__PURE__*/
