@@ -10,8 +10,8 @@
 // `power` a line "MACHINE On|Off" for each, both rewritten when they
 // change. It stops on SIGINT or SIGTERM.
 //
-//	bc-fake-bmc --dir /tmp/bmc
-//	bc-fake-bmc --dir /tmp/bmc --redfish 3 --ipmi 0 --delay 1s
+//	bc-fake-bmc --dir "$DEMO/bmc"
+//	bc-fake-bmc --dir "$DEMO/bmc" --redfish 3 --ipmi 0 --delay 1s
 package main
 
 import (

@@ -12,8 +12,8 @@
 // start, restart and stop ask it, as systemctl would. Point bcd's
 // pluginEnv BCD_SYSTEM_BUS_ADDRESS at the address.
 //
-//	bc-fake-systemd serve --dir /tmp/sd --unit bcd.service -- /var/lib/bcd/install/current/bcd run --config /etc/bcd/bcd.yaml
-//	bc-fake-systemd start --dir /tmp/sd bcd.service
+//	bc-fake-systemd serve --dir "$DEMO/systemd" --unit bcd.service -- /var/lib/bcd/install/current/bcd run --config /etc/bcd/bcd.yaml
+//	bc-fake-systemd start --dir "$DEMO/systemd" bcd.service
 package main
 
 import (
