@@ -3,7 +3,10 @@ GO        ?= go
 BIN       ?= bin
 VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS   := -X github.com/better-compute/commands/internal/version.Version=$(VERSION)
-GOFLAGS_TEST ?= -race -count=1
+# -timeout: the e2e package runs bc-server, bcds and fleets for many minutes
+# under -race on two cores; go test's default of 10 minutes a package is
+# not a bound on anything we promise.
+GOFLAGS_TEST ?= -race -count=1 -timeout 45m
 PKGS      ?= ./...
 # The SDK is its own module (sdk/go.mod): `go test ./...` at the root does
 # not descend into it, so every target runs it in its own right too.
