@@ -180,10 +180,10 @@ demo: export DEMO_STARTED_AT := $(shell date +%s)
 demo: deps-demo build demo-tools
 	BIN=$(BIN) scripts/demo $(DEMO_FLAGS)
 
-## demo-tools: what only the demo runs: the fake logind on its private D-Bus
+## demo-tools: what only the demo runs: the fake logind on its private D-Bus, and the mock nvidia-smi of its mock GPUs
 demo-tools:
 	@mkdir -p $(BIN)/tools
-	$(GO) build -o $(BIN)/tools/ ./internal/tools/fakelogind
+	$(GO) build -o $(BIN)/tools/ ./internal/tools/fakelogind ./internal/tools/mocknvidiasmi
 
 ## demo-check: scripts/demo as root with / and /sys read-only, only a fresh temporary directory writable: it must pass, write nothing elsewhere, print no error line, count its whole run and leave nothing behind (CI runs it)
 demo-check: deps-demo build demo-tools
