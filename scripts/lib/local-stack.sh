@@ -47,10 +47,15 @@ ls_need_cmd() {
   command -v "$1" >/dev/null 2>&1 || ls_die "$1 not found; install it with: $2"
 }
 
+# ls_free_port prints a port nothing listens on, below the kernel's
+# ephemeral range (where the local end of any outgoing connection may hold
+# it, and a listener's bind would fail).
 ls_free_port() {
-  local p
+  local p low
+  low=$(cut -f1 /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || echo 32768)
+  [ "${low:-0}" -gt 21000 ] 2>/dev/null || low=32768
   for _ in $(seq 1 100); do
-    p=$(( 20000 + RANDOM % 20000 ))
+    p=$(( 20000 + RANDOM % (low - 20000) ))
     if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then echo "$p"; return 0; fi
   done
   echo "$ls_name: no free port found" >&2
