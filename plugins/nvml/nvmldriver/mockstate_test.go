@@ -113,3 +113,26 @@ func TestMockStateFileErrorsNameTheFile(t *testing.T) {
 	require.False(t, st.Answered)
 	require.Equal(t, "mock GPU state "+h200+" has 0 GPUs, the mock:dgxh200 has 8", st.Reason)
 }
+
+// FuzzMockFileLoad: whatever a state file holds, Load either reads it into
+// the mock's eight GPUs or says what is wrong; it never panics, and what it
+// read, a Snapshot answers.
+func FuzzMockFileLoad(f *testing.F) {
+	f.Add([]byte(`{"model":"dgxh200","gpus":[]}`))
+	f.Add([]byte(`{"model":"dgxa100"}`))
+	f.Add([]byte(`not json`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		path := filepath.Join(t.TempDir(), "gpus.json")
+		require.NoError(t, os.WriteFile(path, b, 0o600))
+		srv, err := NewMockServer("dgxh200")
+		require.NoError(t, err)
+		if err := (MockFile{Path: path, Model: "dgxh200"}).Load(srv); err != nil {
+			require.ErrorContains(t, err, "mock GPU state")
+			return
+		}
+		d := New(srv, "mock:dgxh200")
+		defer d.Close()
+		_, st, _ := d.Snapshot(context.Background())
+		require.True(t, st.Answered, st.Reason)
+	})
+}
