@@ -35,7 +35,10 @@ ls_die() { echo "$ls_name: $*" >&2; exit 1; }
 ls_need_bins() {
   local b
   for b in "$@"; do
-    [ -x "$bin/$b" ] || ls_die "$bin/$b is missing; build it with: make build"
+    case "$b" in
+      tools/*) [ -x "$bin/$b" ] || ls_die "$bin/$b is missing; build it with: make demo-tools" ;;
+      *) [ -x "$bin/$b" ] || ls_die "$bin/$b is missing; build it with: make build" ;;
+    esac
   done
 }
 
