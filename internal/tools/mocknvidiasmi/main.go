@@ -6,7 +6,7 @@
 // reset through it clears the mock GPU's pending row remap there, and the
 // next inventory.refresh shows it cleared. See plugins/nvml/mocksmi.
 //
-//	BCD_NVML=mock:dgxh200 BCD_NVML_MOCK_STATE=/tmp/demo/gpus.json mocknvidiasmi --gpu-reset -i 3
+//	BCD_NVML=mock:dgxh200 BCD_NVML_MOCK_STATE=gpus.json mocknvidiasmi --gpu-reset -i 3
 package main
 
 import (
