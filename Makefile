@@ -176,17 +176,17 @@ clean:
 run: demo
 
 .PHONY: demo demo-tools demo-check
-## demo: a newcomer's tour: a throwaway PostgreSQL, bc-server, a healthy and a faulty bcd node on mock GPUs, diagnostics, a support bundle, a reboot, a cancelled command, a summary; everything stopped after (DEMO_FLAGS=--json for JSON). It writes only under its temporary directories.
+## demo: a newcomer's tour: a throwaway PostgreSQL, its own command-signing authority and three approver keys, bc-server signing every command under a 2-of-3 quorum, three bcd nodes on mock GPUs (healthy, faulty, offline until the end), diagnostics, a support bundle, a reboot batch approved twice then run once, the platform's GPU-reset remediation approved and verified, a cancelled command, a summary; everything stopped after (DEMO_FLAGS=--json for JSON, --keep-open to keep it running). It prints the console's address and the export line for the CLI, and writes only under its temporary directories.
 # DEMO_STARTED_AT is when make started (read once, as make reads this file),
 # so that the demo's closing "done in" counts the build too.
 demo: export DEMO_STARTED_AT := $(shell date +%s)
 demo: deps-demo build demo-tools
 	BIN=$(BIN) scripts/demo $(DEMO_FLAGS)
 
-## demo-tools: what only the demo runs: the fake logind on its private D-Bus
+## demo-tools: what only the demo runs: the fake logind on its private D-Bus, and the mock nvidia-smi of its mock GPUs
 demo-tools:
 	@mkdir -p $(BIN)/tools
-	$(GO) build -o $(BIN)/tools/ ./internal/tools/fakelogind
+	$(GO) build -o $(BIN)/tools/ ./internal/tools/fakelogind ./internal/tools/mocknvidiasmi
 
 ## fakes: the fakes the docs' try-it procedures run, into bin/tools: bc-fake-bmc (Redfish and IPMI BMCs on loopback) and bc-fake-systemd (systemd's manager on a private D-Bus, for daemon.upgrade's handoff)
 .PHONY: fakes

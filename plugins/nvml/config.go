@@ -23,8 +23,15 @@ const (
 	// EnvNVMLFaults injects faults into a mock source:
 	// "gpu=3:row-remap-pending,gpu=5:ecc-uncorrectable=2".
 	EnvNVMLFaults = "BCD_NVML_FAULTS"
+	// EnvNVMLMockState keeps a mock source's GPUs in a file that every
+	// process on the node shares (nvmldriver.MockFile): the faults seed it,
+	// and a reset through the mock nvidia-smi (plugins/nvml/mocksmi)
+	// clears a fault there, for the next inventory to see.
+	EnvNVMLMockState = "BCD_NVML_MOCK_STATE"
 	// EnvNvidiaSmi is nvidia-smi's path ("nvidia-smi" on PATH by default);
-	// "mock" answers from the mock NVML source, for demos.
+	// "mock" answers from the mock NVML source in this plugin only (gpu.reset
+	// and diag.dcgm execute the path: give them the mock nvidia-smi
+	// executable, internal/tools/mocknvidiasmi, instead).
 	EnvNvidiaSmi = gpuenv.NvidiaSmi
 	// EnvKmsgPath is the kernel log (/dev/kmsg).
 	EnvKmsgPath = "BCD_KMSG_PATH"
@@ -44,7 +51,7 @@ const (
 )
 
 // EnvVars lists every variable the plugin reads, for bcd's allowlist.
-var EnvVars = []string{EnvNVML, EnvNVMLFaults, EnvNvidiaSmi, EnvKmsgPath, EnvSysRoot, EnvStateDir, EnvXIDStore, EnvXIDIgnore, EnvExecTimeout, EnvExpectedGPUs}
+var EnvVars = []string{EnvNVML, EnvNVMLFaults, EnvNVMLMockState, EnvNvidiaSmi, EnvKmsgPath, EnvSysRoot, EnvStateDir, EnvXIDStore, EnvXIDIgnore, EnvExecTimeout, EnvExpectedGPUs}
 
 // MockSmi is the EnvNvidiaSmi value that answers from the mock NVML source.
 const MockSmi = "mock"
@@ -53,6 +60,7 @@ const MockSmi = "mock"
 type Config struct {
 	NVMLSource   string
 	NVMLFaults   string
+	NVMLState    string
 	NvidiaSmi    string
 	KmsgPath     string
 	SysRoot      string
@@ -68,6 +76,7 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 	c := Config{
 		NVMLSource: strings.TrimSpace(getenv(EnvNVML)),
 		NVMLFaults: strings.TrimSpace(getenv(EnvNVMLFaults)),
+		NVMLState:  strings.TrimSpace(getenv(EnvNVMLMockState)),
 		NvidiaSmi:  strings.TrimSpace(getenv(EnvNvidiaSmi)),
 		KmsgPath:   strings.TrimSpace(getenv(EnvKmsgPath)),
 		SysRoot:    strings.TrimSpace(getenv(EnvSysRoot)),

@@ -35,7 +35,10 @@ ls_die() { echo "$ls_name: $*" >&2; exit 1; }
 ls_need_bins() {
   local b
   for b in "$@"; do
-    [ -x "$bin/$b" ] || ls_die "$bin/$b is missing; build it with: make build"
+    case "$b" in
+      tools/*) [ -x "$bin/$b" ] || ls_die "$bin/$b is missing; build it with: make demo-tools" ;;
+      *) [ -x "$bin/$b" ] || ls_die "$bin/$b is missing; build it with: make build" ;;
+    esac
   done
 }
 
@@ -47,10 +50,15 @@ ls_need_cmd() {
   command -v "$1" >/dev/null 2>&1 || ls_die "$1 not found; install it with: $2"
 }
 
+# ls_free_port prints a port nothing listens on, below the kernel's
+# ephemeral range (where the local end of any outgoing connection may hold
+# it, and a listener's bind would fail).
 ls_free_port() {
-  local p
+  local p low
+  low=$(cut -f1 /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || echo 32768)
+  [ "${low:-0}" -gt 21000 ] 2>/dev/null || low=32768
   for _ in $(seq 1 100); do
-    p=$(( 20000 + RANDOM % 20000 ))
+    p=$(( 20000 + RANDOM % (low - 20000) ))
     if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then echo "$p"; return 0; fi
   done
   echo "$ls_name: no free port found" >&2
@@ -109,6 +117,9 @@ auth:
         - permission: "*"
           resource: "*"
 YAML
+  # ls_identities_extra (optional, the caller's): more auth.identities
+  # items, indented as the one above (an approver's own token).
+  [ -z "${ls_identities_extra:-}" ] || printf '%s\n' "$ls_identities_extra" >>"$ls_server_config"
   # ls_server_extra (optional, the caller's): more top-level YAML (pki: ...).
   [ -z "${ls_server_extra:-}" ] || printf '%s\n' "$ls_server_extra" >>"$ls_server_config"
   chmod 600 "$ls_server_config"
@@ -164,11 +175,16 @@ ls_new_boot() {
 }
 
 # ls_join_node NODE [FAULTS]: join NODE with a one-time token and run its
-# bcd on the mock GPUs (nvmlSource mock:dgxh200, BCD_NVIDIA_SMI=mock) with
-# its own state dir under $work/NODE, logging to $work/NODE.log; FAULTS
-# (BCD_NVML_FAULTS, e.g. "gpu=3:row-remap-pending") injects GPU faults. Its
+# bcd on the mock GPUs (nvmlSource mock:dgxh200) with its own state dir
+# under $work/NODE, logging to $work/NODE.log; FAULTS (BCD_NVML_FAULTS,
+# e.g. "gpu=3:row-remap-pending") injects GPU faults. Its GPUs are kept in
+# $work/NODE/gpus.json (BCD_NVML_MOCK_STATE), which the nvml plugin and the
+# mock nvidia-smi ($bin/tools/mocknvidiasmi, BCD_NVIDIA_SMI, which every
+# GPU kind runs, gpu.reset too) share: a reset clears a fault there. Its
 # sysfs root is $work/NODE/sysroot (an empty PCI bus, a rescan file, the
-# boot id) and its system bus the private one (ls_start_bus). It returns
+# boot id) and its system bus the private one (ls_start_bus). With
+# ls_trust_anchor set (the caller's: the command-signing root's public
+# key), the node is configured with it as its trust anchor. It returns
 # once the node's session is open.
 ls_join_node() {
   ls_start_node "$@"
@@ -191,8 +207,10 @@ ls_start_node() {
     echo "pluginDir: \"$bin/plugins\""
     echo "nvmlSource: \"mock:dgxh200\""
     echo "bootIdFile: \"$dir/sysroot/proc/sys/kernel/random/boot_id\""
+    [ -z "${ls_trust_anchor:-}" ] || echo "trustAnchors: [\"$ls_trust_anchor\"]"
     echo "pluginEnv:"
-    echo "  BCD_NVIDIA_SMI: mock"
+    echo "  BCD_NVIDIA_SMI: \"$bin/tools/mocknvidiasmi\""
+    echo "  BCD_NVML_MOCK_STATE: \"$dir/gpus.json\""
     [ -z "$faults" ] || echo "  BCD_NVML_FAULTS: \"$faults\""
     # The kernel's view (proc/, sys/) and the PCI rescan, under $work.
     echo "  BCD_SYSFS_ROOT: \"$dir/sysroot\""

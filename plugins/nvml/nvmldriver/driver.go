@@ -9,7 +9,9 @@
 // A source string selects the library: "" or "nvml" (libnvidia-ml.so.1),
 // "nvml:/path/to/libnvidia-ml.so.1", or one of go-nvml's mock servers,
 // "mock:dgxh200" (dgxa100, dgxh100, dgxb200), with faults injected from a
-// string such as "gpu=3:row-remap-pending,gpu=5:ecc-uncorrectable=2".
+// string such as "gpu=3:row-remap-pending,gpu=5:ecc-uncorrectable=2", and
+// optionally kept in a state file (MockFile) that every process on the
+// node shares, so that a mock GPU reset by the mock nvidia-smi stays reset.
 package nvmldriver
 
 import (
@@ -20,6 +22,7 @@ import (
 	"sync"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/server"
 
 	"github.com/better-compute/commands/plugins/internal/gpu"
 )
@@ -38,6 +41,12 @@ type Driver struct {
 	initErr    string
 	closed     bool
 	initedOnce bool
+	// reload, when set, reads the mock GPUs' state file again before each
+	// Snapshot: another process (the mock nvidia-smi of a gpu.reset) may
+	// have changed it.
+	reload func() error
+	// server is the mock server behind lib, nil for the real library.
+	server *server.Server
 }
 
 // Open selects the source, applies faults (mock sources only), and calls
@@ -45,7 +54,17 @@ type Driver struct {
 // not answering, with the reason, and never calls NVML again. The error is
 // for a source or fault string it cannot read.
 func Open(source, faults string) (*Driver, error) {
+	return OpenState(source, faults, "")
+}
+
+// OpenState is Open with the mock GPUs kept in the file state (see
+// MockFile; "" keeps them in this process only). A state file applies to
+// a mock source only.
+func OpenState(source, faults, state string) (*Driver, error) {
 	source = strings.TrimSpace(source)
+	if state != "" && !strings.HasPrefix(source, "mock:") {
+		return nil, fmt.Errorf("a mock GPU state file (%s) applies to a mock source only, not %q", state, source)
+	}
 	switch {
 	case source == "" || source == "nvml" || source == "auto":
 		if faults != "" {
@@ -66,10 +85,21 @@ func Open(source, faults string) (*Driver, error) {
 		if err != nil {
 			return nil, err
 		}
-		if err := ApplyFaults(srv, fs); err != nil {
+		if state == "" {
+			if err := ApplyFaults(srv, fs); err != nil {
+				return nil, err
+			}
+			d := New(srv, source)
+			d.server = srv
+			return d, nil
+		}
+		file := MockFile{Path: state, Model: strings.TrimPrefix(source, "mock:")}
+		if err := file.Init(srv, fs); err != nil {
 			return nil, err
 		}
-		return New(srv, source), nil
+		d := New(srv, source)
+		d.server, d.reload = srv, func() error { return file.Load(srv) }
+		return d, nil
 	}
 	return nil, fmt.Errorf("%w %q: want \"nvml\", \"nvml:<library path>\" or \"mock:<dgxa100|dgxh100|dgxh200|dgxb200>\"", ErrBadSource, source)
 }
@@ -84,6 +114,10 @@ func New(lib nvml.Interface, name string) *Driver {
 	d.initedOnce = true
 	return d
 }
+
+// MockServer is the mock server behind a mock source (nil for the real
+// library): the mock nvidia-smi changes its GPUs through MockFile.Update.
+func (d *Driver) MockServer() *server.Server { return d.server }
 
 // InitError returns why Init failed, or "".
 func (d *Driver) InitError() string { return d.initErr }
@@ -108,6 +142,11 @@ func (d *Driver) Snapshot(ctx context.Context) ([]gpu.GPU, gpu.SourceStatus, str
 	}
 	if d.closed {
 		return nil, gpu.SourceStatus{Reason: "NVML was shut down"}, ""
+	}
+	if d.reload != nil {
+		if err := d.reload(); err != nil {
+			return nil, gpu.SourceStatus{Reason: err.Error()}, ""
+		}
 	}
 	drv, ret := d.lib.SystemGetDriverVersion()
 	if ret != nvml.SUCCESS {

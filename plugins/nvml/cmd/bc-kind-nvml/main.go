@@ -23,7 +23,7 @@ func main() {
 	}
 	p := &nvml.Plugin{Config: cfg, Logger: logger}
 	if cfg.NVMLSource != "none" {
-		drv, err := nvmldriver.Open(cfg.NVMLSource, cfg.NVMLFaults)
+		drv, err := nvmldriver.OpenState(cfg.NVMLSource, cfg.NVMLFaults, cfg.NVMLState)
 		if err != nil {
 			logger.Error("bad NVML source", "error", err)
 			fmt.Fprintln(os.Stderr, "bc-kind-nvml:", err)
