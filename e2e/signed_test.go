@@ -340,7 +340,7 @@ func (c *cluster) signedNode() *node {
 //
 // The node runs in two configurations, restarted in between: bcd's
 // pluginEnv goes to every plugin alike, and BCD_NVIDIA_SMI=mock (the nvml
-// plugin's mock nvidia-smi, as the demo runs it) is, for gpu.reset and
+// plugin's built-in mock, which bcd exec and the e2e tests use; the demo runs bin/tools/mocknvidiasmi instead) is, for gpu.reset and
 // diag.dcgm, the path of the nvidia-smi to execute. So the NVML kinds run
 // with BCD_NVIDIA_SMI=mock, the tool kinds with a fake nvidia-smi there.
 func TestE2E_SignedEveryFirstPartyKindRuns(t *testing.T) {
