@@ -4,18 +4,15 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
-	"go.yaml.in/yaml/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/types/known/structpb"
 
@@ -373,61 +370,6 @@ func (c *cluster) waitCommand(nodeID, id, state string) *apiv1.Command {
 		return got.GetState() == state
 	})
 	return cmd
-}
-
-// bcServer is the bc-server binary running on the cluster's configuration,
-// so that a test can kill -9 it.
-type bcServer struct {
-	t    *testing.T
-	bin  string
-	conf string
-	proc *exec.Cmd
-	done chan struct{}
-	logs *lockedBuffer
-}
-
-// swapToBinary stops the in-process server and runs the bc-server binary
-// on the same configuration (database, addresses, node CA, identities,
-// kinds): what an operator's systemd unit runs.
-func (c *cluster) swapToBinary() *bcServer {
-	c.t.Helper()
-	b := &bcServer{t: c.t, bin: testutil.BuildBinary(c.t, "./controlplane/cmd/bc-server"), conf: filepath.Join(c.t.TempDir(), "server.yaml"), logs: &lockedBuffer{}}
-	y, err := yaml.Marshal(c.cfg)
-	require.NoError(c.t, err)
-	require.NoError(c.t, os.WriteFile(b.conf, y, 0o600))
-	require.NoError(c.t, c.srv.Stop())
-	c.t.Cleanup(func() {
-		b.kill()
-		if c.t.Failed() {
-			c.t.Logf("bc-server (binary) log:\n%s", b.logs.String())
-		}
-	})
-	b.start(c)
-	return b
-}
-
-func (b *bcServer) start(c *cluster) {
-	b.t.Helper()
-	b.proc = exec.Command(b.bin, "--config", b.conf)
-	b.proc.Stdout, b.proc.Stderr = b.logs, b.logs
-	require.NoError(b.t, b.proc.Start())
-	b.done = make(chan struct{})
-	go func(p *exec.Cmd, done chan struct{}) { _ = p.Wait(); close(done) }(b.proc, b.done)
-	runs := apiv1.NewFleetRunsClient(c.conn)
-	testutil.WaitFor(b.t, 60*time.Second, "bc-server to serve", func() bool {
-		_, err := runs.List(c.ctx(), &apiv1.ListFleetRunsRequest{TenantId: servertest.TenantA})
-		return err == nil
-	})
-}
-
-// kill ends bc-server with SIGKILL: no graceful stop, no lease resigned.
-func (b *bcServer) kill() {
-	if b.proc == nil {
-		return
-	}
-	_ = b.proc.Process.Signal(syscall.SIGKILL)
-	<-b.done
-	b.proc = nil
 }
 
 // "kill -9 of bc-server and a PostgreSQL restart during a run: no node over

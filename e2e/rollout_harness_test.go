@@ -16,6 +16,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -273,11 +274,16 @@ func (c *cluster) daemonVersion(id string) string {
 	return v
 }
 
-// setRollout runs `better-compute rollout set` for p in pool.
+// setRollout runs `better-compute rollout set` for p in pool, with a rejoin
+// window of 10 s unless extra names one.
 func (c *cluster) setRollout(pool string, p pkg, extra ...string) string {
 	c.t.Helper()
-	out, stderr, code := c.cli(append([]string{"rollout", "set", "pool=" + pool, "version=" + p.version, "packageUrl=" + p.url,
-		"packageSize=" + strconv.Itoa(p.size), "packageSha256=" + p.sha256, "release=" + p.release, "rejoinWindowSeconds=10"}, extra...)...)
+	args := []string{"rollout", "set", "pool=" + pool, "version=" + p.version, "packageUrl=" + p.url,
+		"packageSize=" + strconv.Itoa(p.size), "packageSha256=" + p.sha256, "release=" + p.release}
+	if !slices.ContainsFunc(extra, func(a string) bool { return strings.HasPrefix(a, "rejoinWindowSeconds=") }) {
+		args = append(args, "rejoinWindowSeconds=10")
+	}
+	out, stderr, code := c.cli(append(args, extra...)...)
 	require.Equal(c.t, 0, code, stderr)
 	return out
 }
