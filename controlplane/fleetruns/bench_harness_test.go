@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -56,6 +57,7 @@ type fleetBench struct {
 	tenant string
 	nodes  []string
 	watch  *settleWatch
+	hook   *hookTimer
 	simPID int
 	// postmaster is the PID of the database server's postmaster: the CPU
 	// of its children is the database's.
@@ -84,10 +86,11 @@ func startFleetBench(b *testing.B, n int) (*fleetBench, func()) {
 	require.NoError(b, err)
 	q := queue.New(reg, hclog.NewNullLogger())
 	svc := fleetruns.New(pool, q, fleetruns.Options{})
-	q.AlsoOnSettle(svc.Hook)
+	hooked := &hookTimer{}
+	q.AlsoOnSettle(hooked.wrap(svc.Hook))
 	watch := &settleWatch{}
 	q.AlsoOnSettle(watch.hook)
-	fb := &fleetBench{ctx: ctx, pool: pool, q: q, svc: svc, watch: watch}
+	fb := &fleetBench{ctx: ctx, pool: pool, q: q, svc: svc, watch: watch, hook: hooked}
 	var backend int
 	require.NoError(b, pool.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&backend))
 	fb.postmaster = parentPID(backend)
@@ -216,6 +219,44 @@ func (s *settleWatch) hook(_ context.Context, _ pgx.Tx, settled []queue.Command)
 	return nil
 }
 
+// hookTimer times the fleet runs' settle hook (Service.Hook) in the
+// settling transactions: how often it ran with a run's commands, and how
+// long it took there.
+type hookTimer struct {
+	mu          sync.Mutex
+	calls, cmds int
+	spent       time.Duration
+}
+
+func (h *hookTimer) wrap(f queue.SettleHook) queue.SettleHook {
+	return func(ctx context.Context, tx pgx.Tx, settled []queue.Command) error {
+		t0 := time.Now()
+		err := f(ctx, tx, settled)
+		d := time.Since(t0)
+		n := 0
+		for _, c := range settled {
+			if queue.RunIDOfKey(c.IdempotencyKey) != "" {
+				n++
+			}
+		}
+		if n > 0 {
+			h.mu.Lock()
+			h.calls, h.cmds, h.spent = h.calls+1, h.cmds+n, h.spent+d
+			h.mu.Unlock()
+		}
+		return err
+	}
+}
+
+// take returns what the hook did with runs' commands since the last take.
+func (h *hookTimer) take() string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	s := fmt.Sprintf("settle hook %s in %d calls for %d commands", h.spent.Round(time.Millisecond), h.calls, h.cmds)
+	h.calls, h.cmds, h.spent = 0, 0, 0
+	return s
+}
+
 // waitDB polls sql (a boolean query) every interval until it is true,
 // failing the benchmark after timeout.
 func (fb *fleetBench) waitDB(b *testing.B, timeout, interval time.Duration, what, sql string, args ...any) {
@@ -338,4 +379,60 @@ func parentPID(pid int) int {
 	}
 	n, _ := strconv.Atoi(f[1])
 	return n
+}
+
+// activitySampler reads, every period, which statements the benchmark
+// database's backends are running and what each waits for, if anything
+// (pg_stat_activity, active ones other than its own; "cpu" when waiting
+// for nothing), until stopped; stop returns the statements by how many
+// samples found each running, most first, with their share of the samples
+// (one sample can find several backends busy).
+func (fb *fleetBench) activitySampler(period time.Duration) (stop func() string) {
+	done := make(chan struct{})
+	seen := map[string]int{}
+	samples := 0
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		t := time.NewTicker(period)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+			}
+			rows, err := fb.pool.Query(fb.ctx, `SELECT coalesce(wait_event_type || ':' || wait_event, 'cpu') || '  ' || regexp_replace(left(query, 160), '\s+', ' ', 'g') FROM pg_stat_activity
+				WHERE datname = current_database() AND state = 'active' AND pid <> pg_backend_pid()`)
+			if err != nil {
+				continue
+			}
+			samples++
+			for rows.Next() {
+				var q string
+				if rows.Scan(&q) == nil {
+					seen[q]++
+				}
+			}
+			rows.Close()
+		}
+	})
+	return func() string {
+		close(done)
+		wg.Wait()
+		type row struct {
+			q string
+			n int
+		}
+		var all []row
+		for q, n := range seen {
+			all = append(all, row{q, n})
+		}
+		sort.Slice(all, func(i, j int) bool { return all[i].n > all[j].n })
+		var out strings.Builder
+		fmt.Fprintf(&out, "%d samples every %s\n", samples, period)
+		for _, r := range all {
+			fmt.Fprintf(&out, "%6d %5.1f%%  %s\n", r.n, 100*float64(r.n)/float64(max(samples, 1)), r.q)
+		}
+		return out.String()
+	}
 }

@@ -56,8 +56,8 @@ var (
 //
 //   - a run with maxConcurrency 100%: from the fleetRuns.create call to the
 //     run ended succeeded, beside a bare fan-out of the same kind to the
-//     same nodes (one transaction of queue.EnqueueSet, until every command
-//     settled); the target is a ratio of at most 1.3;
+//     same nodes (one transaction that queues them all, until every
+//     command settled; see fanout); the target is a ratio of at most 1.3;
 //   - a run with maxConcurrency 10%: its time beside ten such fan-outs of a
 //     tenth of the nodes one after another (target 1.3), and the open
 //     commands counted every 20 ms during each: the run's most never
@@ -76,7 +76,8 @@ var (
 // spent over it. It runs only with -bench, skips with -short, and measures
 // once per fleet size however large b.N is; BC_SIM_NODES replaces the
 // fleet size. BC_BENCH_CPUPROFILE=dir writes a CPU profile of this process
-// for each workload of each round (fleet-<workload>-<round>.pprof).
+// for each workload of each round (fleet-<workload>-<round>.pprof), and
+// beside it what the database was running (see profile).
 func BenchmarkFleetRuns(b *testing.B) {
 	if testing.Short() {
 		b.Skip("heavy: thousands of sessions")
@@ -145,7 +146,7 @@ func measureFleetRuns(b *testing.B, n int) *fleetFigures {
 	for r := range rounds {
 		var line []string
 		phase := func(name string, fn func() string) {
-			defer profile(b, name, r)()
+			defer fb.profile(b, name, r)()
 			c0 := fb.cpuNow()
 			what := fn()
 			line = append(line, fmt.Sprintf("%s (%s)", what, fb.cpuNow().since(c0)))
@@ -156,9 +157,10 @@ func measureFleetRuns(b *testing.B, n int) *fleetFigures {
 			return fmt.Sprintf("fan-out to %d settled in %s", n, d.Round(time.Millisecond))
 		})
 		phase("run100", func() string {
+			fb.hook.take()
 			d, created := fb.runToEnd(b, "100%", fmt.Sprintf("run100-%d", r))
 			run100, live = append(run100, d), append(live, created)
-			return fmt.Sprintf("run at 100%% succeeded in %s (created in %s)", d.Round(time.Millisecond), created.Round(time.Millisecond))
+			return fmt.Sprintf("run at 100%% succeeded in %s (created in %s; %s)", d.Round(time.Millisecond), created.Round(time.Millisecond), fb.hook.take())
 		})
 		phase("ten-fanouts", func() string {
 			stopSampling := fb.openSampler(20 * time.Millisecond)
@@ -176,12 +178,14 @@ func measureFleetRuns(b *testing.B, n int) *fleetFigures {
 			return fmt.Sprintf("ten fan-outs of %d settled in %s, open at most %d (%d samples)", tenth, d.Round(time.Millisecond), most, samples)
 		})
 		phase("run10", func() string {
+			fb.hook.take()
 			stopSampling := fb.openSampler(20 * time.Millisecond)
 			d, created := fb.runToEnd(b, "10%", fmt.Sprintf("run10-%d", r))
 			most, samples := stopSampling()
 			run10, f.open10 = append(run10, d), max(f.open10, most)
 			require.Positive(b, samples, "the open count was sampled")
-			return fmt.Sprintf("run at 10%% succeeded in %s (created in %s), open at most %d (%d samples)", d.Round(time.Millisecond), created.Round(time.Millisecond), most, samples)
+			return fmt.Sprintf("run at 10%% succeeded in %s (created in %s; %s), open at most %d (%d samples)", d.Round(time.Millisecond), created.Round(time.Millisecond),
+				fb.hook.take(), most, samples)
 		})
 		b.Logf("nodes=%d round %d: %s", n, r+1, strings.Join(line, "; "))
 	}
@@ -196,10 +200,17 @@ func measureFleetRuns(b *testing.B, n int) *fleetFigures {
 	return f
 }
 
+// floorSet is how many commands the floor's fan-out queues with one
+// queue.EnqueueSet: where a command costs it least. Its cost a command
+// grows with the set (on two shared cores, 10,000 nodes: about 0.25 ms a
+// command in sets of 100, 0.85-1.7 ms in a set of 1,000, 2-5 ms in one of
+// 2,000; queueing 2,000 one at a time with Enqueue, 1.5 ms), and one set
+// of 10,000 took 55 s.
+const floorSet = 100
+
 // fanout is the floor: one transaction queues a command of the run's kind
-// on each node (queue.EnqueueSet, as a run's pass does, all at once), and
-// the time runs from its start until every command is settled in the
-// database.
+// on each node (queue.EnqueueSet, floorSet at a time), and the time runs
+// from its start until every command is settled in the database.
 func (fb *fleetBench) fanout(b *testing.B, nodes []string, tag string) time.Duration {
 	b.Helper()
 	done := fb.watch.expect(len(nodes), func(c queue.Command) bool { return strings.HasPrefix(c.IdempotencyKey, tag) })
@@ -212,14 +223,19 @@ func (fb *fleetBench) fanout(b *testing.B, nodes []string, tag string) time.Dura
 	}
 	ids := make([]string, 0, len(nodes))
 	require.NoError(b, pgx.BeginFunc(fb.ctx, fb.pool, func(tx pgx.Tx) error {
-		outs, err := fb.q.EnqueueSet(fb.ctx, tx, ps)
-		for _, o := range outs {
-			if o.Err != nil {
-				return o.Err
+		for lo := 0; lo < len(ps); lo += floorSet {
+			outs, err := fb.q.EnqueueSet(fb.ctx, tx, ps[lo:min(len(ps), lo+floorSet)])
+			if err != nil {
+				return err
 			}
-			ids = append(ids, o.Command.ID)
+			for _, o := range outs {
+				if o.Err != nil {
+					return o.Err
+				}
+				ids = append(ids, o.Command.ID)
+			}
 		}
-		return err
+		return nil
 	}))
 	select {
 	case <-done:
@@ -300,14 +316,23 @@ func median(d []time.Duration) time.Duration {
 }
 
 // profile starts a CPU profile of this process for a workload's round
-// when BC_BENCH_CPUPROFILE names a directory, and returns its stop.
-func profile(b *testing.B, workload string, round int) func() {
+// when BC_BENCH_CPUPROFILE names a directory, and returns its stop. Beside
+// it, fleet-<workload>-<round>.pg.txt tallies what the database's
+// backends were running, sampled from pg_stat_activity every 10 ms: a
+// profile of PostgreSQL's side by statement (its CPU is most of a run's).
+func (fb *fleetBench) profile(b *testing.B, workload string, round int) func() {
 	dir := os.Getenv("BC_BENCH_CPUPROFILE")
 	if dir == "" {
 		return func() {}
 	}
-	f, err := os.Create(filepath.Join(dir, fmt.Sprintf("fleet-%s-%d.pprof", workload, round+1)))
+	name := filepath.Join(dir, fmt.Sprintf("fleet-%s-%d", workload, round+1))
+	f, err := os.Create(name + ".pprof")
 	require.NoError(b, err)
 	require.NoError(b, pprof.StartCPUProfile(f))
-	return func() { pprof.StopCPUProfile(); _ = f.Close() }
+	stopPG := fb.activitySampler(10 * time.Millisecond)
+	return func() {
+		pprof.StopCPUProfile()
+		_ = f.Close()
+		require.NoError(b, os.WriteFile(name+".pg.txt", []byte(stopPG()), 0o644))
+	}
 }
