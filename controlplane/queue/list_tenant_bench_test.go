@@ -23,7 +23,9 @@ import (
 
 // defaultListRows is how many settled commands BenchmarkListTenant fills
 // the large table with: issue 30's "a few million settled rows". On this
-// project's two shared cores the fill takes about two minutes (see the
+// project's two shared cores the fill takes about a minute (55 s, its
+// indexes built after the rows; 5 min 36 s row by row into the indexes,
+// on a machine busier still) and the whole benchmark about 70 s (see the
 // benchmark's log); BC_LIST_ROWS replaces it.
 const defaultListRows = 3_000_000
 
