@@ -14,8 +14,6 @@ import (
 	"github.com/better-compute/commands/controlplane/cli"
 	"github.com/better-compute/commands/controlplane/server"
 	"github.com/better-compute/commands/controlplane/server/servertest"
-	"github.com/better-compute/commands/controlplane/serverconfig"
-	"github.com/better-compute/commands/internal/trust"
 	apiv1 "github.com/better-compute/commands/proto/bc/api/v1"
 )
 
@@ -35,21 +33,7 @@ func (c *cluster) cliAs(token string, args ...string) (stdout, stderr string, co
 // notBefore." A real bcd joined with the bundle that carries the approver
 // keys checks the approval and its own leaf itself.
 func TestE2E_RebootBatchUnderATwoOfThreeQuorum(t *testing.T) {
-	dir := t.TempDir()
-	var approvers []serverconfig.ApproverConfig
-	keys := map[string]string{}
-	for _, name := range []string{"alice", "bob", "carol"} {
-		pub, priv, err := trust.NewEd25519()
-		require.NoError(t, err)
-		pp, err := trust.MarshalPublicKeyPEM(pub)
-		require.NoError(t, err)
-		kp, err := trust.MarshalPrivateKeyPEM(priv)
-		require.NoError(t, err)
-		require.NoError(t, os.WriteFile(filepath.Join(dir, name+".pub"), pp, 0o644))
-		require.NoError(t, os.WriteFile(filepath.Join(dir, name+".pem"), kp, 0o600))
-		approvers = append(approvers, serverconfig.ApproverConfig{Name: name, PublicKey: filepath.Join(dir, name+".pub")})
-		keys[name] = filepath.Join(dir, name+".pem")
-	}
+	approvers, keys := approverKeys(t, "alice", "bob", "carol")
 	signing, _ := servertest.Signing(t)
 	c := newCluster(t, func(cfg *server.Config) {
 		signing(cfg)

@@ -19,6 +19,7 @@ import (
 	"github.com/better-compute/commands/controlplane/queue"
 	"github.com/better-compute/commands/internal/tracing"
 	apiv1 "github.com/better-compute/commands/proto/bc/api/v1"
+	"github.com/better-compute/commands/sdk/kind"
 )
 
 type commandsServer struct {
@@ -58,17 +59,8 @@ func (c *commandsServer) Run(ctx context.Context, req *apiv1.RunCommandRequest) 
 	if err != nil {
 		return nil, err
 	}
-	if req.GetKind() == "" {
-		return nil, invalid("kind", "kind is required")
-	}
-	if !s.allowlist[req.GetKind()] {
-		return nil, apierr.New(apierr.Unsupported, fmt.Sprintf("commands.run does not accept kind %q", req.GetKind()),
-			map[string]string{"kind": req.GetKind(), "reason": "not-allowlisted"})
-	}
-	m, ok := s.queue.Registry().Get(req.GetKind())
-	if !ok || !m.APIRunnable {
-		return nil, apierr.New(apierr.Unsupported, fmt.Sprintf("commands.run does not accept kind %q", req.GetKind()),
-			map[string]string{"kind": req.GetKind(), "reason": "not-api-runnable"})
+	if _, err = s.runnable("commands.run does", req.GetKind()); err != nil {
+		return nil, err
 	}
 	secs := int32(DefaultNotAfterSeconds)
 	if req.NotAfterSeconds != nil {
@@ -150,6 +142,37 @@ func (c *commandsServer) Run(ctx context.Context, req *apiv1.RunCommandRequest) 
 	s.outage.OK()
 	span.SetAttributes(attribute.String("bc.command_id", cmd.ID))
 	return s.toProto(cmd), nil
+}
+
+// runnable checks a kind as commands.run accepts it (fleet runs take the
+// same kinds): named, on the allowlist, registered and API-runnable. who
+// starts the refusal's words ("commands.run does").
+func (s *Server) runnable(who, k string) (kind.Manifest, error) {
+	if k == "" {
+		return kind.Manifest{}, invalid("kind", "kind is required")
+	}
+	if !s.allowlist[k] {
+		return kind.Manifest{}, apierr.New(apierr.Unsupported, fmt.Sprintf("%s not accept kind %q", who, k),
+			map[string]string{"kind": k, "reason": "not-allowlisted"})
+	}
+	m, ok := s.queue.Registry().Get(k)
+	if !ok || !m.APIRunnable {
+		return kind.Manifest{}, apierr.New(apierr.Unsupported, fmt.Sprintf("%s not accept kind %q", who, k),
+			map[string]string{"kind": k, "reason": "not-api-runnable"})
+	}
+	return m, nil
+}
+
+// seesTenant checks a request's tenant id and that the caller sees the
+// tenant (NOT_FOUND otherwise, as for a tenant that does not exist).
+func seesTenant(id *auth.Identity, tenantID string) error {
+	if err := validID("tenantId", tenantID); err != nil {
+		return err
+	}
+	if !id.SeesTenant(tenantID) {
+		return apierr.New(apierr.NotFound, "tenant "+tenantID+" not found", map[string]string{"tenantId": tenantID})
+	}
+	return nil
 }
 
 // logsCollect is the kind that uploads a support bundle.

@@ -36,23 +36,12 @@ func (f *fleetRunsServer) Create(ctx context.Context, req *apiv1.CreateFleetRunR
 	if err != nil {
 		return nil, err
 	}
-	if err := validID("tenantId", req.GetTenantId()); err != nil {
+	if err := seesTenant(id, req.GetTenantId()); err != nil {
 		return nil, err
 	}
-	if !id.SeesTenant(req.GetTenantId()) {
-		return nil, apierr.New(apierr.NotFound, "tenant "+req.GetTenantId()+" not found", map[string]string{"tenantId": req.GetTenantId()})
-	}
-	if req.GetKind() == "" {
-		return nil, invalid("kind", "kind is required")
-	}
-	if !s.allowlist[req.GetKind()] {
-		return nil, apierr.New(apierr.Unsupported, fmt.Sprintf("fleet runs, as commands.run, do not accept kind %q", req.GetKind()),
-			map[string]string{"kind": req.GetKind(), "reason": "not-allowlisted"})
-	}
-	m, ok := s.queue.Registry().Get(req.GetKind())
-	if !ok || !m.APIRunnable {
-		return nil, apierr.New(apierr.Unsupported, fmt.Sprintf("fleet runs, as commands.run, do not accept kind %q", req.GetKind()),
-			map[string]string{"kind": req.GetKind(), "reason": "not-api-runnable"})
+	m, err := s.runnable("fleet runs, as commands.run, do", req.GetKind())
+	if err != nil {
+		return nil, err
 	}
 	if id.Agent && m.Flags.Destructive && !s.quorumNow().On() {
 		// An agent's destructive work goes only as a batch a person
@@ -167,11 +156,8 @@ func (f *fleetRunsServer) List(ctx context.Context, req *apiv1.ListFleetRunsRequ
 	if err != nil {
 		return nil, err
 	}
-	if err := validID("tenantId", req.GetTenantId()); err != nil {
+	if err := seesTenant(id, req.GetTenantId()); err != nil {
 		return nil, err
-	}
-	if !id.SeesTenant(req.GetTenantId()) {
-		return nil, apierr.New(apierr.NotFound, "tenant "+req.GetTenantId()+" not found", map[string]string{"tenantId": req.GetTenantId()})
 	}
 	own := ""
 	if !id.Allowed(auth.PermRunsRead, auth.TenantResource(req.GetTenantId())) {
