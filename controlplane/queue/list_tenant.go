@@ -32,7 +32,8 @@ type TenantListParams struct {
 // next page ("" on the last). It reads commands_tenant_created (migration
 // 0090) from the newest row (or the cursor's) down, so a page costs the
 // rows it reads past the filters, not the table's size; a time range bounds
-// that read. p.SettledSince reads commands_tenant_settled instead.
+// that read. p.SettledSince with p.State reads commands_tenant_state_settled
+// instead: the failures of the last hour without its successes.
 func (q *Queue) ListTenant(ctx context.Context, db DBTX, p TenantListParams) (items []Command, next string, err error) {
 	if p.TenantID == "" {
 		return nil, "", newError(InvalidInput, "missing-field", map[string]string{"field": "tenantId"}, "tenantId is required")

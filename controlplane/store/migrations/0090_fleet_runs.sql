@@ -15,8 +15,9 @@ ALTER TABLE commands ADD COLUMN requested_via text NOT NULL DEFAULT '';
 -- commands.list without a node id: the tenant's commands newest first,
 -- paged by (created_at, id), on an index that a time range bounds.
 CREATE INDEX commands_tenant_created ON commands (tenant_id, created_at DESC, id DESC);
--- "what failed in the last hour": settled commands by settle time.
-CREATE INDEX commands_tenant_settled ON commands (tenant_id, settled_at DESC) WHERE settled_at IS NOT NULL;
+-- "what failed in the last hour": settled commands by state and settle
+-- time, so that the hour's failures are read without its successes.
+CREATE INDEX commands_tenant_state_settled ON commands (tenant_id, state, settled_at DESC) WHERE settled_at IS NOT NULL;
 
 -- A fleet run is a parent of ordinary commands: its targets are resolved
 -- once, at creation, and each gets its command from the run's advancer
