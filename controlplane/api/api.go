@@ -285,6 +285,12 @@ func (s *Server) fail(ctx context.Context, op string, err error) error {
 	if errors.As(err, &pe) {
 		// The database answered: whatever the outage was, it is over.
 		s.outage.OK()
+		if pe.Code == "40P01" || pe.Code == "40001" {
+			// A deadlock or serialization failure rolled the work back
+			// whole: the same call again is safe.
+			return apierr.New(apierr.Unavailable, op+": the database rolled this back to resolve a conflict with concurrent work; retry",
+				map[string]string{"reason": "retry-conflict"})
+		}
 		if pe.Code[:2] == "22" {
 			// A data exception: a value the API's own checks let through
 			// (they name the field; this is the backstop).

@@ -12,6 +12,7 @@ import (
 	"github.com/better-compute/commands/controlplane/api/apierr"
 	"github.com/better-compute/commands/controlplane/auth"
 	"github.com/better-compute/commands/controlplane/batches"
+	"github.com/better-compute/commands/controlplane/bundles"
 	"github.com/better-compute/commands/controlplane/fleetruns"
 	"github.com/better-compute/commands/controlplane/ids"
 	"github.com/better-compute/commands/controlplane/queue"
@@ -77,6 +78,21 @@ func (f *fleetRunsServer) Create(ctx context.Context, req *apiv1.CreateFleetRunR
 	// The payload is checked once, as commands.run would check it for any
 	// node: a bad one is refused before anything is stored.
 	check := queue.EnqueueParams{TenantID: req.GetTenantId(), NodeID: "payload-check", Kind: req.GetKind(), Payload: payload}
+	if req.GetKind() == logsCollect {
+		// As commands.run: the server presigns each node's upload (the
+		// advancer, through the fleet service's Prepare), and a caller
+		// never picks the destination or the cap.
+		if s.bundles == nil {
+			return nil, apierr.New(apierr.InvalidState, bundles.ErrNoDestination.Error(),
+				map[string]string{"kind": logsCollect, "reason": "no-upload-destination"})
+		}
+		merged, err := bundles.MergePayload(payload, "support-bundles/payload-check.bundle",
+			bundles.UploadFields{UploadURL: "https://payload-check.invalid/", MaxBytes: bundles.DefaultMaxBytes, SupportBundle: true})
+		if err != nil {
+			return nil, apierr.New(apierr.InvalidInput, err.Error(), map[string]string{"kind": logsCollect, "field": "payload"})
+		}
+		check.Payload = merged
+	}
 	if m.Flags.Destructive {
 		// The run makes its own batch for its commands.
 		check.BatchID = ids.NewBatch()

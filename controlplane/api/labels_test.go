@@ -137,3 +137,21 @@ func TestFleetRunEventsAndListReachOnlyWhoMayReadTheRun(t *testing.T) {
 	_, err = runs.Get(as(tokOther), &apiv1.GetFleetRunRequest{TenantId: tenantA, RunId: run.GetId()})
 	requireCode(t, err, apierr.NotFound)
 }
+
+// A fleet run of logs.collect, as commands.run, never lets the caller pick
+// the upload's destination or cap: the server presigns one per node.
+func TestFleetRunOfLogsCollectRefusesACallersDestination(t *testing.T) {
+	t.Parallel()
+	b := setup(t, func(c *api.Config) { c.FleetRuns = fleetruns.New(c.Pool, c.Queue, fleetruns.Options{}) })
+	runs := apiv1.NewFleetRunsClient(b.conn)
+	evil, err := structpb.NewStruct(map[string]any{"uploadUrl": "https://attacker.example/put"})
+	require.NoError(t, err)
+	_, err = runs.Create(as(tokOps), &apiv1.CreateFleetRunRequest{TenantId: tenantA, Kind: "logs.collect", Payload: evil,
+		Targets: &apiv1.FleetRunTargets{NodeIds: []string{nodeA1}}})
+	requireCode(t, err, apierr.InvalidInput)
+	require.ErrorContains(t, err, "uploadUrl")
+	run, err := runs.Create(as(tokOps), &apiv1.CreateFleetRunRequest{TenantId: tenantA, Kind: "logs.collect",
+		Targets: &apiv1.FleetRunTargets{NodeIds: []string{nodeA1}}})
+	require.NoError(t, err, "without a destination of its own it is accepted")
+	require.Equal(t, uint32(1), run.GetCounts().GetTargets())
+}

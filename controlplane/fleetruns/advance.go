@@ -53,17 +53,20 @@ func (s *Service) advance(ctx context.Context, tx pgx.Tx, runID string) (passRes
 	if err != nil {
 		return passResult{}, fmt.Errorf("locking run %s: %w", runID, err)
 	}
+	// A settle the hook did not see (a replica of an older release
+	// settled the command) is caught up here, so a run never waits on a
+	// command that already ended.
+	if _, err := tx.Exec(ctx, catchUpSQL, runID); err != nil {
+		return passResult{}, fmt.Errorf("catching up the settled targets of run %s: %w", runID, err)
+	}
 	c, err := counts(ctx, tx, runID)
 	if err != nil {
 		return passResult{}, err
 	}
 	started, waiting := c.ByState[TargetStarted], c.ByState[TargetWaiting]
-	if r.State != StateRunning || waiting == 0 {
-		// A pass that starts nothing publishes what settled since the
-		// last one; start publishes its own.
-		if err := s.progress(ctx, tx, r, c); err != nil {
-			return passResult{}, err
-		}
+	// What settled since the last pass (start publishes what it started).
+	if err := s.progress(ctx, tx, r, c); err != nil {
+		return passResult{}, err
 	}
 	switch r.State {
 	case StateRunning:
@@ -98,14 +101,17 @@ func (s *Service) start(ctx context.Context, tx pgx.Tx, r Run, c Counts) (passRe
 		if err != nil {
 			return passResult{}, fmt.Errorf("reading the batch of run %s: %w", r.ID, err)
 		}
+		if b.State == batches.StateExpired || !s.now().Before(b.Deadline) {
+			// An approval is valid until the batch's deadline: a node
+			// would refuse a command sent under it after that.
+			return passResult{changed: true}, s.stop(ctx, tx, r, c, ReasonBatchExpired,
+				fmt.Sprintf("batch %s passed its deadline (%s) before the run started every node: create a new run", b.ID, b.Deadline.UTC().Format(time.RFC3339)))
+		}
 		switch b.State {
 		case batches.StateAwaiting:
 			return passResult{}, s.setWaiting(ctx, tx, r, WaitApproval, fmt.Sprintf(
 				"batch %s awaits %d more approval(s) (%d of %d): better-compute batch approve --tenant %s --batch %s --key approver.pem",
 				b.ID, b.Needed(), len(b.Approvals), b.Threshold, r.TenantID, b.ID))
-		case batches.StateExpired:
-			return passResult{changed: true}, s.stop(ctx, tx, r, c, ReasonBatchExpired,
-				fmt.Sprintf("batch %s expired before the run started every node: create a new run", b.ID))
 		}
 	}
 	slots := min(r.ConcurrencyLimit-c.ByState[TargetStarted], MaxStartsPerPass)
@@ -125,6 +131,12 @@ func (s *Service) start(ctx context.Context, tx pgx.Tx, r Run, c Counts) (passRe
 		ps[i] = queue.EnqueueParams{TenantID: r.TenantID, NodeID: t.NodeID, Kind: r.Kind, Payload: r.Payload,
 			IdempotencyKey: queue.FleetRunKey(r.ID, t.NodeID), NotAfter: notAfter, BatchID: r.BatchID,
 			Requester: r.Requester, RequestedVia: queue.ViaFleetRun}
+		if s.prepare != nil {
+			// A kind's per-node part (logs.collect's presigned upload).
+			if err := s.prepare(ctx, &ps[i]); err != nil {
+				return passResult{}, fmt.Errorf("preparing the command of run %s on %s: %w", r.ID, t.NodeID, err)
+			}
+		}
 	}
 	outs := make([]queue.EnqueueOutcome, 0, len(ps))
 	for lo := 0; lo < len(ps); lo += enqueueSetSize {
@@ -217,10 +229,28 @@ func (s *Service) pick(ctx context.Context, tx pgx.Tx, r Run, n int) ([]Target, 
 			}
 			continue
 		}
+		// Counted in its pool's window at once, so that the next node's
+		// Acquire in this pass sees it (pools.Acquire counts fleet-run
+		// starts beside remediations).
+		if _, err := tx.Exec(ctx, `UPDATE fleet_run_targets SET started_at = now() WHERE run_id = $1 AND ordinal = $2`, r.ID, t.Ordinal); err != nil {
+			return nil, wait, fmt.Errorf("marking the start of %s for run %s: %w", t.NodeID, r.ID, err)
+		}
 		out = append(out, t)
 	}
 	return out, wait, nil
 }
+
+// catchUpSQL moves a run's started targets whose commands settled without
+// the settle hook to their commands' terminal states, and gives back the
+// maintenance locks the run held for them.
+const catchUpSQL = `
+WITH u AS (
+  UPDATE fleet_run_targets t SET state = c.state, reason = c.reason, message = c.message, settled_at = c.settled_at
+  FROM commands c
+  WHERE t.run_id = $1 AND t.state = 'started' AND c.id = t.command_id AND c.settled_at IS NOT NULL
+  RETURNING t.run_id, t.node_id
+)
+DELETE FROM maintenance_locks m USING u WHERE m.node_id = u.node_id AND m.remediation_id = u.run_id`
 
 // stop ends the starting of new commands: waiting targets become
 // not-started with reason, and the run is failed (nothing open) or
@@ -253,7 +283,9 @@ func (s *Service) stop(ctx context.Context, tx pgx.Tx, r Run, c Counts, reason, 
 // otherwise.
 func (s *Service) finish(ctx context.Context, tx pgx.Tx, r Run, c Counts) error {
 	state, reason, msg := StateSucceeded, "", ""
-	bad := c.Failures() + c.ByState[TargetCancelled] + c.ByState[TargetNotStarted]
+	// A node refused when its turn came (deleted, another role since the
+	// run was created) did not run either.
+	bad := c.Failures() + c.ByState[TargetCancelled] + c.ByState[TargetNotStarted] + c.ByReason[ReasonEnqueueRefuse]
 	switch {
 	case r.State == StateCancelling:
 		state, reason, msg = StateCancelled, ReasonCancelled, r.StateMessage
@@ -263,8 +295,8 @@ func (s *Service) finish(ctx context.Context, tx pgx.Tx, r Run, c Counts) error 
 		state, reason = StateFailed, ReasonNodeFailures
 		msg = fmt.Sprintf("%d of %d target(s) did not succeed: %s", bad, c.Targets-c.ByState[TargetRefused], summary(c))
 	}
-	if c.ByState[TargetRefused] > 0 {
-		note := fmt.Sprintf("%d target(s) refused at creation", c.ByState[TargetRefused])
+	if atCreation := c.ByState[TargetRefused] - c.ByReason[ReasonEnqueueRefuse]; atCreation > 0 {
+		note := fmt.Sprintf("%d target(s) refused at creation", atCreation)
 		if msg == "" {
 			msg = note
 		} else {

@@ -2,6 +2,7 @@ package fleetruns
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"sync/atomic"
@@ -114,7 +115,7 @@ func (a *Advancer) resign(logger interface{ Warn(string, ...any) }) {
 
 // pass advances every open run once, when this process leads; more says a
 // run could start more at once.
-func (a *Advancer) pass(ctx context.Context) (more bool, err error) {
+func (a *Advancer) pass(ctx context.Context) (more bool, failed error) {
 	if a.lease.Term() != "" && !a.lease.Held(time.Now()) {
 		a.lease.StepDown()
 	}
@@ -126,7 +127,7 @@ func (a *Advancer) pass(ctx context.Context) (more bool, err error) {
 		}
 	}
 	a.leading.Store(true)
-	rows, err := a.s.pool.Query(ctx, `SELECT id FROM fleet_runs WHERE finished_at IS NULL ORDER BY created_at, id LIMIT 1000`)
+	rows, err := a.s.pool.Query(ctx, `SELECT id FROM fleet_runs WHERE finished_at IS NULL ORDER BY created_at, id`)
 	if err != nil {
 		return false, fmt.Errorf("listing open runs: %w", err)
 	}
@@ -152,11 +153,17 @@ func (a *Advancer) pass(ctx context.Context) (more bool, err error) {
 			return false, nil
 		}
 		if err != nil {
-			return false, fmt.Errorf("advancing run %s: %w", id, err)
+			// One run's failure does not hold the others: it is logged
+			// and tried again at the next pass.
+			if ctx.Err() != nil {
+				return false, ctx.Err()
+			}
+			failed = errors.Join(failed, fmt.Errorf("advancing run %s: %w", id, err))
+			continue
 		}
 		more = more || res.more
 	}
-	return more, nil
+	return more, failed
 }
 
 var errLostLease = fmt.Errorf("the fleet-run lease was lost")

@@ -2,6 +2,7 @@ package fleetruns
 
 import (
 	"context"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -19,6 +20,7 @@ import (
 	"github.com/better-compute/commands/controlplane/labels"
 	"github.com/better-compute/commands/controlplane/pools"
 	"github.com/better-compute/commands/internal/names"
+	"github.com/better-compute/commands/internal/trust"
 	"github.com/better-compute/commands/sdk/kind"
 )
 
@@ -292,9 +294,13 @@ func (s *Service) create(ctx context.Context, tx pgx.Tx, p CreateParams, m kind.
 		run.Payload = json.RawMessage("{}")
 	}
 	if m.Flags.Destructive {
+		// Each leaf binds the run's payload: the approval covers exactly
+		// what the run sends (which GPU a gpu.reset resets), and no other
+		// command can use a leaf with another payload.
+		digest := hex.EncodeToString(trust.PayloadDigest(run.Payload))
 		scope := make([]batches.Leaf, len(ok))
 		for i, c := range ok {
-			scope[i] = batches.Leaf{Subject: c.id, Kind: p.Kind}
+			scope[i] = batches.Leaf{Subject: c.id, Kind: p.Kind, PayloadSHA256: digest}
 		}
 		deadline := p.ApprovalDeadline
 		if deadline == 0 {

@@ -1,6 +1,7 @@
 package fleetruns
 
 import (
+	"context"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -18,6 +19,9 @@ type Service struct {
 	quorum func() batches.Quorum
 	logger hclog.Logger
 	now    func() time.Time
+	// prepare completes a target's command before it is queued; nil for
+	// none.
+	prepare func(ctx context.Context, p *queue.EnqueueParams) error
 	// wake, buffered by one, asks this process's advancer for a pass now:
 	// a run created or controlled here needs no NOTIFY round trip.
 	wake chan struct{}
@@ -31,6 +35,10 @@ type Options struct {
 	Logger hclog.Logger
 	// Now is the clock (time.Now).
 	Now func() time.Time
+	// Prepare, when set, completes each target's command before it is
+	// queued (the server presigns a logs.collect upload per node there, as
+	// commands.run does); an error fails the pass, which is retried.
+	Prepare func(ctx context.Context, p *queue.EnqueueParams) error
 }
 
 // New returns a Service on pool and q.
@@ -44,7 +52,8 @@ func New(pool *pgxpool.Pool, q *queue.Queue, opts Options) *Service {
 	if opts.Quorum == nil {
 		opts.Quorum = func() batches.Quorum { return batches.Quorum{} }
 	}
-	return &Service{pool: pool, q: q, quorum: opts.Quorum, logger: opts.Logger.Named("fleetruns"), now: opts.Now, wake: make(chan struct{}, 1)}
+	return &Service{pool: pool, q: q, quorum: opts.Quorum, logger: opts.Logger.Named("fleetruns"), now: opts.Now,
+		prepare: opts.Prepare, wake: make(chan struct{}, 1)}
 }
 
 // Wake asks this process's advancer for a pass (a no-op when one is

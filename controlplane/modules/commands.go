@@ -34,6 +34,11 @@ func (c Commands) Enqueue(ctx context.Context, tx pgx.Tx, cmd Command) (queue.Co
 		return queue.Command{}, false, &errcode.Error{Code: errcode.InvalidInput, Reason: "invalid-idempotency-key", Details: map[string]string{"field": "idempotencyKey"},
 			Message: fmt.Sprintf("module %s: idempotency key %q is an API caller's (api:…); a module uses its own keys", c.module, cmd.IdempotencyKey)}
 	}
+	if strings.HasPrefix(cmd.IdempotencyKey, queue.FleetRunKeyPrefix) {
+		// A run:… key would be taken for a fleet run's command.
+		return queue.Command{}, false, &errcode.Error{Code: errcode.InvalidInput, Reason: "invalid-idempotency-key", Details: map[string]string{"field": "idempotencyKey"},
+			Message: fmt.Sprintf("module %s: idempotency key %q is a fleet run's (run:…); a module uses its own keys", c.module, cmd.IdempotencyKey)}
+	}
 	// Who asked is the module, by its own name: a caller cannot name
 	// another requester.
 	cmd.Requester, cmd.RequestedVia = c.module, queue.ViaModule+":"+c.module

@@ -72,9 +72,13 @@ func Acquire(ctx context.Context, tx pgx.Tx, r LockRequest) (Lock, *Wait, error)
 			r.Pool, b.BreakerTrippedAt.UTC().Format(time.RFC3339), b.BreakerReason, r.Pool)}, nil
 	}
 	var inMaint, started int
+	// The window counts the remediations started in it and the nodes that
+	// disruptive fleet runs started in it: one budget for both.
 	if err := tx.QueryRow(ctx, `SELECT
 		(SELECT count(*) FROM maintenance_locks WHERE tenant_id = $1 AND pool = $2),
-		(SELECT count(*) FROM remediations WHERE tenant_id = $1 AND pool = $2 AND started_at > now() - $3 * interval '1 second')`,
+		(SELECT count(*) FROM remediations WHERE tenant_id = $1 AND pool = $2 AND started_at > now() - $3 * interval '1 second')
+		+ (SELECT count(*) FROM fleet_run_targets t JOIN fleet_runs r ON r.id = t.run_id
+		   WHERE r.tenant_id = $1 AND r.disruptive AND t.pool = $2 AND t.started_at > now() - $3 * interval '1 second')`,
 		r.TenantID, r.Pool, int(b.Window/time.Second)).Scan(&inMaint, &started); err != nil {
 		return Lock{}, nil, fmt.Errorf("reading the budget use of pool %s: %w", r.Pool, err)
 	}

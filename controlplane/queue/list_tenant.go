@@ -73,9 +73,12 @@ func (q *Queue) ListTenant(ctx context.Context, db DBTX, p TenantListParams) (it
 		}
 		where = append(where, "('compute-node/' || c.node_id) LIKE ANY ("+arg(likes)+"::text[])")
 	}
-	for col, v := range map[string]string{"c.node_id": p.NodeID, "c.state": string(p.State), "c.kind": p.Kind, "c.reason": p.Reason, "c.batch_id": p.BatchID, "c.requester": p.Requester} {
-		if v != "" {
-			where = append(where, col+" = "+arg(v))
+	// In a fixed order: the same filters make the same statement text,
+	// which the statement and plan caches key on.
+	for _, f := range []struct{ col, v string }{{"c.node_id", p.NodeID}, {"c.state", string(p.State)}, {"c.kind", p.Kind},
+		{"c.reason", p.Reason}, {"c.batch_id", p.BatchID}, {"c.requester", p.Requester}} {
+		if f.v != "" {
+			where = append(where, f.col+" = "+arg(f.v))
 		}
 	}
 	if p.RunID != "" {

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"runtime"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -193,7 +194,7 @@ func New(ctx context.Context, cfg Config, reg *kinds.Registry, logger hclog.Logg
 	s.queue = q
 	// Every process that settles commands (gateway, sweeper, API cancel)
 	// moves a fleet run's target in the settling transaction.
-	s.fleet = fleetruns.New(pool, q, fleetruns.Options{Quorum: s.Quorum, Logger: logger})
+	s.fleet = fleetruns.New(pool, q, fleetruns.Options{Quorum: s.Quorum, Logger: logger, Prepare: s.prepareRunCommand})
 	q.AlsoOnSettle(s.fleet.Hook)
 	s.support = support
 	if err := cfg.ValidateComponents(); err != nil {
@@ -616,5 +617,27 @@ func (s *Server) startTracing(ctx context.Context, cfg Config) error {
 		}
 	}
 	s.tracer = tp.Tracer("github.com/better-compute/commands/controlplane")
+	return nil
+}
+
+// prepareRunCommand completes a fleet run's command on one node before it
+// is queued: a logs.collect gets its own presigned upload, as commands.run
+// gives one, under a key named after the run and the node.
+func (s *Server) prepareRunCommand(ctx context.Context, p *queue.EnqueueParams) error {
+	if p.Kind != "logs.collect" {
+		return nil
+	}
+	if s.support == nil {
+		return bundles.ErrNoDestination
+	}
+	key, fields, err := s.support.Presign(ctx, p.NodeID, strings.ReplaceAll(p.IdempotencyKey, ":", "-"), p.NotAfter)
+	if err != nil {
+		return err
+	}
+	merged, err := bundles.MergePayload(p.Payload, key, fields)
+	if err != nil {
+		return err
+	}
+	p.Payload, p.BundleKey = merged, key
 	return nil
 }
