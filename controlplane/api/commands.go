@@ -249,8 +249,7 @@ func (c *commandsServer) getByID(ctx context.Context, req *apiv1.GetCommandReque
 		return nil, s.fail(ctx, "commands.get", err)
 	}
 	if !id.Allowed(auth.PermNodesRead, auth.NodeResource(cmd.NodeID)) {
-		return nil, apierr.New(apierr.PermissionDenied, "missing "+auth.PermNodesRead+" on "+auth.NodeResource(cmd.NodeID),
-			map[string]string{"permission": auth.PermNodesRead, "resource": auth.NodeResource(cmd.NodeID)})
+		return nil, auth.Denied(auth.PermNodesRead, auth.NodeResource(cmd.NodeID))
 	}
 	return s.toProto(cmd), nil
 }
@@ -306,11 +305,8 @@ func (c *commandsServer) listTenant(ctx context.Context, req *apiv1.ListCommands
 	if err != nil {
 		return nil, "", err
 	}
-	if err := validID("tenantId", req.GetTenantId()); err != nil {
+	if err := seesTenant(id, req.GetTenantId()); err != nil {
 		return nil, "", err
-	}
-	if !id.SeesTenant(req.GetTenantId()) {
-		return nil, "", apierr.New(apierr.NotFound, "tenant "+req.GetTenantId()+" not found", map[string]string{"tenantId": req.GetTenantId()})
 	}
 	if req.GetNodeId() != "" {
 		if _, err := auth.AuthorizeNode(ctx, s.lookupNodeHistory, req.GetTenantId(), req.GetNodeId(), auth.PermNodesRead); err != nil {

@@ -14,8 +14,6 @@ import (
 	"github.com/better-compute/commands/controlplane/batches"
 	"github.com/better-compute/commands/controlplane/bundles"
 	"github.com/better-compute/commands/controlplane/fleetruns"
-	"github.com/better-compute/commands/controlplane/ids"
-	"github.com/better-compute/commands/controlplane/queue"
 	apiv1 "github.com/better-compute/commands/proto/bc/api/v1"
 )
 
@@ -77,11 +75,12 @@ func (f *fleetRunsServer) Create(ctx context.Context, req *apiv1.CreateFleetRunR
 	}
 	// The payload is checked once, as commands.run would check it for any
 	// node: a bad one is refused before anything is stored.
-	check := queue.EnqueueParams{TenantID: req.GetTenantId(), NodeID: "payload-check", Kind: req.GetKind(), Payload: payload}
+	checked := payload
 	if req.GetKind() == logsCollect {
 		// As commands.run: the server presigns each node's upload (the
 		// advancer, through the fleet service's Prepare), and a caller
-		// never picks the destination or the cap.
+		// never picks the destination or the cap. The schema is checked
+		// with the fields the presign will add.
 		if s.bundles == nil {
 			return nil, apierr.New(apierr.InvalidState, bundles.ErrNoDestination.Error(),
 				map[string]string{"kind": logsCollect, "reason": "no-upload-destination"})
@@ -91,13 +90,11 @@ func (f *fleetRunsServer) Create(ctx context.Context, req *apiv1.CreateFleetRunR
 		if err != nil {
 			return nil, apierr.New(apierr.InvalidInput, err.Error(), map[string]string{"kind": logsCollect, "field": "payload"})
 		}
-		check.Payload = merged
+		checked = merged
 	}
-	if m.Flags.Destructive {
-		// The run makes its own batch for its commands.
-		check.BatchID = ids.NewBatch()
-	}
-	if err := s.queue.Check(check); err != nil {
+	// The payload does not depend on the node or the batch (the run makes
+	// its own): one check for every target.
+	if _, _, err := s.queue.CheckPayload(req.GetKind(), checked); err != nil {
 		return nil, s.fail(ctx, "fleetRuns.create", err)
 	}
 	t := req.GetTargets()
@@ -146,8 +143,8 @@ func (f *fleetRunsServer) readRun(ctx context.Context, tenantID, runID, permissi
 		return nil, fleetruns.Run{}, s.fail(ctx, "fleetRuns", err)
 	}
 	if run.Requester != id.Name && !id.Allowed(permission, auth.TenantResource(tenantID)) {
-		return nil, fleetruns.Run{}, apierr.New(apierr.PermissionDenied, "missing "+permission+" on "+auth.TenantResource(tenantID)+" (or be the run's requester)",
-			map[string]string{"permission": permission, "resource": auth.TenantResource(tenantID)})
+		// Only the run's requester may act without the grant.
+		return nil, fleetruns.Run{}, auth.Denied(permission, auth.TenantResource(tenantID))
 	}
 	return id, run, nil
 }

@@ -196,8 +196,7 @@ func (n *nodesServer) Create(ctx context.Context, req *apiv1.CreateNodeRequest) 
 		return nil, apierr.New(apierr.NotFound, "tenant "+req.GetTenantId()+" not found", map[string]string{"tenantId": req.GetTenantId()})
 	}
 	if !id.Allowed(auth.PermNodesCreate, auth.NodeResource(nodeID)) {
-		return nil, apierr.New(apierr.PermissionDenied, "missing "+auth.PermNodesCreate+" on "+auth.NodeResource(nodeID),
-			map[string]string{"permission": auth.PermNodesCreate, "resource": auth.NodeResource(nodeID)})
+		return nil, auth.Denied(auth.PermNodesCreate, auth.NodeResource(nodeID))
 	}
 	var allowed []string
 	if req.GetAllowedKinds() != nil {

@@ -55,10 +55,16 @@ func AuthorizeNode(ctx context.Context, lookup NodeLookup, tenantID, nodeID, per
 		return nil, notFound
 	}
 	if !id.Allowed(permission, NodeResource(nodeID)) {
-		return nil, apierr.New(apierr.PermissionDenied, "missing "+permission+" on "+NodeResource(nodeID),
-			map[string]string{"permission": permission, "resource": NodeResource(nodeID)})
+		return nil, Denied(permission, NodeResource(nodeID))
 	}
 	return id, nil
+}
+
+// Denied is PERMISSION_DENIED for a caller without permission on resource:
+// the one answer every check gives, naming both.
+func Denied(permission, resource string) error {
+	return apierr.New(apierr.PermissionDenied, "missing "+permission+" on "+resource,
+		map[string]string{"permission": permission, "resource": resource})
 }
 
 // AuthorizeTenant checks permission on a tenant the caller sees; a tenant it
@@ -75,8 +81,7 @@ func AuthorizeTenant(ctx context.Context, tenantID, permission string) (*Identit
 		return nil, apierr.New(apierr.NotFound, "tenant "+tenantID+" not found", map[string]string{"tenantId": tenantID})
 	}
 	if !id.Allowed(permission, TenantResource(tenantID)) {
-		return nil, apierr.New(apierr.PermissionDenied, "missing "+permission+" on "+TenantResource(tenantID),
-			map[string]string{"permission": permission, "resource": TenantResource(tenantID)})
+		return nil, Denied(permission, TenantResource(tenantID))
 	}
 	return id, nil
 }

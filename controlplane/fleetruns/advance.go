@@ -240,17 +240,9 @@ func (s *Service) pick(ctx context.Context, tx pgx.Tx, r Run, n int) ([]Target, 
 	return out, wait, nil
 }
 
-// catchUpSQL moves a run's started targets whose commands settled without
-// the settle hook to their commands' terminal states, and gives back the
-// maintenance locks the run held for them.
-const catchUpSQL = `
-WITH u AS (
-  UPDATE fleet_run_targets t SET state = c.state, reason = c.reason, message = c.message, settled_at = c.settled_at
-  FROM commands c
-  WHERE t.run_id = $1 AND t.state = 'started' AND c.id = t.command_id AND c.settled_at IS NOT NULL
-  RETURNING t.run_id, t.node_id
-)
-DELETE FROM maintenance_locks m USING u WHERE m.node_id = u.node_id AND m.remediation_id = u.run_id`
+// catchUpSQL settles a run's targets whose commands settled without the
+// settle hook.
+var catchUpSQL = settleTargetsSQL("t.run_id = $1")
 
 // stop ends the starting of new commands: waiting targets become
 // not-started with reason, and the run is failed (nothing open) or

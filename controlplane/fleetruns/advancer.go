@@ -127,13 +127,9 @@ func (a *Advancer) pass(ctx context.Context) (more bool, failed error) {
 		}
 	}
 	a.leading.Store(true)
-	rows, err := a.s.pool.Query(ctx, `SELECT id FROM fleet_runs WHERE finished_at IS NULL ORDER BY created_at, id`)
+	ids, err := a.s.openRunIDs(ctx)
 	if err != nil {
-		return false, fmt.Errorf("listing open runs: %w", err)
-	}
-	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		return false, fmt.Errorf("listing open runs: %w", err)
+		return false, err
 	}
 	for _, id := range ids {
 		var res passResult
@@ -171,13 +167,9 @@ var errLostLease = fmt.Errorf("the fleet-run lease was lost")
 // AdvanceOnce runs one pass over every open run in this process, without
 // the lease: for tests and tools that drive runs step by step.
 func (s *Service) AdvanceOnce(ctx context.Context) error {
-	rows, err := s.pool.Query(ctx, `SELECT id FROM fleet_runs WHERE finished_at IS NULL ORDER BY created_at, id`)
+	ids, err := s.openRunIDs(ctx)
 	if err != nil {
-		return fmt.Errorf("listing open runs: %w", err)
-	}
-	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		return fmt.Errorf("listing open runs: %w", err)
+		return err
 	}
 	for _, id := range ids {
 		if err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
@@ -188,4 +180,18 @@ func (s *Service) AdvanceOnce(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// openRunIDs lists every run not yet finished, oldest first: the runs a
+// pass advances.
+func (s *Service) openRunIDs(ctx context.Context) ([]string, error) {
+	rows, err := s.pool.Query(ctx, `SELECT id FROM fleet_runs WHERE finished_at IS NULL ORDER BY created_at, id`)
+	if err != nil {
+		return nil, fmt.Errorf("listing open runs: %w", err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("listing open runs: %w", err)
+	}
+	return ids, nil
 }

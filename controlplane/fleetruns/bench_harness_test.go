@@ -87,7 +87,7 @@ func startFleetBench(b *testing.B, n int) (*fleetBench, func()) {
 	q := queue.New(reg, hclog.NewNullLogger())
 	svc := fleetruns.New(pool, q, fleetruns.Options{})
 	hooked := &hookTimer{}
-	q.AlsoOnSettle(hooked.wrap(svc.Hook))
+	q.AlsoOnSettle(hooked.wrap(fleetruns.SettleHook))
 	watch := &settleWatch{}
 	q.AlsoOnSettle(watch.hook)
 	fb := &fleetBench{ctx: ctx, pool: pool, q: q, svc: svc, watch: watch, hook: hooked}
@@ -219,7 +219,7 @@ func (s *settleWatch) hook(_ context.Context, _ pgx.Tx, settled []queue.Command)
 	return nil
 }
 
-// hookTimer times the fleet runs' settle hook (Service.Hook) in the
+// hookTimer times the fleet runs' settle hook (SettleHook) in the
 // settling transactions: how often it ran with a run's commands, and how
 // long it took there.
 type hookTimer struct {

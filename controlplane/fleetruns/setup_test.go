@@ -46,7 +46,7 @@ func newFixture(t *testing.T, n int) *fixture {
 	q := queue.New(reg, hclog.NewNullLogger())
 	f := &fixture{ctx: ctx, pool: db, q: q}
 	f.s = fleetruns.New(db, q, fleetruns.Options{Quorum: func() batches.Quorum { return f.quorum }})
-	q.AlsoOnSettle(f.s.Hook)
+	q.AlsoOnSettle(fleetruns.SettleHook)
 	ten, err := q.CreateTenant(ctx, db, queue.Tenant{Name: "acme"})
 	require.NoError(t, err)
 	f.tenant = ten.ID

@@ -36,7 +36,9 @@ func (s Selector) SQL(col string, next int) (cond string, args []any) {
 		case OpNotEquals:
 			parts = append(parts, "("+col+" ->> "+arg(r.Key)+"::text) IS DISTINCT FROM "+arg(r.Values[0])+"::text")
 		case OpIn:
-			parts = append(parts, "("+col+" ->> "+arg(r.Key)+"::text) = ANY ("+arg(r.Values)+"::text[])")
+			// COALESCE: a node without the key is false, not NULL, so the
+			// condition stays two-valued wherever it is composed.
+			parts = append(parts, "COALESCE(("+col+" ->> "+arg(r.Key)+"::text) = ANY ("+arg(r.Values)+"::text[]), false)")
 		case OpNotIn:
 			k := arg(r.Key)
 			parts = append(parts, "(("+col+" ->> "+k+"::text) IS NULL OR NOT (("+col+" ->> "+k+"::text) = ANY ("+arg(r.Values)+"::text[])))")

@@ -15,7 +15,6 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	"github.com/better-compute/commands/controlplane/auth"
-	"github.com/better-compute/commands/controlplane/fleetruns"
 	"github.com/better-compute/commands/controlplane/mcp"
 	"github.com/better-compute/commands/controlplane/queue"
 	"github.com/better-compute/commands/controlplane/server"
@@ -42,13 +41,6 @@ func adminAPI(t *testing.T, r *servertest.Running) admin {
 	t.Cleanup(func() { _ = conn.Close() })
 	return admin{ctx: metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer "+servertest.TokAdmin),
 		runs: apiv1.NewFleetRunsClient(conn), nodes: apiv1.NewNodesClient(conn), batches: apiv1.NewCommandBatchesClient(conn)}
-}
-
-// settleLikeTheGateway makes r.SetState move a fleet run's target as the
-// gateway's settle does: the server's queue holds the fleet runs' settle
-// hook, and the test's own queue gets the same one.
-func settleLikeTheGateway(r *servertest.Running) {
-	r.Queue.AlsoOnSettle(fleetruns.New(r.Pool, r.Queue, fleetruns.Options{}).Hook)
 }
 
 // addNodes creates node_a2 and node_a3 in tenant_a and labels rack r1 on
@@ -98,7 +90,6 @@ func started(t *testing.T, cs *gomcp.ClientSession, runID, node string) string {
 // The run and each command record the agent as the requester.
 func TestFleetRunOfDiagnostics(t *testing.T) {
 	r := startServer(t)
-	settleLikeTheGateway(r)
 	a := adminAPI(t, r)
 	addNodes(t, r, a)
 	cs, stderr := connectStdio(t, r.GRPC)

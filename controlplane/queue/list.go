@@ -37,14 +37,9 @@ func (q *Queue) List(ctx context.Context, db DBTX, p ListParams) (items []Comman
 	if p.State != "" && !p.State.Valid() {
 		return nil, "", newError(InvalidInput, "invalid-state", map[string]string{"field": "state", "state": string(p.State)}, "state %q is not a command state", p.State)
 	}
-	limit := p.Limit
-	switch {
-	case limit < 0:
-		return nil, "", newError(InvalidInput, "invalid-limit", map[string]string{"field": "limit"}, "limit must not be negative")
-	case limit == 0:
-		limit = DefaultListLimit
-	case limit > MaxListLimit:
-		limit = MaxListLimit
+	limit, err := pageLimit(p.Limit)
+	if err != nil {
+		return nil, "", err
 	}
 	before, err := DecodeListCursor(p.Cursor)
 	if err != nil {
@@ -74,6 +69,18 @@ func (q *Queue) List(ctx context.Context, db DBTX, p ListParams) (items []Comman
 		next = EncodeListCursor(items[limit-1].Seq)
 	}
 	return items, next, nil
+}
+
+// pageLimit is a list's page size: DefaultListLimit for 0, at most
+// MaxListLimit; a negative one is INVALID_INPUT.
+func pageLimit(limit int) (int, error) {
+	switch {
+	case limit < 0:
+		return 0, newError(InvalidInput, "invalid-limit", map[string]string{"field": "limit"}, "limit must not be negative")
+	case limit == 0:
+		return DefaultListLimit, nil
+	}
+	return min(limit, MaxListLimit), nil
 }
 
 // ListOpen returns a node's non-terminal commands in seq order, from the

@@ -44,14 +44,9 @@ func (q *Queue) ListTenant(ctx context.Context, db DBTX, p TenantListParams) (it
 	if !p.Since.IsZero() && !p.Until.IsZero() && !p.Until.After(p.Since) {
 		return nil, "", newError(InvalidInput, "invalid-time-range", map[string]string{"field": "until"}, "until (%s) must be after since (%s)", p.Until.UTC().Format(time.RFC3339), p.Since.UTC().Format(time.RFC3339))
 	}
-	limit := p.Limit
-	switch {
-	case limit < 0:
-		return nil, "", newError(InvalidInput, "invalid-limit", map[string]string{"field": "limit"}, "limit must not be negative")
-	case limit == 0:
-		limit = DefaultListLimit
-	case limit > MaxListLimit:
-		limit = MaxListLimit
+	limit, err := pageLimit(p.Limit)
+	if err != nil {
+		return nil, "", err
 	}
 	cur, err := decodeTenantCursor(p.Cursor)
 	if err != nil {

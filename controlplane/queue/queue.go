@@ -107,30 +107,9 @@ func (q *Queue) check(p EnqueueParams) (kind.Manifest, []byte, error) {
 	if p.NodeID == "" {
 		return kind.Manifest{}, nil, newError(InvalidInput, "missing-field", map[string]string{"field": "nodeId"}, "nodeId is required")
 	}
-	m, ok := q.reg.Get(p.Kind)
-	if !ok {
-		return kind.Manifest{}, nil, newError(Unsupported, "unknown-kind", map[string]string{"kind": p.Kind}, "kind %q is not registered", p.Kind)
-	}
-	payload := []byte(p.Payload)
-	if len(bytes.TrimSpace(payload)) == 0 {
-		payload = []byte("{}")
-	}
-	if err := q.reg.ValidatePayload(p.Kind, payload); err != nil {
-		var pe *kind.PayloadError
-		if errors.As(err, &pe) {
-			field := pe.Field
-			if field == "" {
-				field = "(root)"
-			}
-			return kind.Manifest{}, nil, newError(InvalidInput, "invalid-payload",
-				map[string]string{"kind": p.Kind, "field": "payload" + pe.Field},
-				"payload of %s: field %s: %s", p.Kind, field, pe.Problem)
-		}
-		return kind.Manifest{}, nil, fmt.Errorf("validating payload of %s: %w", p.Kind, err)
-	}
-	var buf bytes.Buffer
-	if err := json.Compact(&buf, payload); err != nil {
-		return kind.Manifest{}, nil, newError(InvalidInput, "invalid-payload", map[string]string{"kind": p.Kind, "field": "payload"}, "payload is not JSON: %v", err)
+	m, payload, err := q.CheckPayload(p.Kind, p.Payload)
+	if err != nil {
+		return kind.Manifest{}, nil, err
 	}
 	if err := sealed.ValidRefs(p.SecretRefs); err != nil {
 		return kind.Manifest{}, nil, newError(InvalidInput, "invalid-secret-ref", map[string]string{"field": "secretRefs"}, "secretRefs: %v", err)
@@ -141,6 +120,38 @@ func (q *Queue) check(p EnqueueParams) (kind.Manifest, []byte, error) {
 	if m.Flags.Destructive && p.BatchID == "" && q.requireBatch.Load() {
 		return kind.Manifest{}, nil, newError(InvalidState, "batch-required", map[string]string{"reason": "batch-required", "kind": p.Kind},
 			"%s is destructive and the batch quorum is on: run it in an approved batch (batchId)", p.Kind)
+	}
+	return m, payload, nil
+}
+
+// CheckPayload checks that kind k is registered and that payload (nil is
+// {}) satisfies its schema, and returns the manifest and the payload as it
+// is stored: what check does of a command that does not depend on its node
+// or batch (a fleet run checks its payload once, for all its nodes).
+func (q *Queue) CheckPayload(k string, payload json.RawMessage) (kind.Manifest, []byte, error) {
+	m, ok := q.reg.Get(k)
+	if !ok {
+		return kind.Manifest{}, nil, newError(Unsupported, "unknown-kind", map[string]string{"kind": k}, "kind %q is not registered", k)
+	}
+	if len(bytes.TrimSpace(payload)) == 0 {
+		payload = json.RawMessage("{}")
+	}
+	if err := q.reg.ValidatePayload(k, payload); err != nil {
+		var pe *kind.PayloadError
+		if errors.As(err, &pe) {
+			field := pe.Field
+			if field == "" {
+				field = "(root)"
+			}
+			return kind.Manifest{}, nil, newError(InvalidInput, "invalid-payload",
+				map[string]string{"kind": k, "field": "payload" + pe.Field},
+				"payload of %s: field %s: %s", k, field, pe.Problem)
+		}
+		return kind.Manifest{}, nil, fmt.Errorf("validating payload of %s: %w", k, err)
+	}
+	var buf bytes.Buffer
+	if err := json.Compact(&buf, payload); err != nil {
+		return kind.Manifest{}, nil, newError(InvalidInput, "invalid-payload", map[string]string{"kind": k, "field": "payload"}, "payload is not JSON: %v", err)
 	}
 	return m, buf.Bytes(), nil
 }

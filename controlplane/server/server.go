@@ -195,7 +195,7 @@ func New(ctx context.Context, cfg Config, reg *kinds.Registry, logger hclog.Logg
 	// Every process that settles commands (gateway, sweeper, API cancel)
 	// moves a fleet run's target in the settling transaction.
 	s.fleet = fleetruns.New(pool, q, fleetruns.Options{Quorum: s.Quorum, Logger: logger, Prepare: s.prepareRunCommand})
-	q.AlsoOnSettle(s.fleet.Hook)
+	q.AlsoOnSettle(fleetruns.SettleHook)
 	s.support = support
 	if err := cfg.ValidateComponents(); err != nil {
 		return closeOnErr(err)
