@@ -2377,7 +2377,19 @@ type Node struct {
 	SessionEpoch int64 `protobuf:"varint,167,opt,name=session_epoch,json=sessionEpoch,proto3" json:"session_epoch,omitempty"`
 	// labels are the node's key=value labels (nodes.setLabels), which fleet
 	// runs select nodes by.
-	Labels        map[string]string `protobuf:"bytes,170,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Labels map[string]string `protobuf:"bytes,170,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// healthy is false while the node has a problem: a condition it reports
+	// that says so (RebootRequired or ClockSkew True; NodeSpec False;
+	// TrustBundle False for any reason but "none") or a check its latest
+	// settled diag.nvml failed (failed_checks). nodes.list's health filter and
+	// fleet.summary count by the same rule.
+	Healthy bool `protobuf:"varint,171,opt,name=healthy,proto3" json:"healthy,omitempty"`
+	// failed_checks are the checks the node's latest settled diag.nvml failed
+	// ("row-remap", "ecc-uncorrectable", …), each once; empty when it passed
+	// or never ran.
+	FailedChecks []string `protobuf:"bytes,172,rep,name=failed_checks,json=failedChecks,proto3" json:"failed_checks,omitempty"`
+	// checked_at is when that diag.nvml settled; unset when none did.
+	CheckedAt     *timestamppb.Timestamp `protobuf:"bytes,173,opt,name=checked_at,json=checkedAt,proto3" json:"checked_at,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2545,6 +2557,27 @@ func (x *Node) GetLabels() map[string]string {
 	return nil
 }
 
+func (x *Node) GetHealthy() bool {
+	if x != nil {
+		return x.Healthy
+	}
+	return false
+}
+
+func (x *Node) GetFailedChecks() []string {
+	if x != nil {
+		return x.FailedChecks
+	}
+	return nil
+}
+
+func (x *Node) GetCheckedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CheckedAt
+	}
+	return nil
+}
+
 // ListNodesRequest asks for a page of a tenant's nodes.
 type ListNodesRequest struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
@@ -2557,7 +2590,22 @@ type ListNodesRequest struct {
 	Cursor string `protobuf:"bytes,4,opt,name=cursor,proto3" json:"cursor,omitempty"`
 	// selector, when set, keeps only the nodes whose labels match it
 	// (gpu=h200,rack in (r1,r2); see SetNodeLabelsRequest for the grammar).
-	Selector      string `protobuf:"bytes,5,opt,name=selector,proto3" json:"selector,omitempty"`
+	Selector string `protobuf:"bytes,5,opt,name=selector,proto3" json:"selector,omitempty"`
+	// condition, when set, keeps only the nodes that report that condition
+	// type with status True (RebootRequired, ClockSkew, …).
+	Condition string `protobuf:"bytes,6,opt,name=condition,proto3" json:"condition,omitempty"`
+	// connected, when set, keeps only the connected (true) or the
+	// disconnected and never-connected (false) nodes.
+	Connected *bool `protobuf:"varint,7,opt,name=connected,proto3,oneof" json:"connected,omitempty"`
+	// health, when set, keeps only the "healthy" or the "unhealthy" nodes
+	// (see Node.healthy); any other value is INVALID_INPUT.
+	Health string `protobuf:"bytes,8,opt,name=health,proto3" json:"health,omitempty"`
+	// query, when set, keeps the nodes whose id, pool or one of whose label
+	// values contains it, case-insensitive.
+	Query string `protobuf:"bytes,9,opt,name=query,proto3" json:"query,omitempty"`
+	// failed_check, when set, keeps the nodes whose latest diag.nvml failed
+	// that check (Node.failed_checks).
+	FailedCheck   string `protobuf:"bytes,10,opt,name=failed_check,json=failedCheck,proto3" json:"failed_check,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2623,6 +2671,41 @@ func (x *ListNodesRequest) GetCursor() string {
 func (x *ListNodesRequest) GetSelector() string {
 	if x != nil {
 		return x.Selector
+	}
+	return ""
+}
+
+func (x *ListNodesRequest) GetCondition() string {
+	if x != nil {
+		return x.Condition
+	}
+	return ""
+}
+
+func (x *ListNodesRequest) GetConnected() bool {
+	if x != nil && x.Connected != nil {
+		return *x.Connected
+	}
+	return false
+}
+
+func (x *ListNodesRequest) GetHealth() string {
+	if x != nil {
+		return x.Health
+	}
+	return ""
+}
+
+func (x *ListNodesRequest) GetQuery() string {
+	if x != nil {
+		return x.Query
+	}
+	return ""
+}
+
+func (x *ListNodesRequest) GetFailedCheck() string {
+	if x != nil {
+		return x.FailedCheck
 	}
 	return ""
 }
@@ -3530,7 +3613,7 @@ const file_bc_api_v1_api_proto_rawDesc = "" +
 	"\x06status\x18\x02 \x01(\tR\x06status\x12\x16\n" +
 	"\x06reason\x18\x03 \x01(\tR\x06reason\x12\x18\n" +
 	"\amessage\x18\x04 \x01(\tR\amessage\x120\n" +
-	"\x05since\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\x05since\"\xd3\x06\n" +
+	"\x05since\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\x05since\"\xd0\a\n" +
 	"\x04Node\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1b\n" +
 	"\ttenant_id\x18\x02 \x01(\tR\btenantId\x12\x12\n" +
@@ -3553,17 +3636,29 @@ const file_bc_api_v1_api_proto_rawDesc = "" +
 	"\ragent_version\x18\xa5\x01 \x01(\tR\fagentVersion\x12\x18\n" +
 	"\aboot_id\x18\xa6\x01 \x01(\tR\x06bootId\x12$\n" +
 	"\rsession_epoch\x18\xa7\x01 \x01(\x03R\fsessionEpoch\x124\n" +
-	"\x06labels\x18\xaa\x01 \x03(\v2\x1b.bc.api.v1.Node.LabelsEntryR\x06labels\x1a9\n" +
+	"\x06labels\x18\xaa\x01 \x03(\v2\x1b.bc.api.v1.Node.LabelsEntryR\x06labels\x12\x19\n" +
+	"\ahealthy\x18\xab\x01 \x01(\bR\ahealthy\x12$\n" +
+	"\rfailed_checks\x18\xac\x01 \x03(\tR\ffailedChecks\x12:\n" +
+	"\n" +
+	"checked_at\x18\xad\x01 \x01(\v2\x1a.google.protobuf.TimestampR\tcheckedAt\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x9c\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xbc\x02\n" +
 	"\x10ListNodesRequest\x12\x1b\n" +
 	"\ttenant_id\x18\x01 \x01(\tR\btenantId\x12\x12\n" +
 	"\x04pool\x18\x02 \x01(\tR\x04pool\x12\x19\n" +
 	"\x05limit\x18\x03 \x01(\x05H\x00R\x05limit\x88\x01\x01\x12\x16\n" +
 	"\x06cursor\x18\x04 \x01(\tR\x06cursor\x12\x1a\n" +
-	"\bselector\x18\x05 \x01(\tR\bselectorB\b\n" +
-	"\x06_limit\"[\n" +
+	"\bselector\x18\x05 \x01(\tR\bselector\x12\x1c\n" +
+	"\tcondition\x18\x06 \x01(\tR\tcondition\x12!\n" +
+	"\tconnected\x18\a \x01(\bH\x01R\tconnected\x88\x01\x01\x12\x16\n" +
+	"\x06health\x18\b \x01(\tR\x06health\x12\x14\n" +
+	"\x05query\x18\t \x01(\tR\x05query\x12!\n" +
+	"\ffailed_check\x18\n" +
+	" \x01(\tR\vfailedCheckB\b\n" +
+	"\x06_limitB\f\n" +
+	"\n" +
+	"_connected\"[\n" +
 	"\x11ListNodesResponse\x12%\n" +
 	"\x05items\x18\x01 \x03(\v2\x0f.bc.api.v1.NodeR\x05items\x12\x1f\n" +
 	"\vnext_cursor\x18\x02 \x01(\tR\n" +
@@ -3741,58 +3836,59 @@ var file_bc_api_v1_api_proto_depIdxs = []int32{
 	41, // 38: bc.api.v1.Node.disconnected_at:type_name -> google.protobuf.Timestamp
 	41, // 39: bc.api.v1.Node.last_seen:type_name -> google.protobuf.Timestamp
 	40, // 40: bc.api.v1.Node.labels:type_name -> bc.api.v1.Node.LabelsEntry
-	26, // 41: bc.api.v1.ListNodesResponse.items:type_name -> bc.api.v1.Node
-	41, // 42: bc.api.v1.Tenant.created_at:type_name -> google.protobuf.Timestamp
-	41, // 43: bc.api.v1.JoinToken.expires_at:type_name -> google.protobuf.Timestamp
-	42, // 44: bc.api.v1.SetNodeSpecRequest.spec:type_name -> google.protobuf.Struct
-	42, // 45: bc.api.v1.NodeSpec.spec:type_name -> google.protobuf.Struct
-	17, // 46: bc.api.v1.Commands.Run:input_type -> bc.api.v1.RunCommandRequest
-	18, // 47: bc.api.v1.Commands.Get:input_type -> bc.api.v1.GetCommandRequest
-	19, // 48: bc.api.v1.Commands.List:input_type -> bc.api.v1.ListCommandsRequest
-	21, // 49: bc.api.v1.Commands.Cancel:input_type -> bc.api.v1.CancelCommandRequest
-	1,  // 50: bc.api.v1.CommandBatches.Create:input_type -> bc.api.v1.CreateCommandBatchRequest
-	2,  // 51: bc.api.v1.CommandBatches.Get:input_type -> bc.api.v1.GetCommandBatchRequest
-	3,  // 52: bc.api.v1.CommandBatches.List:input_type -> bc.api.v1.ListCommandBatchesRequest
-	5,  // 53: bc.api.v1.CommandBatches.Approve:input_type -> bc.api.v1.ApproveCommandBatchRequest
-	22, // 54: bc.api.v1.Events.Watch:input_type -> bc.api.v1.WatchEventsRequest
-	24, // 55: bc.api.v1.Nodes.Get:input_type -> bc.api.v1.GetNodeRequest
-	27, // 56: bc.api.v1.Nodes.List:input_type -> bc.api.v1.ListNodesRequest
-	29, // 57: bc.api.v1.Nodes.CreateTenant:input_type -> bc.api.v1.CreateTenantRequest
-	31, // 58: bc.api.v1.Nodes.Create:input_type -> bc.api.v1.CreateNodeRequest
-	32, // 59: bc.api.v1.Nodes.CreateJoinToken:input_type -> bc.api.v1.CreateJoinTokenRequest
-	34, // 60: bc.api.v1.Nodes.SetSpec:input_type -> bc.api.v1.SetNodeSpecRequest
-	35, // 61: bc.api.v1.Nodes.GetSpec:input_type -> bc.api.v1.GetNodeSpecRequest
-	37, // 62: bc.api.v1.Nodes.Delete:input_type -> bc.api.v1.DeleteNodeRequest
-	9,  // 63: bc.api.v1.Nodes.ListCertificates:input_type -> bc.api.v1.ListNodeCertificatesRequest
-	10, // 64: bc.api.v1.Nodes.RevokeCertificates:input_type -> bc.api.v1.RevokeNodeCertificatesRequest
-	13, // 65: bc.api.v1.Nodes.ListBindings:input_type -> bc.api.v1.ListAllocationBindingsRequest
-	8,  // 66: bc.api.v1.Nodes.SetLabels:input_type -> bc.api.v1.SetNodeLabelsRequest
-	16, // 67: bc.api.v1.Commands.Run:output_type -> bc.api.v1.Command
-	16, // 68: bc.api.v1.Commands.Get:output_type -> bc.api.v1.Command
-	20, // 69: bc.api.v1.Commands.List:output_type -> bc.api.v1.ListCommandsResponse
-	16, // 70: bc.api.v1.Commands.Cancel:output_type -> bc.api.v1.Command
-	7,  // 71: bc.api.v1.CommandBatches.Create:output_type -> bc.api.v1.CommandBatch
-	7,  // 72: bc.api.v1.CommandBatches.Get:output_type -> bc.api.v1.CommandBatch
-	4,  // 73: bc.api.v1.CommandBatches.List:output_type -> bc.api.v1.ListCommandBatchesResponse
-	7,  // 74: bc.api.v1.CommandBatches.Approve:output_type -> bc.api.v1.CommandBatch
-	23, // 75: bc.api.v1.Events.Watch:output_type -> bc.api.v1.Event
-	26, // 76: bc.api.v1.Nodes.Get:output_type -> bc.api.v1.Node
-	28, // 77: bc.api.v1.Nodes.List:output_type -> bc.api.v1.ListNodesResponse
-	30, // 78: bc.api.v1.Nodes.CreateTenant:output_type -> bc.api.v1.Tenant
-	26, // 79: bc.api.v1.Nodes.Create:output_type -> bc.api.v1.Node
-	33, // 80: bc.api.v1.Nodes.CreateJoinToken:output_type -> bc.api.v1.JoinToken
-	36, // 81: bc.api.v1.Nodes.SetSpec:output_type -> bc.api.v1.NodeSpec
-	36, // 82: bc.api.v1.Nodes.GetSpec:output_type -> bc.api.v1.NodeSpec
-	38, // 83: bc.api.v1.Nodes.Delete:output_type -> bc.api.v1.DeletedNode
-	12, // 84: bc.api.v1.Nodes.ListCertificates:output_type -> bc.api.v1.NodeCertificates
-	12, // 85: bc.api.v1.Nodes.RevokeCertificates:output_type -> bc.api.v1.NodeCertificates
-	15, // 86: bc.api.v1.Nodes.ListBindings:output_type -> bc.api.v1.AllocationBindings
-	26, // 87: bc.api.v1.Nodes.SetLabels:output_type -> bc.api.v1.Node
-	67, // [67:88] is the sub-list for method output_type
-	46, // [46:67] is the sub-list for method input_type
-	46, // [46:46] is the sub-list for extension type_name
-	46, // [46:46] is the sub-list for extension extendee
-	0,  // [0:46] is the sub-list for field type_name
+	41, // 41: bc.api.v1.Node.checked_at:type_name -> google.protobuf.Timestamp
+	26, // 42: bc.api.v1.ListNodesResponse.items:type_name -> bc.api.v1.Node
+	41, // 43: bc.api.v1.Tenant.created_at:type_name -> google.protobuf.Timestamp
+	41, // 44: bc.api.v1.JoinToken.expires_at:type_name -> google.protobuf.Timestamp
+	42, // 45: bc.api.v1.SetNodeSpecRequest.spec:type_name -> google.protobuf.Struct
+	42, // 46: bc.api.v1.NodeSpec.spec:type_name -> google.protobuf.Struct
+	17, // 47: bc.api.v1.Commands.Run:input_type -> bc.api.v1.RunCommandRequest
+	18, // 48: bc.api.v1.Commands.Get:input_type -> bc.api.v1.GetCommandRequest
+	19, // 49: bc.api.v1.Commands.List:input_type -> bc.api.v1.ListCommandsRequest
+	21, // 50: bc.api.v1.Commands.Cancel:input_type -> bc.api.v1.CancelCommandRequest
+	1,  // 51: bc.api.v1.CommandBatches.Create:input_type -> bc.api.v1.CreateCommandBatchRequest
+	2,  // 52: bc.api.v1.CommandBatches.Get:input_type -> bc.api.v1.GetCommandBatchRequest
+	3,  // 53: bc.api.v1.CommandBatches.List:input_type -> bc.api.v1.ListCommandBatchesRequest
+	5,  // 54: bc.api.v1.CommandBatches.Approve:input_type -> bc.api.v1.ApproveCommandBatchRequest
+	22, // 55: bc.api.v1.Events.Watch:input_type -> bc.api.v1.WatchEventsRequest
+	24, // 56: bc.api.v1.Nodes.Get:input_type -> bc.api.v1.GetNodeRequest
+	27, // 57: bc.api.v1.Nodes.List:input_type -> bc.api.v1.ListNodesRequest
+	29, // 58: bc.api.v1.Nodes.CreateTenant:input_type -> bc.api.v1.CreateTenantRequest
+	31, // 59: bc.api.v1.Nodes.Create:input_type -> bc.api.v1.CreateNodeRequest
+	32, // 60: bc.api.v1.Nodes.CreateJoinToken:input_type -> bc.api.v1.CreateJoinTokenRequest
+	34, // 61: bc.api.v1.Nodes.SetSpec:input_type -> bc.api.v1.SetNodeSpecRequest
+	35, // 62: bc.api.v1.Nodes.GetSpec:input_type -> bc.api.v1.GetNodeSpecRequest
+	37, // 63: bc.api.v1.Nodes.Delete:input_type -> bc.api.v1.DeleteNodeRequest
+	9,  // 64: bc.api.v1.Nodes.ListCertificates:input_type -> bc.api.v1.ListNodeCertificatesRequest
+	10, // 65: bc.api.v1.Nodes.RevokeCertificates:input_type -> bc.api.v1.RevokeNodeCertificatesRequest
+	13, // 66: bc.api.v1.Nodes.ListBindings:input_type -> bc.api.v1.ListAllocationBindingsRequest
+	8,  // 67: bc.api.v1.Nodes.SetLabels:input_type -> bc.api.v1.SetNodeLabelsRequest
+	16, // 68: bc.api.v1.Commands.Run:output_type -> bc.api.v1.Command
+	16, // 69: bc.api.v1.Commands.Get:output_type -> bc.api.v1.Command
+	20, // 70: bc.api.v1.Commands.List:output_type -> bc.api.v1.ListCommandsResponse
+	16, // 71: bc.api.v1.Commands.Cancel:output_type -> bc.api.v1.Command
+	7,  // 72: bc.api.v1.CommandBatches.Create:output_type -> bc.api.v1.CommandBatch
+	7,  // 73: bc.api.v1.CommandBatches.Get:output_type -> bc.api.v1.CommandBatch
+	4,  // 74: bc.api.v1.CommandBatches.List:output_type -> bc.api.v1.ListCommandBatchesResponse
+	7,  // 75: bc.api.v1.CommandBatches.Approve:output_type -> bc.api.v1.CommandBatch
+	23, // 76: bc.api.v1.Events.Watch:output_type -> bc.api.v1.Event
+	26, // 77: bc.api.v1.Nodes.Get:output_type -> bc.api.v1.Node
+	28, // 78: bc.api.v1.Nodes.List:output_type -> bc.api.v1.ListNodesResponse
+	30, // 79: bc.api.v1.Nodes.CreateTenant:output_type -> bc.api.v1.Tenant
+	26, // 80: bc.api.v1.Nodes.Create:output_type -> bc.api.v1.Node
+	33, // 81: bc.api.v1.Nodes.CreateJoinToken:output_type -> bc.api.v1.JoinToken
+	36, // 82: bc.api.v1.Nodes.SetSpec:output_type -> bc.api.v1.NodeSpec
+	36, // 83: bc.api.v1.Nodes.GetSpec:output_type -> bc.api.v1.NodeSpec
+	38, // 84: bc.api.v1.Nodes.Delete:output_type -> bc.api.v1.DeletedNode
+	12, // 85: bc.api.v1.Nodes.ListCertificates:output_type -> bc.api.v1.NodeCertificates
+	12, // 86: bc.api.v1.Nodes.RevokeCertificates:output_type -> bc.api.v1.NodeCertificates
+	15, // 87: bc.api.v1.Nodes.ListBindings:output_type -> bc.api.v1.AllocationBindings
+	26, // 88: bc.api.v1.Nodes.SetLabels:output_type -> bc.api.v1.Node
+	68, // [68:89] is the sub-list for method output_type
+	47, // [47:68] is the sub-list for method input_type
+	47, // [47:47] is the sub-list for extension type_name
+	47, // [47:47] is the sub-list for extension extendee
+	0,  // [0:47] is the sub-list for field type_name
 }
 
 func init() { file_bc_api_v1_api_proto_init() }
