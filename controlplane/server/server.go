@@ -32,6 +32,7 @@ import (
 	"github.com/better-compute/commands/controlplane/batches"
 	"github.com/better-compute/commands/controlplane/bundles"
 	"github.com/better-compute/commands/controlplane/fleetruns"
+	"github.com/better-compute/commands/controlplane/nodehealth"
 	"github.com/better-compute/commands/controlplane/gateway"
 	"github.com/better-compute/commands/controlplane/join"
 	"github.com/better-compute/commands/controlplane/kinds"
@@ -196,6 +197,7 @@ func New(ctx context.Context, cfg Config, reg *kinds.Registry, logger hclog.Logg
 	// moves a fleet run's target in the settling transaction.
 	s.fleet = fleetruns.New(pool, q, fleetruns.Options{Quorum: s.Quorum, Logger: logger, Prepare: s.prepareRunCommand})
 	q.AlsoOnSettle(fleetruns.SettleHook)
+	q.AlsoOnSettle(nodehealth.SettleHook)
 	s.support = support
 	if err := cfg.ValidateComponents(); err != nil {
 		return closeOnErr(err)
