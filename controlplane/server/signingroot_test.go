@@ -113,6 +113,14 @@ func TestServer_RefusesAGroupOrWorldReadableSigningRoot(t *testing.T) {
 
 	require.NoError(t, os.Chmod(path, 0o600))
 	require.NoError(t, startErr(t, r.Config), "0600 is accepted")
+
+	// The platform's approver key, one approval of every platform batch,
+	// is checked the same way.
+	_, approver := servertest.Signing(t)
+	require.NoError(t, os.Chmod(approver, 0o644))
+	cfg = r.Config
+	cfg.PKI.PlatformApproverKey = approver
+	require.EqualError(t, startErr(t, cfg), "modules: pki.platformApproverKey: "+approver+" is mode 0644: a private key must be readable by its owner only, and group or others can read or write this one; fix: chmod 0600 "+approver)
 }
 
 // A key owned by another user is refused (root may chown; elsewhere this
