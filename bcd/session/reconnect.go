@@ -130,39 +130,16 @@ func probe(ctx context.Context, network string, addrs []string) string {
 	return ""
 }
 
-// probeTargets turns a gRPC target (host:port, dns:///host:port,
-// passthrough:///host:port, unix:path) into the network and addresses to
+// probeTargets turns a gRPC target into the network and addresses to
 // check, resolving a name to every address it has, as gRPC's resolver
 // does.
 func probeTargets(ctx context.Context, target string) (network string, addrs []string, err error) {
-	hostPort := target
-	switch {
-	case strings.HasPrefix(target, "unix:"):
-		path := strings.TrimPrefix(strings.TrimPrefix(target, "unix:"), "//")
-		if path == "" {
-			return "", nil, fmt.Errorf("target %q: no socket path", target)
-		}
-		return "unix", []string{path}, nil
-	case strings.HasPrefix(target, "dns:"), strings.HasPrefix(target, "passthrough:"):
-		rest := target[strings.Index(target, ":")+1:]
-		if strings.HasPrefix(rest, "//") {
-			// dns://authority/host:port: the host:port follows the authority.
-			i := strings.Index(rest[2:], "/")
-			if i < 0 {
-				return "", nil, fmt.Errorf("target %q: no host:port after the authority", target)
-			}
-			rest = rest[2+i+1:]
-		}
-		hostPort = rest
-	case strings.Contains(target, "://"):
-		return "", nil, fmt.Errorf("target %q: scheme not checked", target)
-	}
-	host, port, err := net.SplitHostPort(hostPort)
+	network, host, port, err := parseTarget(target)
 	if err != nil {
-		return "", nil, fmt.Errorf("target %q: %w", target, err)
+		return "", nil, err
 	}
-	if host == "" {
-		host = "localhost"
+	if network == "unix" {
+		return network, []string{host}, nil
 	}
 	rctx, cancel := context.WithTimeout(ctx, resolveTimeout)
 	defer cancel()
@@ -177,4 +154,44 @@ func probeTargets(ctx context.Context, target string) (network string, addrs []s
 		addrs = append(addrs, net.JoinHostPort(ip, port))
 	}
 	return "tcp", addrs, nil
+}
+
+// parseTarget splits a gRPC target (host:port, dns:///host:port,
+// dns://authority/host:port, passthrough:///host:port, unix:path,
+// unix:///path) into its network ("tcp" or "unix"), host (or socket path)
+// and port. Other schemes are not checked: an error says which.
+func parseTarget(target string) (network, host, port string, err error) {
+	hostPort := target
+	switch {
+	case strings.HasPrefix(target, "unix:"):
+		path := strings.TrimPrefix(strings.TrimPrefix(target, "unix:"), "//")
+		if path == "" {
+			return "", "", "", fmt.Errorf("target %q: no socket path", target)
+		}
+		return "unix", path, "", nil
+	case strings.HasPrefix(target, "dns:"), strings.HasPrefix(target, "passthrough:"):
+		rest := target[strings.Index(target, ":")+1:]
+		if strings.HasPrefix(rest, "//") {
+			// dns://authority/host:port: the host:port follows the authority.
+			i := strings.Index(rest[2:], "/")
+			if i < 0 {
+				return "", "", "", fmt.Errorf("target %q: no host:port after the authority", target)
+			}
+			rest = rest[2+i+1:]
+		}
+		hostPort = rest
+	case strings.Contains(target, "://"):
+		return "", "", "", fmt.Errorf("target %q: its scheme is not one bcd can check (host:port, dns:, passthrough:, unix:)", target)
+	}
+	host, port, err = net.SplitHostPort(hostPort)
+	if err != nil {
+		return "", "", "", fmt.Errorf("target %q: %w", target, err)
+	}
+	if port == "" {
+		return "", "", "", fmt.Errorf("target %q: no port", target)
+	}
+	if host == "" {
+		host = "localhost"
+	}
+	return "tcp", host, port, nil
 }

@@ -61,3 +61,33 @@ func TestProbe_NamesTheAddressThatAccepts(t *testing.T) {
 	require.Equal(t, up.Addr().String(), probe(ctx, "tcp", []string{downAddr, up.Addr().String()}))
 	require.Equal(t, "", probe(ctx, "tcp", []string{downAddr}))
 }
+
+// FuzzParseTarget feeds arbitrary controlPlane values to the target
+// parser: it never panics, an error names the target, and what it accepts
+// is a TCP host and port that join back into an address, or a unix path.
+func FuzzParseTarget(f *testing.F) {
+	for _, s := range []string{"127.0.0.1:7443", "gw.example.com:7443", "[::1]:7443", "dns:///gw:1", "dns://8.8.8.8:53/gw:1",
+		"passthrough:///10.0.0.7:7443", "unix:///run/gw.sock", "unix:", "xds:///gw", "gw", ":7443", "dns://x"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, target string) {
+		network, host, port, err := parseTarget(target)
+		if err != nil {
+			require.Contains(t, err.Error(), "target")
+			return
+		}
+		require.NotEmpty(t, host)
+		switch network {
+		case "unix":
+			require.Empty(t, port)
+		case "tcp":
+			require.NotEmpty(t, port)
+			h, p, err := net.SplitHostPort(net.JoinHostPort(host, port))
+			require.NoError(t, err)
+			require.Equal(t, host, h)
+			require.Equal(t, port, p)
+		default:
+			t.Fatalf("network %q", network)
+		}
+	})
+}
