@@ -11,7 +11,9 @@
 // forwards every command update with an update_seq and resends the ones not
 // acknowledged, and reports the node's inventory and conditions, among them
 // what it refused of the gateway (TrustBundle, ClockSkew, NodeSpec). When
-// the stream breaks it reconnects with exponential backoff and jitter.
+// the stream breaks it reconnects with exponential backoff and jitter, on a
+// new connection, and sooner when a gateway that refused connections
+// listens again (reconnect.go).
 package session
 
 import (
@@ -69,6 +71,11 @@ type Config struct {
 	Conditions *conditions.Detector
 	// BackoffMin and BackoffMax bound the reconnect backoff (1 s, 30 s).
 	BackoffMin, BackoffMax time.Duration
+	// ProbeEvery is how often, while waiting out the backoff, the client
+	// checks whether a gateway that refused connections accepts them
+	// again (DefaultProbeEvery); ReadyJitter bounds the random delay from
+	// seeing it accept to opening the session (DefaultReadyJitter).
+	ProbeEvery, ReadyJitter time.Duration
 	// ResendMin and ResendMax bound the backoff of resending, within a
 	// session, updates the gateway has not acknowledged (1 s, 30 s).
 	ResendMin, ResendMax time.Duration
@@ -150,6 +157,12 @@ func New(cfg Config, d *daemon.Daemon) *Client {
 	if cfg.BackoffMax < cfg.BackoffMin {
 		cfg.BackoffMax = cfg.BackoffMin
 	}
+	if cfg.ProbeEvery <= 0 {
+		cfg.ProbeEvery = DefaultProbeEvery
+	}
+	if cfg.ReadyJitter <= 0 {
+		cfg.ReadyJitter = DefaultReadyJitter
+	}
 	if cfg.ResendMin <= 0 {
 		cfg.ResendMin = DefaultResendMin
 	}
@@ -227,7 +240,13 @@ func (c *Client) Rehello() {
 
 // Run holds sessions until ctx ends, reconnecting with exponential backoff
 // and jitter after each failure; a session that got its Welcome resets the
-// backoff.
+// backoff. Each session gets a ClientConn of its own, so that every
+// attempt dials the gateway afresh: a connection kept for bcd's whole
+// life answered an attempt after an outage at once with the error of its
+// last failed dial ("connection refused") while gRPC's own connect backoff
+// ran, though the gateway listened again (28.4 s after bc-server was ready
+// in a 40 s outage). While the backoff runs, waitOut watches the gateway
+// and cuts the wait short when it listens again.
 func (c *Client) Run(ctx context.Context) error {
 	defer c.Close()
 	go c.forward(ctx)
@@ -236,14 +255,14 @@ func (c *Client) Run(ctx context.Context) error {
 	if c.cfg.TLS != nil {
 		opts = append(opts, creds)
 	}
-	conn, err := grpc.NewClient(c.cfg.Address, opts...)
-	if err != nil {
-		return fmt.Errorf("session: dialing %s: %w", c.cfg.Address, err)
-	}
-	defer conn.Close()
 	backoff := c.cfg.BackoffMin
 	for {
+		conn, err := grpc.NewClient(c.cfg.Address, opts...)
+		if err != nil {
+			return fmt.Errorf("session: dialing %s: %w", c.cfg.Address, err)
+		}
 		welcomed, err := c.session(ctx, conn)
+		_ = conn.Close()
 		if ctx.Err() != nil {
 			return nil
 		}
@@ -252,12 +271,9 @@ func (c *Client) Run(ctx context.Context) error {
 		}
 		wait := Jitter(backoff)
 		c.logger.Warn("session ended; reconnecting", "error", err, "in", wait)
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		c.waitOut(ctx, wait)
+		if ctx.Err() != nil {
 			return nil
-		case <-t.C:
 		}
 		backoff = min(backoff*2, c.cfg.BackoffMax)
 	}
