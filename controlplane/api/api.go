@@ -202,6 +202,8 @@ func (s *Server) Register(g grpc.ServiceRegistrar) {
 	apiv1.RegisterPoolsServer(g, &poolsServer{s: s})
 	apiv1.RegisterRolloutsServer(g, &rolloutsServer{s: s})
 	apiv1.RegisterReconcilerServer(g, &reconcilerServer{s: s})
+	apiv1.RegisterFleetServer(g, &fleetServer{s: s})
+	apiv1.RegisterKindsServer(g, &kindsServer{s: s})
 	// EXTEND HERE: the Secrets service, when the server holds a store.
 	if s.secrets != nil {
 		apiv1.RegisterSecretsServer(g, &secretsServer{s: s})

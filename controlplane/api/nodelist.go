@@ -52,6 +52,10 @@ func (n *nodesServer) List(ctx context.Context, req *apiv1.ListNodesRequest) (*a
 	if err != nil {
 		return nil, s.fail(ctx, "nodes.list", err)
 	}
+	f, err := nodeFilterOf(req, sel)
+	if err != nil {
+		return nil, err
+	}
 	after, err := DecodeNodeCursor(req.GetCursor())
 	if err != nil {
 		return nil, invalid("cursor", err.Error()+": pass nextCursor from the previous page, or none for the first")
@@ -59,7 +63,7 @@ func (n *nodesServer) List(ctx context.Context, req *apiv1.ListNodesRequest) (*a
 	var rows []nodeRow
 	more := false
 	for !more {
-		chunk, err := s.nodeChunk(ctx, req.GetTenantId(), req.GetPool(), sel, after)
+		chunk, err := s.nodeChunk(ctx, req.GetTenantId(), f, after)
 		if err != nil {
 			return nil, s.fail(ctx, "nodes.list", err)
 		}
@@ -97,13 +101,13 @@ func (n *nodesServer) List(ctx context.Context, req *apiv1.ListNodesRequest) (*a
 	return out, nil
 }
 
-// nodeChunk reads the next nodeListChunk live nodes of the tenant (of pool,
-// when set, and matching sel) after the id after, by id.
-func (s *Server) nodeChunk(ctx context.Context, tenantID, pool string, sel labels.Selector, after string) ([]nodeRow, error) {
-	cond, args := sel.SQL("labels", 6)
+// nodeChunk reads the next nodeListChunk live nodes of the tenant that
+// pass f after the id after, by id.
+func (s *Server) nodeChunk(ctx context.Context, tenantID string, f nodeFilter, after string) ([]nodeRow, error) {
+	cond, args := f.sql(5)
 	rs, err := s.pool.Query(ctx, `SELECT `+nodeColumns+`
-		FROM nodes WHERE tenant_id = $1 AND deleted_at IS NULL AND ($2 = '' OR pool = $2) AND id > $4 AND `+cond+`
-		ORDER BY id LIMIT $5`, append([]any{tenantID, pool, sessionStaleAfter.Seconds(), after, nodeListChunk}, args...)...)
+		FROM nodes WHERE tenant_id = $1 AND deleted_at IS NULL AND id > $2 AND `+cond+`
+		ORDER BY id LIMIT $4`, append([]any{tenantID, after, sessionStaleAfter.Seconds(), nodeListChunk}, args...)...)
 	if err != nil {
 		return nil, fmt.Errorf("listing the nodes of %s: %w", tenantID, err)
 	}

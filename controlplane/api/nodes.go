@@ -14,6 +14,7 @@ import (
 	"github.com/better-compute/commands/controlplane/api/apierr"
 	"github.com/better-compute/commands/controlplane/auth"
 	"github.com/better-compute/commands/controlplane/ids"
+	"github.com/better-compute/commands/controlplane/nodehealth"
 	"github.com/better-compute/commands/controlplane/queue"
 	"github.com/better-compute/commands/controlplane/remediation"
 	apiv1 "github.com/better-compute/commands/proto/bc/api/v1"
@@ -62,9 +63,13 @@ const sessionStaleAfter = time.Minute
 
 // nodeColumns are the columns scanNodeRow reads; the query's last
 // parameter is sessionStaleAfter in seconds.
-const nodeColumns = `id, tenant_id, role, allowed_kinds, inventory, conditions, applied_generation, created_at, trust_version, kind_mismatches, pool,
+var nodeColumns = `id, tenant_id, role, allowed_kinds, inventory, conditions, applied_generation, created_at, trust_version, kind_mismatches, pool,
 	session_epoch, session_gateway, session_opened_at, session_closed_at, session_seen_at, daemon_version, boot_id, labels,
-	coalesce(session_opened_at IS NOT NULL AND session_closed_at IS NULL
+	` + connectedSQL + `, failed_checks, checked_at, NOT ` + nodehealth.UnhealthySQL("")
+
+// connectedSQL is Node.connected on a row of nodes; the query's third
+// parameter is sessionStaleAfter in seconds.
+const connectedSQL = `coalesce(session_opened_at IS NOT NULL AND session_closed_at IS NULL
 	  AND session_seen_at > now() - make_interval(secs => $3::float8), false)`
 
 // nodeRow is a node as the nodes table holds it.
@@ -81,12 +86,15 @@ func scanNodeRow(r pgx.Row) (nodeRow, error) {
 		out     = x.node
 		allowed []string
 		created time.Time
+		checked *time.Time
 	)
 	err := r.Scan(&out.Id, &out.TenantId, &out.Role, &allowed, &x.inv, &x.conds, &out.AppliedGeneration, &created, &out.TrustVersion, &x.mismatches, &out.Pool,
-		&out.SessionEpoch, &out.Gateway, &x.opened, &x.closed, &x.seen, &out.AgentVersion, &out.BootId, &x.labels, &out.Connected)
+		&out.SessionEpoch, &out.Gateway, &x.opened, &x.closed, &x.seen, &out.AgentVersion, &out.BootId, &x.labels, &out.Connected,
+		&out.FailedChecks, &checked, &out.Healthy)
 	if err != nil {
 		return nodeRow{}, err
 	}
+	out.CheckedAt = ts(checked)
 	out.AllowedKinds = allowed
 	out.CreatedAt = timestamppb.New(created)
 	if len(x.labels) > 2 { // not "{}"

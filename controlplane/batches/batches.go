@@ -88,6 +88,15 @@ type Quorum struct {
 // On reports whether approver keys are configured.
 func (q Quorum) On() bool { return len(q.Approvers) > 0 }
 
+// Needed is how many approvals a batch needs: 0 when no approver keys are
+// configured (a batch is audit-only and its commands run at once).
+func (q Quorum) Needed() int {
+	if !q.On() {
+		return 0
+	}
+	return q.threshold()
+}
+
 func (q Quorum) threshold() int {
 	if q.Threshold > 0 {
 		return q.Threshold

@@ -64,7 +64,7 @@ func (q *Queue) ListTenant(ctx context.Context, db DBTX, p TenantListParams) (it
 	if p.NodePatterns != nil {
 		likes := make([]string, len(p.NodePatterns))
 		for i, pat := range p.NodePatterns {
-			likes[i] = globToLike(pat)
+			likes[i] = GlobToLike(pat)
 		}
 		where = append(where, "('compute-node/' || c.node_id) LIKE ANY ("+arg(likes)+"::text[])")
 	}
@@ -130,9 +130,9 @@ func statesList() string {
 	return strings.Join(s, ", ")
 }
 
-// globToLike turns a grant pattern ('*' any run of characters) into a LIKE
+// GlobToLike turns a grant pattern ('*' any run of characters) into a LIKE
 // pattern, escaping LIKE's own wildcards.
-func globToLike(p string) string {
+func GlobToLike(p string) string {
 	r := strings.NewReplacer(`\`, `\\`, `%`, `\%`, `_`, `\_`, `*`, `%`)
 	return r.Replace(p)
 }

@@ -37,6 +37,7 @@ import (
 	"github.com/better-compute/commands/controlplane/kinds"
 	"github.com/better-compute/commands/controlplane/metal"
 	"github.com/better-compute/commands/controlplane/modules"
+	"github.com/better-compute/commands/controlplane/nodehealth"
 	"github.com/better-compute/commands/controlplane/pki"
 	"github.com/better-compute/commands/controlplane/queue"
 	"github.com/better-compute/commands/controlplane/secrets"
@@ -196,6 +197,7 @@ func New(ctx context.Context, cfg Config, reg *kinds.Registry, logger hclog.Logg
 	// moves a fleet run's target in the settling transaction.
 	s.fleet = fleetruns.New(pool, q, fleetruns.Options{Quorum: s.Quorum, Logger: logger, Prepare: s.prepareRunCommand})
 	q.AlsoOnSettle(fleetruns.SettleHook)
+	q.AlsoOnSettle(nodehealth.SettleHook)
 	s.support = support
 	if err := cfg.ValidateComponents(); err != nil {
 		return closeOnErr(err)

@@ -26,6 +26,7 @@ import (
 	"github.com/better-compute/commands/controlplane/fleetruns"
 	"github.com/better-compute/commands/controlplane/join"
 	"github.com/better-compute/commands/controlplane/kinds"
+	"github.com/better-compute/commands/controlplane/nodehealth"
 	"github.com/better-compute/commands/controlplane/pki"
 	"github.com/better-compute/commands/controlplane/queue"
 	"github.com/better-compute/commands/controlplane/server"
@@ -204,6 +205,7 @@ func start(t testing.TB, name string, cfg server.Config, logger hclog.Logger, fi
 	// The test's own settles (SetState) move fleet runs' targets, as the
 	// server's do.
 	q.AlsoOnSettle(fleetruns.SettleHook)
+	q.AlsoOnSettle(nodehealth.SettleHook)
 	if fixtures {
 		for _, tn := range []string{TenantA, TenantB} {
 			_, err := q.CreateTenant(ctx, pool, queue.Tenant{ID: tn})
