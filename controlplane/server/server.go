@@ -284,6 +284,12 @@ func New(ctx context.Context, cfg Config, reg *kinds.Registry, logger hclog.Logg
 		if dir != nil {
 			mux.Handle(dir.MountPath()+"/", dir.Handler())
 		}
+		if cfg.Runs(ComponentAPI) {
+			// Support bundles for a caller with the node's read permission
+			// (the console's download link): the API's token, no store
+			// credentials.
+			mux.Handle(api.BundlePath, s.api.BundleHandler(authn))
+		}
 		if cfg.Runs(ComponentAPI) && !cfg.Browser.Disabled {
 			if err := s.mountBrowser(mux, cfg.Browser, httpTLS != nil); err != nil {
 				return closeOnErr(err)
