@@ -19,8 +19,8 @@ function Approvals({ b }: { b: Batch }): JSX.Element {
   if (b.threshold === 0) {
     return (
       <p class="audit-only" data-audit-only="true">
-        Audit only: this control plane has no approver keys, so the batch needs no approval. It was recorded and approved at once; its
-        commands ran without waiting.
+        Audit only: this control plane has no approver keys, so the batch needs no approval. It was recorded and approved at once, and
+        its commands run at once, without waiting for anyone.
       </p>
     );
   }

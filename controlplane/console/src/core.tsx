@@ -213,6 +213,23 @@ export function HealthBadge({ n }: { n: Node }): JSX.Element {
   );
 }
 
+/**
+ * Whether a condition is a problem, by the rule Node.healthy follows:
+ * RebootRequired or ClockSkew True, NodeSpec False, TrustBundle False for
+ * any reason but "none"; any other condition True (the platform's own,
+ * RowRemapPending, RemediationEscalated, …).
+ */
+function problem(c: Node["conditions"][number]): boolean {
+  switch (c.type) {
+    case "NodeSpec":
+      return c.status === "False";
+    case "TrustBundle":
+      return c.status === "False" && c.reason !== "none";
+    default:
+      return c.status === "True";
+  }
+}
+
 export function Conditions({ n }: { n: Node }): JSX.Element {
   if (n.conditions.length === 0) {
     return <Muted>no conditions</Muted>;
@@ -220,7 +237,7 @@ export function Conditions({ n }: { n: Node }): JSX.Element {
   return (
     <ul class="conditions">
       {n.conditions.map((c) => (
-        <li class={`cond cond-${c.status}`} key={c.type} data-condition={c.type}>
+        <li class={`cond cond-${c.status}${problem(c) ? " cond-problem" : ""}`} key={c.type} data-condition={c.type} data-problem={String(problem(c))}>
           <b>{c.type}</b> {c.status}{c.reason ? ` (${c.reason})` : ""}{c.message ? `: ${c.message}` : ""} <Ago t={c.since} />
         </li>
       ))}

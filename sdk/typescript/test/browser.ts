@@ -56,9 +56,10 @@ export async function launch(): Promise<Browser> {
 
 /** Signs the page in at baseUrl's console and waits for the overview. */
 export async function signIn(page: Page, baseUrl: string, token: string, tenantId: string): Promise<void> {
-  await page.goto(`${baseUrl}/console/`);
-  await page.evaluate(() => sessionStorage.clear());
   await page.goto(`${baseUrl}/console/#/`);
+  await page.evaluate(() => sessionStorage.clear());
+  // A new document: the page's own session is gone with the storage.
+  await page.reload();
   await page.fill("#token", token);
   await page.fill("#tenant", tenantId);
   await page.click("#signin button[type=submit]");

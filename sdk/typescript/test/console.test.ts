@@ -336,16 +336,19 @@ describe("the web console", { timeout: 240_000 }, () => {
   });
 
   test("a control plane that does not sign: every page warns, and a batch there is audit-only", { skip: env.unsignedUrl === "" && "BC_TS_UNSIGNED_URL is not set" }, async () => {
+    // That server has a database of its own: a tenant and a node there.
     const unsigned = createClient({ baseUrl: env.unsignedUrl, token: env.token });
-    assert.equal((await unsigned.fleet.summary({ tenantId })).commandSigning, false);
-    await signIn(page, env.unsignedUrl, env.token, tenantId);
-    for (const to of ["#/overview", "#/nodes", `#/nodes/${env.healthy}`, "#/runs", "#/batches"]) {
+    const t = (await unsigned.nodes.createTenant({ name: "unsigned" })).id;
+    const node = await unsigned.nodes.create({ tenantId: t });
+    assert.equal((await unsigned.fleet.summary({ tenantId: t })).commandSigning, false);
+    await signIn(page, env.unsignedUrl, env.token, t);
+    for (const to of ["#/overview", "#/nodes", `#/nodes/${node.id}`, "#/runs", "#/batches"]) {
       await page.goto(`${env.unsignedUrl}/console/${to}`);
       await page.waitForSelector("#signing-warning");
       assert.match(await page.innerText("#signing-warning"), /Commands go unsigned.*docs\/trust\.md/s, `the warning on ${to}`);
     }
     await b.shot("20-unsigned-warning");
-    const batch = await unsigned.commandBatches.create({ tenantId, reason: "audit only", scope: [{ subject: env.offline, kind: "node.reboot" }], idempotencyKey: unique("console-audit") });
+    const batch = await unsigned.commandBatches.create({ tenantId: t, reason: "audit only", scope: [{ subject: node.id, kind: "node.reboot" }], idempotencyKey: unique("console-audit") });
     assert.equal(batch.threshold, 0);
     await page.goto(`${env.unsignedUrl}/console/#/batches/${batch.batchId}`);
     await page.waitForSelector('[data-audit-only="true"]');
