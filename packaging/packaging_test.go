@@ -231,6 +231,23 @@ func TestServerConfig_LoadsWithServer(t *testing.T) {
 	require.Equal(t, "yes", s["PrivateDevices"])
 	require.Equal(t, "strict", s["ProtectSystem"])
 	require.Empty(t, s["CapabilityBoundingSet"])
+
+	// Issue 31: "The bc-server package ... create[s] the signing authority
+	// at install (or first start)". The packaged config signs, and its
+	// first start makes the root in the unit's StateDirectory: the one
+	// place ProtectSystem=strict lets bc-server write, owned by its user.
+	require.True(t, c.PKI.CreateCommandSigning, "the first start creates the root")
+	require.Equal(t, "/var/lib/"+s["StateDirectory"]+"/pki/command-root.pem", c.PKI.CommandSigning)
+	require.Equal(t, "0027", s["UMask"])
+	_, typ, mode = dst(t, r, "/var/lib/bc-server")
+	require.Equal(t, "dir", typ)
+	require.Equal(t, 0o750, mode)
+	for _, script := range []string{"bc-server/deb/postinst", "bc-server/rpm/post"} {
+		b, err := os.ReadFile(script)
+		require.NoError(t, err)
+		require.Contains(t, string(b), "its first start creates the command-signing root "+c.PKI.CommandSigning, script)
+		require.Contains(t, string(b), "to offline storage", script)
+	}
 }
 
 // The seed bundle is a TrustBundle without roots: commands go unsigned until

@@ -46,9 +46,9 @@ func TestNodesLabelAndSelector(t *testing.T) {
 	res = cliRun(ctx, env, "nodes", "list")
 	require.Equal(t, cli.ExitOK, res.code, res.stderr)
 	lines := strings.Split(strings.TrimSpace(res.stdout), "\n")
-	require.Equal(t, "LABELS", strings.Fields(lines[0])[len(strings.Fields(lines[0]))-1])
-	require.Regexp(t, `(?m)^`+servertest.NodeA1+`\s.*\s-$`, res.stdout, "a node without labels")
-	require.Regexp(t, `(?m)^`+nodes[1]+`\s.*\sgpu=h200,rack=r2$`, res.stdout)
+	require.Equal(t, "LABELS", strings.Fields(lines[0])[len(strings.Fields(lines[0]))-2])
+	require.Regexp(t, `(?m)^`+servertest.NodeA1+`\s.*\s-\s+healthy$`, res.stdout, "a node without labels")
+	require.Regexp(t, `(?m)^`+nodes[1]+`\s.*\sgpu=h200,rack=r2\s+healthy$`, res.stdout)
 
 	res = cliRun(ctx, env, "nodes", "list", "--selector", "gpu in (h200,h100),rack!=r1")
 	require.Equal(t, cli.ExitOK, res.code, res.stderr)

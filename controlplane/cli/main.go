@@ -138,6 +138,7 @@ failed or cancelled.`,
 	pf.StringVar(&a.configPath, "config", "", "config file [BC_CONFIG]")
 	root.AddCommand(a.apiCommand(), a.commandsCommand(), a.nodesCommand(), a.bundlesCommand(), a.pkiCommand(), a.batchCommand(), a.metalCommand())
 	root.AddCommand(a.poolsCommand(), a.locksCommand(), a.reconcilerCommand(), a.secretsCommand(), a.rolloutCommand(), a.runsCommand())
+	root.AddCommand(a.kindsCommand(), a.fleetCommand())
 	return root
 }
 

@@ -212,7 +212,7 @@ func (a *app) nodeListCommand() *cobra.Command {
 		selector string
 	)
 	cmd := &cobra.Command{
-		Use:   "list [pool=…] [--selector S] [limit=N] [cursor=…]",
+		Use:   "list [pool=…] [--selector S] [health=healthy|unhealthy] [condition=TYPE] [failedCheck=CHECK] [connected=true|false] [query=TEXT] [limit=N] [cursor=…]",
 		Short: "List the tenant's nodes with their sessions and conditions",
 		Long: `list calls nodes.list: the tenant's nodes (those you may read), by id, a
 page at a time (limit, 100 by default, at most 200; --all follows every page).
@@ -221,10 +221,16 @@ is when a gateway last held the session or heard from the node; CONDITIONS
 lists each condition as TYPE=STATUS (nodes get NODE shows their reasons);
 LABELS the node's labels (nodes label). --selector keeps the nodes whose
 labels match (gpu=h200,rack in (r1,r2); the grammar of runs create
---selector).`,
+--selector). The other filters run on the server too: health (HEALTH says
+unhealthy while the node reports a problem condition or its latest
+diag.nvml failed a check, which it names), condition (a condition type
+reported True), failedCheck, connected, and query (text in the id, the pool
+or a label value).`,
 		Example: `  better-compute nodes list
   better-compute nodes list pool=gpu-east --all
   better-compute nodes list --selector 'gpu=h200,rack in (r1,r2)'
+  better-compute nodes list health=unhealthy
+  better-compute nodes list failedCheck=row-remap.pending connected=true
   better-compute nodes list --json`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if selector != "" {
@@ -267,7 +273,7 @@ labels match (gpu=h200,rack in (r1,r2); the grammar of runs create
 // glance.
 func (a *app) nodeListTable(nodes []*apiv1.Node, now time.Time) error {
 	w := tabwriter.NewWriter(a.env.Stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(w, "NODE\tPOOL\tROLE\tSESSION\tVERSION\tTRUST\tLAST SEEN\tCONDITIONS\tLABELS")
+	fmt.Fprintln(w, "NODE\tPOOL\tROLE\tSESSION\tVERSION\tTRUST\tLAST SEEN\tCONDITIONS\tLABELS\tHEALTH")
 	for _, n := range nodes {
 		session := "never connected"
 		switch {
@@ -287,8 +293,15 @@ func (a *app) nodeListTable(nodes []*apiv1.Node, now time.Time) error {
 		for _, c := range n.GetConditions() {
 			conds = append(conds, c.GetType()+"="+c.GetStatus())
 		}
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", n.GetId(), n.GetPool(), n.GetRole(), session, dash(n.GetAgentVersion()), trustVersion(n), lastSeen,
-			dash(strings.Join(conds, ",")), labelsText(n.GetLabels()))
+		health := "healthy"
+		if !n.GetHealthy() {
+			health = "unhealthy"
+			if len(n.GetFailedChecks()) > 0 {
+				health += " (failed " + strings.Join(n.GetFailedChecks(), ",") + ")"
+			}
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", n.GetId(), n.GetPool(), n.GetRole(), session, dash(n.GetAgentVersion()), trustVersion(n), lastSeen,
+			dash(strings.Join(conds, ",")), labelsText(n.GetLabels()), health)
 	}
 	return w.Flush()
 }

@@ -142,8 +142,8 @@ func TestNodesListTableAndJSON(t *testing.T) {
 	require.Equal(t, 0, res.code, res.stderr)
 	lines := strings.Split(strings.TrimSpace(res.stdout), "\n")
 	require.Len(t, lines, 2, res.stdout)
-	require.Equal(t, []string{"NODE", "POOL", "ROLE", "SESSION", "VERSION", "TRUST", "LAST", "SEEN", "CONDITIONS", "LABELS"}, strings.Fields(lines[0]))
-	require.Equal(t, []string{servertest.NodeA1, "default", "node", "disconnected", "1.4.0", "7", "3m", "ago", "GPUHealthy=False", "-"}, strings.Fields(lines[1]))
+	require.Equal(t, []string{"NODE", "POOL", "ROLE", "SESSION", "VERSION", "TRUST", "LAST", "SEEN", "CONDITIONS", "LABELS", "HEALTH"}, strings.Fields(lines[0]))
+	require.Equal(t, []string{servertest.NodeA1, "default", "node", "disconnected", "1.4.0", "7", "3m", "ago", "GPUHealthy=False", "-", "unhealthy"}, strings.Fields(lines[1]))
 	require.NotContains(t, res.stdout, servertest.NodeB1, "another tenant's node")
 
 	res = cliRun(ctx, env, "nodes", "list", "--json")

@@ -16,6 +16,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 
@@ -26,10 +27,16 @@ import (
 const DiagKind = "diag.nvml"
 
 // positive are the condition types whose True is good news (the node holds
-// a trust bundle; its node spec is applied). Every other condition a node
-// reports (RebootRequired, ClockSkew, a plugin's own) says True when
-// something needs a person or a remediation.
+// a trust bundle; its node spec is applied), with every type named
+// …Healthy or …Ready (GPUHealthy, as Kubernetes' Ready). Every other
+// condition a node reports (RebootRequired, ClockSkew, a plugin's own)
+// says True when something needs a person or a remediation.
 var positive = []string{"TrustBundle", "NodeSpec"}
+
+// isPositive says whether a condition type is good news when True.
+func isPositive(typ string) bool {
+	return slices.Contains(positive, typ) || strings.HasSuffix(typ, "Healthy") || strings.HasSuffix(typ, "Ready")
+}
 
 // Condition is a condition as the nodes table stores it.
 type Condition struct {
@@ -43,14 +50,14 @@ type Condition struct {
 // is False because the control plane sends none ("none": commands go
 // unsigned, which the server's own warning covers, not each node).
 func Problem(c Condition) bool {
-	isPositive := slices.Contains(positive, c.Type)
+	pos := isPositive(c.Type)
 	switch {
 	case c.Status == "True":
-		return !isPositive
+		return !pos
 	case c.Status == "False" && c.Type == "TrustBundle":
 		return c.Reason != "none"
 	case c.Status == "False":
-		return isPositive
+		return pos
 	}
 	return false
 }
@@ -77,9 +84,12 @@ func Healthy(conds []byte, failed []string) (bool, error) {
 }
 
 // problemSQL is Problem on one element c of a conditions array.
-const problemSQL = `((c->>'status' = 'True' AND c->>'type' NOT IN ('TrustBundle', 'NodeSpec'))
-	OR (c->>'status' = 'False' AND c->>'type' = 'NodeSpec')
+const problemSQL = `((c->>'status' = 'True' AND NOT ` + positiveSQL + `)
+	OR (c->>'status' = 'False' AND ` + positiveSQL + ` AND c->>'type' <> 'TrustBundle')
 	OR (c->>'status' = 'False' AND c->>'type' = 'TrustBundle' AND coalesce(c->>'reason', '') <> 'none'))`
+
+// positiveSQL is isPositive on c's type.
+const positiveSQL = `(c->>'type' IN ('TrustBundle', 'NodeSpec') OR c->>'type' LIKE '%Healthy' OR c->>'type' LIKE '%Ready')`
 
 // UnhealthySQL is the rule as a condition on a row of nodes whose columns
 // are prefixed with prefix ("n." or "").

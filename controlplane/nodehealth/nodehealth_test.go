@@ -38,6 +38,9 @@ func TestHealthyAndUnhealthySQLAgree(t *testing.T) {
 		{`[{"type":"AcmeFirmwareStale","status":"True"}]`, nil, false},
 		{`[{"type":"AcmeFirmwareStale","status":"Unknown"}]`, nil, true},
 		{`[]`, []string{"row-remap.pending"}, false},
+		{`[{"type":"GPUHealthy","status":"False"}]`, nil, false},
+		{`[{"type":"GPUHealthy","status":"True"}]`, nil, true},
+		{`[{"type":"FabricReady","status":"False"}]`, nil, false},
 	}
 	for i, c := range cases {
 		got, err := nodehealth.Healthy([]byte(c.conds), c.failed)

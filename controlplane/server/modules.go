@@ -15,6 +15,7 @@ import (
 	"github.com/better-compute/commands/controlplane/remediation"
 	"github.com/better-compute/commands/controlplane/rollout"
 	"github.com/better-compute/commands/controlplane/serverconfig"
+	"github.com/better-compute/commands/controlplane/signing"
 	"github.com/better-compute/commands/internal/trust"
 )
 
@@ -45,6 +46,10 @@ func (s *Server) moduleList(cfg Config) ([]modules.Module, error) {
 	// Only the process that runs the modules signs with the key (a
 	// gateway-only process holds no keys).
 	if path := cfg.PKI.PlatformApproverKey; path != "" && cfg.Runs(ComponentModules) {
+		// One approval of every platform batch: checked like the root.
+		if err := signing.CheckKeyFile(path); err != nil {
+			return nil, fmt.Errorf("pki.platformApproverKey: %w", err)
+		}
 		key, err := trust.LoadEd25519PrivateKey(path)
 		if err != nil {
 			return nil, fmt.Errorf("pki.platformApproverKey: %w", err)

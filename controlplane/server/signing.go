@@ -40,6 +40,11 @@ func (s *Server) startSigning(ctx context.Context, cfg Config) error {
 		s.logger.Info("pki.commandSigning is not read: this process runs no api component; the gateway relays the signed commands and bundle the api stored", "components", cfg.Components)
 		return nil
 	}
+	if pc.CreateCommandSigning {
+		if err := s.createRootIfMissing(ctx, pc.CommandSigning); err != nil {
+			return err
+		}
+	}
 	return s.applyPKI(ctx, pc, "command signing on")
 }
 
@@ -72,6 +77,9 @@ func (s *Server) ReloadPKI(ctx context.Context, pc serverconfig.PKIConfig) error
 // version only when the content changed) and signs with the root from then
 // on. Nothing changes when any step fails.
 func (s *Server) applyPKI(ctx context.Context, pc serverconfig.PKIConfig, what string) error {
+	if err := signing.CheckKeyFile(pc.CommandSigning); err != nil {
+		return fmt.Errorf("pki.commandSigning: %w", err)
+	}
 	a, err := signing.Load(pc.CommandSigning, signing.Options{Lifetime: time.Duration(pc.WorkerKeyLifetime), Logger: s.logger})
 	if err != nil {
 		return err

@@ -200,6 +200,13 @@ type PKIConfig struct {
 	// is signed, and nodes get a trust bundle; without it commands go
 	// unsigned, as in v0.1. Only processes running the api component read it.
 	CommandSigning string `yaml:"commandSigning"`
+	// CreateCommandSigning makes the root at CommandSigning at start when
+	// that file does not exist and no trust bundle was ever published (the
+	// packaged config's first start): 0600, owned by the server's user, its
+	// public key beside it. A bundle already published means nodes trust
+	// another root, so bc-server then refuses to start rather than make a
+	// second one. Never overwrites.
+	CreateCommandSigning bool `yaml:"createCommandSigning"`
 	// CommandSigningRoots are more roots' public keys (PEM files) that the
 	// trust bundle carries during a rotation.
 	CommandSigningRoots []string `yaml:"commandSigningRoots"`

@@ -2379,8 +2379,9 @@ type Node struct {
 	// runs select nodes by.
 	Labels map[string]string `protobuf:"bytes,170,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	// healthy is false while the node has a problem: a condition it reports
-	// that says so (RebootRequired or ClockSkew True; NodeSpec False;
-	// TrustBundle False for any reason but "none") or a check its latest
+	// that says so (RebootRequired, ClockSkew or a plugin's True; NodeSpec or
+	// a type named …Healthy or …Ready False; TrustBundle False for any
+	// reason but "none") or a check its latest
 	// settled diag.nvml failed (failed_checks). nodes.list's health filter and
 	// fleet.summary count by the same rule.
 	Healthy bool `protobuf:"varint,171,opt,name=healthy,proto3" json:"healthy,omitempty"`

@@ -1478,8 +1478,9 @@ export type Node = Message<"bc.api.v1.Node"> & {
 
   /**
    * healthy is false while the node has a problem: a condition it reports
-   * that says so (RebootRequired or ClockSkew True; NodeSpec False;
-   * TrustBundle False for any reason but "none") or a check its latest
+   * that says so (RebootRequired, ClockSkew or a plugin's True; NodeSpec or
+   * a type named …Healthy or …Ready False; TrustBundle False for any
+   * reason but "none") or a check its latest
    * settled diag.nvml failed (failed_checks). nodes.list's health filter and
    * fleet.summary count by the same rule.
    *
