@@ -214,20 +214,21 @@ export function HealthBadge({ n }: { n: Node }): JSX.Element {
 }
 
 /**
- * Whether a condition is a problem, by the rule Node.healthy follows:
- * RebootRequired or ClockSkew True, NodeSpec False, TrustBundle False for
- * any reason but "none"; any other condition True (the platform's own,
- * RowRemapPending, RemediationEscalated, …).
+ * Whether a condition is a problem, by the rule Node.healthy follows
+ * (controlplane/nodehealth): TrustBundle, NodeSpec and every type named
+ * …Healthy or …Ready are good news when True and a problem when False
+ * (but a TrustBundle False for reason "none", which the signing warning
+ * covers); any other condition True is a problem.
  */
 function problem(c: Node["conditions"][number]): boolean {
-  switch (c.type) {
-    case "NodeSpec":
-      return c.status === "False";
-    case "TrustBundle":
-      return c.status === "False" && c.reason !== "none";
-    default:
-      return c.status === "True";
+  const positive = c.type === "TrustBundle" || c.type === "NodeSpec" || c.type.endsWith("Healthy") || c.type.endsWith("Ready");
+  if (c.status === "True") {
+    return !positive;
   }
+  if (c.status === "False" && c.type === "TrustBundle") {
+    return c.reason !== "none";
+  }
+  return c.status === "False" && positive;
 }
 
 export function Conditions({ n }: { n: Node }): JSX.Element {
