@@ -14,7 +14,7 @@ const out = path.resolve(process.argv[2] ?? path.join(root, "controlplane/consol
 await rm(out, { recursive: true, force: true });
 await mkdir(out, { recursive: true });
 await build({
-  entryPoints: [path.join(src, "main.ts")],
+  entryPoints: [path.join(src, "main.tsx")],
   outfile: path.join(out, "console.js"),
   bundle: true,
   format: "esm",
@@ -22,6 +22,9 @@ await build({
   target: "es2022",
   minify: true,
   legalComments: "none",
+  // The pages are Preact components in TSX (the automatic JSX runtime).
+  jsx: "automatic",
+  jsxImportSource: "preact",
   // The client's packages come from sdk/typescript's lockfile.
   nodePaths: [path.join(root, "sdk/typescript/node_modules")],
   logLevel: "warning",

@@ -9,7 +9,9 @@ import { waitForRun } from "./fleetruns.js";
 import type { WaitRunOptions } from "./fleetruns.js";
 import { CommandBatches, Commands, Events, Nodes } from "./gen/bc/api/v1/api_pb.js";
 import type { CommandBatch, Event, WatchEventsRequestSchema } from "./gen/bc/api/v1/api_pb.js";
+import { Fleet, Kinds } from "./gen/bc/api/v1/fleet_pb.js";
 import { FleetRuns } from "./gen/bc/api/v1/fleetruns_pb.js";
+import { Pools, Reconciler } from "./gen/bc/api/v1/pools_pb.js";
 import type { FleetRun } from "./gen/bc/api/v1/fleetruns_pb.js";
 
 /** What createClient needs: where the API is and the bearer token. */
@@ -169,7 +171,10 @@ function withBatchId(b: CommandBatch): Batch {
   return Object.defineProperty(b, "batchId", { value: b.id, enumerable: false }) as Batch;
 }
 
-/** The client: commands, commandBatches, events, fleetRuns and nodes, with the spec's method and field names. */
+/**
+ * The client: commands, commandBatches, events, fleet, fleetRuns, kinds,
+ * nodes, pools and reconciler, with the spec's method and field names.
+ */
 export interface BetterComputeClient {
   /**
    * commands.run, get, list, cancel: the Commands service as generated.
@@ -204,11 +209,28 @@ export interface BetterComputeClient {
     wait(request: { tenantId: string; runId: string }, options?: WaitRunOptions): Promise<FleetRun>;
   };
   /**
-   * nodes.get, nodes.list ({ tenantId, pool, selector, limit, cursor } → { items, nextCursor }: the nodes with their
-   * sessions and labels), nodes.setLabels ({ tenantId, nodeId, labels, remove, replace } → the node), nodes.create, …:
-   * the Nodes service as generated.
+   * fleet.summary ({ tenantId } → FleetSummary): the nodes the caller reads,
+   * connected, healthy and unhealthy, by condition, failed check and pool;
+   * the work in flight; and whether the control plane signs commands
+   * (commandSigning).
+   */
+  fleet: Client<typeof Fleet>;
+  /**
+   * kinds.list ({ apiRunnableOnly } → { items }) and kinds.get ({ name,
+   * version }): the registered command kinds with their flags and payload
+   * schema (payloadSchema, JSON Schema text).
+   */
+  kinds: Client<typeof Kinds>;
+  /**
+   * nodes.get, nodes.list ({ tenantId, pool, selector, condition, connected, health, query, failedCheck, limit,
+   * cursor } → { items, nextCursor }: the nodes with their sessions, labels and health), nodes.setLabels
+   * ({ tenantId, nodeId, labels, remove, replace } → the node), nodes.create, …: the Nodes service as generated.
    */
   nodes: Client<typeof Nodes>;
+  /** pools.list, get, setBudget, resetBreaker, setNodePool, listLocks: the Pools service as generated. */
+  pools: Client<typeof Pools>;
+  /** reconciler.plan ({ tenantId, pool, includeFinished } → { items }) and reconciler.listBatches: the platform's remediations. */
+  reconciler: Client<typeof Reconciler>;
 }
 
 /** bearer adds the token to every call. */
@@ -240,6 +262,15 @@ export function createClientOn(transport: Transport): BetterComputeClient {
       wait: (request, options) =>
         waitForRun(fleetRuns.get, (req, opts) => new EventWatch(events, req, opts), request, options),
     },
+    fleet: unaryWithApiErrors(Fleet, createConnectClient(Fleet, transport)),
+    kinds: unaryWithApiErrors(Kinds, createConnectClient(Kinds, transport)),
     nodes: unaryWithApiErrors(Nodes, createConnectClient(Nodes, transport)),
+    pools: unaryWithApiErrors(Pools, createConnectClient(Pools, transport)),
+    reconciler: unaryWithApiErrors(Reconciler, createConnectClient(Reconciler, transport), (v) => {
+      if (v?.$typeName === "bc.api.v1.ListPlatformBatchesResponse") {
+        v.items.forEach(withBatchId);
+      }
+      return v;
+    }),
   };
 }

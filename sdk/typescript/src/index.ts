@@ -8,5 +8,7 @@ export type { Batch, BetterComputeClient, ClientOptions, WatchOptions } from "./
 export { fleetRunEndStates, fleetRunEnded, fleetRunEventTypes } from "./fleetruns.js";
 export type { WaitRunOptions } from "./fleetruns.js";
 export * from "./gen/bc/api/v1/api_pb.js";
+export * from "./gen/bc/api/v1/fleet_pb.js";
 export * from "./gen/bc/api/v1/fleetruns_pb.js";
+export * from "./gen/bc/api/v1/pools_pb.js";
 export { jsonOf, toDate } from "./values.js";

@@ -6,7 +6,7 @@ import type { BetterComputeClient, ClientOptions } from "./client.js";
 
 export * from "./index.js";
 
-/** createClient({ baseUrl, token }) returns { commands, commandBatches, events, fleetRuns, nodes }. */
+/** createClient({ baseUrl, token }) returns { commands, commandBatches, events, fleet, fleetRuns, kinds, nodes, pools, reconciler }. */
 export function createClient(options: ClientOptions): BetterComputeClient {
   return createClientOn(
     createConnectTransport({ baseUrl: options.baseUrl, useBinaryFormat: true, interceptors: [bearer(options.token)] }),

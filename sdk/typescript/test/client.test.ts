@@ -161,3 +161,35 @@ describe("nodes", () => {
     assert.ok(n.trustVersion >= 1n, "the node reported the trust bundle it holds (command signing is on)");
   });
 });
+
+describe("fleet, kinds, pools and reconciler", () => {
+  test("fleet.summary counts the tenant's nodes and says that commands are signed", async () => {
+    const s = await client.fleet.summary({ tenantId });
+    const { items } = await client.nodes.list({ tenantId });
+    assert.equal(s.nodes, BigInt(items.length));
+    assert.equal(s.connected, BigInt(items.filter((n) => n.connected).length));
+    assert.equal(s.healthy + s.unhealthy, s.nodes);
+    assert.equal(s.commandSigning, true, "scripts/test-ts signs commands");
+    assert.equal(s.approvalThreshold, 2);
+    assert.ok(s.asOf);
+  });
+
+  test("kinds.list with apiRunnableOnly gives the kinds commands.run accepts, each with its schema; kinds.get of an unknown kind is NOT_FOUND", async () => {
+    const { items } = await client.kinds.list({ apiRunnableOnly: true });
+    const diag = items.find((k) => k.name === "diag.nvml" && k.newest);
+    assert.ok(diag, "diag.nvml is API-runnable");
+    assert.ok(diag.apiRunnable && diag.allowlisted);
+    assert.equal((JSON.parse(diag.payloadSchema) as { type: string }).type, "object");
+    assert.ok(items.every((k) => k.apiRunnable && k.allowlisted));
+    assert.equal((await client.kinds.get({ name: "diag.nvml" })).name, "diag.nvml");
+    await assert.rejects(client.kinds.get({ name: "no.such-kind" }), (err: unknown) => err instanceof ApiError && err.code === "NOT_FOUND");
+  });
+
+  test("pools.list and reconciler.plan answer through the same error mapping", async () => {
+    const pools = await client.pools.list({ tenantId });
+    assert.ok(pools.items.some((p) => p.name === "default"), "the nodes' pool");
+    const plan = await client.reconciler.plan({ tenantId });
+    assert.ok(Array.isArray(plan.items));
+    await assert.rejects(client.pools.get({ tenantId, pool: "no-such-pool" }), (err: unknown) => err instanceof ApiError && err.code === "NOT_FOUND");
+  });
+});

@@ -17,6 +17,8 @@ export const env = {
   faulty: need("BC_TS_FAULTY"),
   offline: need("BC_TS_OFFLINE"),
   proxyTarget: need("BC_TS_PROXY_TARGET"),
+  /** A second bc-server on the same database without pki (scripts/test-ts). */
+  unsignedUrl: process.env.BC_TS_UNSIGNED_URL ?? "",
 };
 
 /** A unique suffix, so that tests' idempotency keys never meet. */
