@@ -132,7 +132,7 @@ func summarise(ctx context.Context, tx pgx.Tx, out *apiv1.FleetSummary, tenantID
 	}
 	if out.ByCondition, err = count("condition", `SELECT c->>'type', count(DISTINCT v.id) FROM (`+visibleNodesSQL+`) v,
 		jsonb_array_elements(CASE WHEN jsonb_typeof(v.conditions) = 'array' THEN v.conditions ELSE '[]'::jsonb END) c
-		WHERE c->>'status' = 'True' AND c->>'type' IS NOT NULL GROUP BY 1 ORDER BY 2 DESC, 1`); err != nil {
+		WHERE c->>'type' IS NOT NULL AND `+nodehealth.ProblemSQL+` GROUP BY 1 ORDER BY 2 DESC, 1`); err != nil {
 		return err
 	}
 	out.ByFailedCheck, err = count("failed check", `SELECT ch, count(*) FROM (`+visibleNodesSQL+`) v, unnest(v.failed_checks) ch

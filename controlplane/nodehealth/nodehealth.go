@@ -83,8 +83,8 @@ func Healthy(conds []byte, failed []string) (bool, error) {
 	return true, nil
 }
 
-// problemSQL is Problem on one element c of a conditions array.
-const problemSQL = `((c->>'status' = 'True' AND NOT ` + positiveSQL + `)
+// ProblemSQL is Problem on one element c of a conditions array.
+const ProblemSQL = `((c->>'status' = 'True' AND NOT ` + positiveSQL + `)
 	OR (c->>'status' = 'False' AND ` + positiveSQL + ` AND c->>'type' <> 'TrustBundle')
 	OR (c->>'status' = 'False' AND c->>'type' = 'TrustBundle' AND coalesce(c->>'reason', '') <> 'none'))`
 
@@ -95,7 +95,7 @@ const positiveSQL = `(c->>'type' IN ('TrustBundle', 'NodeSpec') OR c->>'type' LI
 // are prefixed with prefix ("n." or "").
 func UnhealthySQL(prefix string) string {
 	return `(cardinality(` + prefix + `failed_checks) > 0 OR EXISTS (SELECT 1 FROM jsonb_array_elements(
-		CASE WHEN jsonb_typeof(` + prefix + `conditions) = 'array' THEN ` + prefix + `conditions ELSE '[]'::jsonb END) c WHERE ` + problemSQL + `))`
+		CASE WHEN jsonb_typeof(` + prefix + `conditions) = 'array' THEN ` + prefix + `conditions ELSE '[]'::jsonb END) c WHERE ` + ProblemSQL + `))`
 }
 
 // settleSQL records, for each settled diag.nvml among the ids, the checks

@@ -83,8 +83,9 @@ type FleetSummary struct {
 	// healthy and unhealthy split nodes by Node.healthy.
 	Healthy   int64 `protobuf:"varint,3,opt,name=healthy,proto3" json:"healthy,omitempty"`
 	Unhealthy int64 `protobuf:"varint,4,opt,name=unhealthy,proto3" json:"unhealthy,omitempty"`
-	// by_condition counts, per condition type, the nodes that report it
-	// True, most first.
+	// by_condition counts, per condition type, the nodes for which it is a
+	// problem (Node.healthy's rule: RebootRequired True, NodeSpec False, …),
+	// most first.
 	ByCondition []*NodeCount `protobuf:"bytes,5,rep,name=by_condition,json=byCondition,proto3" json:"by_condition,omitempty"`
 	// by_failed_check counts, per check, the nodes whose latest diag.nvml
 	// failed it, most first.

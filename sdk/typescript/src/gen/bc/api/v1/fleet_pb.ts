@@ -72,8 +72,9 @@ export type FleetSummary = Message<"bc.api.v1.FleetSummary"> & {
   unhealthy: bigint;
 
   /**
-   * by_condition counts, per condition type, the nodes that report it
-   * True, most first.
+   * by_condition counts, per condition type, the nodes for which it is a
+   * problem (Node.healthy's rule: RebootRequired True, NodeSpec False, …),
+   * most first.
    *
    * @generated from field: repeated bc.api.v1.NodeCount by_condition = 5;
    */
