@@ -101,14 +101,18 @@ func TestFakeBMCBinaryServesThePlugin(t *testing.T) {
 	r, err := p.Execute(ctx, manifest.BootKind, json.RawMessage(`{"bmc":"fake-r2","device":"disk","persistent":true}`), nil)
 	require.NoError(t, err)
 	require.Equal(t, kind.StatusSucceeded, r.Status, "%s %s", r.Reason, r.Message)
-	testutil.WaitFor(t, 10*time.Second, "state.json to show the changes", func() bool {
+	const wantPower = "fake-r1 Off\nfake-r2 On\nfake-i1 Off\n"
+	// The fake writes state.json, then the power file: wait for both (a
+	// read between the two writes saw the power file one change behind).
+	var power []byte
+	testutil.WaitFor(t, 10*time.Second, "state.json and the power file to show the changes", func() bool {
 		st := fakeState(t, dir)
+		power, _ = os.ReadFile(filepath.Join(dir, "power"))
 		return st["fake-r1"].Power == "Off" && st["fake-i1"].Power == "Off" && st["fake-r2"].Power == "On" &&
-			st["fake-r2"].Boot["BootSourceOverrideTarget"] == "Hdd" && st["fake-r2"].Boot["BootSourceOverrideEnabled"] == "Continuous"
+			st["fake-r2"].Boot["BootSourceOverrideTarget"] == "Hdd" && st["fake-r2"].Boot["BootSourceOverrideEnabled"] == "Continuous" &&
+			string(power) == wantPower
 	})
-	power, err := os.ReadFile(filepath.Join(dir, "power"))
-	require.NoError(t, err)
-	require.Equal(t, "fake-r1 Off\nfake-r2 On\nfake-i1 Off\n", string(power), "one line per machine, for a shell's grep")
+	require.Equal(t, wantPower, string(power), "one line per machine, for a shell's grep")
 }
 
 // syncLog is a process's stderr, read while it runs.
