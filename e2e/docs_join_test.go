@@ -77,19 +77,21 @@ func TestOperatorGuideJoinProcedureRunsAsWritten(t *testing.T) {
 	out = run(join + " --config " + n.config + " --state-dir " + n.state)
 	require.Contains(t, out, "joined as "+id+" (role node); certificate in "+filepath.Join(n.state, "tls"))
 
-	// The joined node holds a session and answers a command: diag.nvml,
-	// which this node's plugins do not serve, comes back rejected by the
-	// node itself.
+	// The joined node holds a session and its Hello lists its kinds:
+	// diag.nvml, which this node's plugins do not serve, is held with why
+	// (blockedBy kind-not-loaded, and the fix) until it expires, never
+	// sent to be rejected UNSUPPORTED (issue 33).
 	t.Cleanup(n.kill)
 	n.start()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, cli, "commands", "run", "nodeId="+id, "kind=diag.nvml", "--wait", "--poll", "200ms", "--json")
+	cmd := exec.CommandContext(ctx, cli, "commands", "run", "nodeId="+id, "kind=diag.nvml", "notAfterSeconds=10", "--wait", "--poll", "200ms", "--json")
 	cmd.Env = []string{"HOME=" + t.TempDir(), "BC_ENDPOINT=http://" + c.srv.GRPC, "BC_TOKEN=" + servertest.TokOps, "BC_TENANT=" + servertest.TenantA}
 	res, err := cmd.Output()
 	var exit *exec.ExitError
 	require.ErrorAs(t, err, &exit, "%s", res)
-	require.Equal(t, 3, exit.ExitCode(), "--wait exits 3 for a rejected command: %s", res)
-	require.Contains(t, string(res), `"state": "rejected"`)
-	require.Contains(t, string(res), `"reason": "UNSUPPORTED"`)
+	require.Equal(t, 3, exit.ExitCode(), "--wait exits 3 for an expired command: %s", res)
+	require.Contains(t, string(res), `"state": "expired"`)
+	require.Contains(t, string(res), `"reason": "kind-not-loaded"`)
+	require.Contains(t, string(exit.Stderr), "blocked (kind-not-loaded): node "+id+" does not load diag.nvml")
 }

@@ -63,6 +63,8 @@ type cluster struct {
 	plugins string
 	conn    *grpc.ClientConn
 	api     apiv1.CommandsClient
+	// stopRestarted stops the server restartControlPlane started last.
+	stopRestarted func()
 }
 
 // newCluster starts a control plane; adjust, when given, changes its config
@@ -146,6 +148,9 @@ func (c *cluster) writeKinds() string {
 func (c *cluster) restartControlPlane() {
 	c.t.Helper()
 	require.NoError(c.t, c.srv.Stop())
+	if c.stopRestarted != nil {
+		c.stopRestarted() // a second restart stops the first one's server
+	}
 	reg, err := kinds.NewRegistry(servertest.Manifests()...)
 	require.NoError(c.t, err)
 	srv, err := server.New(context.Background(), c.cfg, reg, hclog.NewNullLogger())
@@ -153,10 +158,14 @@ func (c *cluster) restartControlPlane() {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- srv.Run(ctx) }()
-	c.t.Cleanup(func() {
-		cancel()
-		<-done
-	})
+	var once sync.Once
+	c.stopRestarted = func() {
+		once.Do(func() {
+			cancel()
+			<-done
+		})
+	}
+	c.t.Cleanup(c.stopRestarted)
 }
 
 func (c *cluster) ctx() context.Context {

@@ -77,7 +77,10 @@ func TestE2E_AKindManifestMismatchIsVisible(t *testing.T) {
 	for _, m := range ms {
 		if m["kind"] == "example.echo" {
 			delete(m, "digest")
+			// Another version, which does not declare the node's 1.0.0
+			// compatible (example.echo's ^1 would dispatch to it).
 			m["version"] = "1.1.0"
+			delete(m, "compatibleVersions")
 			keep = append(keep, m)
 		}
 	}

@@ -175,6 +175,12 @@ type Refusal struct {
 	Plugin string
 	// Err wraps ErrRefused (or the directory's error) and says why.
 	Err error
+	// Reason is a stable word for why: pin-mismatch, untrusted,
+	// invalid-manifest, kind-conflict, start-failed.
+	Reason string
+	// PinnedSHA256 and FoundSHA256 (pin-mismatch) are the SHA-256 the
+	// config pins and the one the file has.
+	PinnedSHA256, FoundSHA256 string
 }
 
 // Plugin describes one plugin the host runs now.

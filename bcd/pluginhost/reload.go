@@ -139,6 +139,9 @@ func (h *Host) load(ctx context.Context, pins map[string]string) (ReloadReport, 
 		}
 	}
 	sort.Slice(refusals, func(i, j int) bool { return refusals[i].Plugin < refusals[j].Plugin })
+	for i := range refusals {
+		refusals[i] = classify(refusals[i], h.cfg.Dir, pins)
+	}
 	rep.Refused = refusals
 
 	keep := make(map[*instance]bool, len(insts))

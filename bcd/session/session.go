@@ -66,6 +66,9 @@ type Config struct {
 	Version string
 	// Kinds lists the loaded kinds, reported in Hello with their digests.
 	Kinds func() []kind.Manifest
+	// RefusedPlugins lists the plugin files bcd refused to run, reported in
+	// Hello so that the control plane says why their kinds' commands wait.
+	RefusedPlugins func() []*agentv1.PluginRefusal
 	// Conditions computes the node's conditions from the applied spec; nil
 	// uses a conditions.Detector with its defaults.
 	Conditions *conditions.Detector
@@ -373,8 +376,11 @@ func (c *Client) hello() *agentv1.Hello {
 	}
 	if c.cfg.Kinds != nil {
 		for _, m := range c.cfg.Kinds() {
-			h.Kinds = append(h.Kinds, &agentv1.KindDigest{Kind: m.Kind, Digest: m.Digest()})
+			h.Kinds = append(h.Kinds, &agentv1.KindDigest{Kind: m.Kind, Digest: m.Digest(), Version: m.Version})
 		}
+	}
+	if c.cfg.RefusedPlugins != nil {
+		h.RefusedPlugins = c.cfg.RefusedPlugins()
 	}
 	return h
 }

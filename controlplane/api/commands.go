@@ -156,8 +156,16 @@ func (s *Server) runnable(who, k string) (kind.Manifest, error) {
 			map[string]string{"kind": k, "reason": "not-allowlisted"})
 	}
 	m, ok := s.queue.Registry().Get(k)
-	if !ok || !m.APIRunnable {
-		return kind.Manifest{}, apierr.New(apierr.Unsupported, fmt.Sprintf("%s not accept kind %q", who, k),
+	if !ok {
+		// Allowlisted, but no manifest: the registry lacks it (a kind's
+		// manifest file missing from kindsDir, or a typo in the allowlist).
+		return kind.Manifest{}, apierr.New(apierr.Unsupported,
+			fmt.Sprintf("%s not accept kind %q: it is allowlisted but no manifest of it is registered; put its manifest in bc-server's kindsDir and reload bc-server (kinds list shows what is registered)", who, k),
+			map[string]string{"kind": k, "reason": "not-registered"})
+	}
+	if !m.APIRunnable {
+		return kind.Manifest{}, apierr.New(apierr.Unsupported,
+			fmt.Sprintf("%s not accept kind %q: its manifest (%s) does not set apiRunnable; a module queues it", who, k, m.Version),
 			map[string]string{"kind": k, "reason": "not-api-runnable"})
 	}
 	return m, nil

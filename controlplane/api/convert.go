@@ -54,6 +54,11 @@ func (s *Server) toProto(c queue.Command) *apiv1.Command {
 		RequestedVia:      c.RequestedVia,
 		RunId:             queue.RunIDOfKey(c.IdempotencyKey),
 	}
+	if b := c.Blocked; b != nil {
+		out.BlockedBy = &apiv1.BlockedBy{Reason: b.Reason, Message: b.Message, Fix: b.Fix, Kind: b.Kind,
+			NodeDigest: b.NodeDigest, NodeVersion: b.NodeVersion, RegistryDigest: b.RegistryDigest, RegistryVersion: b.RegistryVersion,
+			Plugin: b.Plugin, PinnedSha256: b.PinnedSHA256, FoundSha256: b.FoundSHA256}
+	}
 	if len(c.ResultSHA256) > 0 {
 		out.ResultSha256 = hex.EncodeToString(c.ResultSHA256)
 	}

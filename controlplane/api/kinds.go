@@ -62,5 +62,5 @@ func (s *Server) kindProto(r kinds.Registered) *apiv1.Kind {
 	return &apiv1.Kind{Name: m.Kind, Version: m.Version, Digest: r.Digest, Lane: string(m.Lane), TimeoutSeconds: int64(m.Timeout.D().Seconds()),
 		Roles: m.Roles, Flags: &apiv1.KindFlags{RetrySafe: m.Flags.RetrySafe, Destructive: m.Flags.Destructive, SelfTerminating: m.Flags.SelfTerminating, Attested: m.Flags.Attested},
 		ApiRunnable: m.APIRunnable, Allowlisted: s.allowlist[m.Kind], PayloadSchema: string(m.PayloadSchema), Description: m.Description,
-		Source: string(r.Source), Newest: r.Newest}
+		Source: string(r.Source), Newest: r.Newest, CompatibleVersions: m.CompatibleVersions}
 }

@@ -65,7 +65,7 @@ const sessionStaleAfter = time.Minute
 // parameter is sessionStaleAfter in seconds.
 var nodeColumns = `id, tenant_id, role, allowed_kinds, inventory, conditions, applied_generation, created_at, trust_version, kind_mismatches, pool,
 	session_epoch, session_gateway, session_opened_at, session_closed_at, session_seen_at, daemon_version, boot_id, labels,
-	` + connectedSQL + `, failed_checks, checked_at, NOT ` + nodehealth.UnhealthySQL("")
+	` + connectedSQL + `, failed_checks, checked_at, NOT ` + nodehealth.UnhealthySQL("") + `, hello_kinds, refused_plugins`
 
 // connectedSQL is Node.connected on a row of nodes; the query's third
 // parameter is sessionStaleAfter in seconds.
@@ -77,6 +77,7 @@ type nodeRow struct {
 	node                   *apiv1.Node
 	inv, conds, mismatches []byte
 	labels                 []byte
+	helloKinds, refused    []byte
 	opened, closed, seen   *time.Time
 }
 
@@ -90,8 +91,11 @@ func scanNodeRow(r pgx.Row) (nodeRow, error) {
 	)
 	err := r.Scan(&out.Id, &out.TenantId, &out.Role, &allowed, &x.inv, &x.conds, &out.AppliedGeneration, &created, &out.TrustVersion, &x.mismatches, &out.Pool,
 		&out.SessionEpoch, &out.Gateway, &x.opened, &x.closed, &x.seen, &out.AgentVersion, &out.BootId, &x.labels, &out.Connected,
-		&out.FailedChecks, &checked, &out.Healthy)
+		&out.FailedChecks, &checked, &out.Healthy, &x.helloKinds, &x.refused)
 	if err != nil {
+		return nodeRow{}, err
+	}
+	if err := helloProto(out, x.helloKinds, x.refused); err != nil {
 		return nodeRow{}, err
 	}
 	out.CheckedAt = ts(checked)
@@ -260,4 +264,29 @@ func (s *Server) nodeIDTaken(ctx context.Context, tenantID, nodeID string) error
 			map[string]string{"reason": "node-id-unavailable", "nodeId": nodeID})
 	}
 	return s.fail(ctx, "nodes.create", err)
+}
+
+// helloProto fills in the kinds and refused plugins the node's last Hello
+// reported (both null before its first Hello since migration 0120).
+func helloProto(out *apiv1.Node, kindsJSON, refusedJSON []byte) error {
+	if len(kindsJSON) > 0 {
+		var ks []queue.HelloKind
+		if err := json.Unmarshal(kindsJSON, &ks); err != nil {
+			return fmt.Errorf("decoding the kinds of %s: %w", out.Id, err)
+		}
+		for _, k := range ks {
+			out.Kinds = append(out.Kinds, &apiv1.NodeKind{Kind: k.Kind, Version: k.Version, Digest: k.Digest, Status: k.Status, RegistryVersion: k.RegistryVersion})
+		}
+	}
+	if len(refusedJSON) > 0 {
+		var rs []queue.RefusedPlugin
+		if err := json.Unmarshal(refusedJSON, &rs); err != nil {
+			return fmt.Errorf("decoding the refused plugins of %s: %w", out.Id, err)
+		}
+		for _, r := range rs {
+			out.RefusedPlugins = append(out.RefusedPlugins, &apiv1.PluginRefusal{Plugin: r.Plugin, Reason: r.Reason, Message: r.Message,
+				PinnedSha256: r.PinnedSHA256, FoundSha256: r.FoundSHA256, Kinds: r.Kinds})
+		}
+	}
+	return nil
 }

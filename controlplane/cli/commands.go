@@ -59,7 +59,12 @@ ended failed, rejected, expired or cancelled.`,
 				a.commandTable([]*apiv1.Command{c}, true)
 			}
 			if wait && c.GetState() != "succeeded" {
-				return &exitError{code: ExitCommandFailed, err: fmt.Errorf("command %s ended %s%s", c.GetId(), c.GetState(), reasonSuffix(c))}
+				// The node's own words (or why it waited) end the line.
+				msg := ""
+				if c.GetMessage() != "" {
+					msg = ": " + c.GetMessage()
+				}
+				return &exitError{code: ExitCommandFailed, err: fmt.Errorf("command %s ended %s%s%s", c.GetId(), c.GetState(), reasonSuffix(c), msg)}
 			}
 			return nil
 		},
@@ -273,6 +278,15 @@ func (a *app) commandTable(cs []*apiv1.Command, detail bool) {
 		}
 		if c.GetMessage() != "" {
 			fmt.Fprintf(a.env.Stdout, "message: %s\n", c.GetMessage())
+		}
+		if b := c.GetBlockedBy(); b != nil {
+			what := "blocked by"
+			if terminal(c.GetState()) {
+				what = "was blocked by"
+			}
+			fmt.Fprintf(a.env.Stdout, "%s: %s: %s\nfix: %s\n", what, b.GetReason(), b.GetMessage(), b.GetFix())
+		} else if c.GetWaitingReason() != "" {
+			fmt.Fprintf(a.env.Stdout, "waiting: %s: %s\n", c.GetWaitingReason(), c.GetWaitingMessage())
 		}
 		if c.GetBundleKey() != "" {
 			fmt.Fprintf(a.env.Stdout, "bundle key: %s\n", c.GetBundleKey())

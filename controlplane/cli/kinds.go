@@ -73,6 +73,9 @@ must match), lane, timeout, roles, flags, and whether commands.run takes it
 				fmt.Fprintln(a.env.Stdout, "\n"+k.GetDescription())
 			}
 			fmt.Fprintf(a.env.Stdout, "digest %s\n", k.GetDigest())
+			if k.GetCompatibleVersions() != "" {
+				fmt.Fprintf(a.env.Stdout, "compatible versions %s (nodes on these run its commands before their manifest is registered)\n", k.GetCompatibleVersions())
+			}
 			return nil
 		},
 	}

@@ -86,6 +86,9 @@ func (a *app) nodeTable(n *apiv1.Node) error {
 		}
 	}
 	fmt.Fprintln(a.env.Stdout)
+	if err := a.nodeKindsTable(n); err != nil {
+		return err
+	}
 	inv := n.GetInventory().GetFields()
 	if len(inv) == 0 {
 		fmt.Fprintln(a.env.Stdout, "INVENTORY: none reported")
@@ -330,4 +333,40 @@ func ago(d time.Duration) string {
 		return fmt.Sprintf("%dh ago", int(d/time.Hour))
 	}
 	return fmt.Sprintf("%dd ago", int(d/(24*time.Hour)))
+}
+
+// nodeKindsTable prints the kinds the node's last Hello reported, with how
+// the registry sees each, and the plugin files its bcd refused.
+func (a *app) nodeKindsTable(n *apiv1.Node) error {
+	if len(n.GetKinds()) == 0 && len(n.GetRefusedPlugins()) == 0 {
+		return nil
+	}
+	w := tabwriter.NewWriter(a.env.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "KIND\tVERSION\tDIGEST\tREGISTRY")
+	for _, k := range n.GetKinds() {
+		reg := k.GetStatus()
+		if k.GetRegistryVersion() != "" {
+			reg += " (" + k.GetRegistryVersion() + ")"
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", k.GetKind(), dash(k.GetVersion()), short12(k.GetDigest()), reg)
+	}
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	for _, r := range n.GetRefusedPlugins() {
+		fmt.Fprintf(a.env.Stdout, "REFUSED PLUGIN %s (%s", r.GetPlugin(), r.GetReason())
+		if len(r.GetKinds()) > 0 {
+			fmt.Fprintf(a.env.Stdout, "; served %s", strings.Join(r.GetKinds(), ", "))
+		}
+		fmt.Fprintf(a.env.Stdout, "): %s\n", r.GetMessage())
+	}
+	fmt.Fprintln(a.env.Stdout)
+	return nil
+}
+
+func short12(d string) string {
+	if len(d) > 12 {
+		return d[:12]
+	}
+	return d
 }

@@ -168,12 +168,18 @@ func (a *app) wait(cmd *cobra.Command, c *apiv1.Command, interval time.Duration)
 			return nil
 		})
 	}()
-	last, lastProgress := "", ""
+	last, lastProgress, lastWaiting := "", "", ""
 	for {
 		progress := progressText(c)
 		if c.GetState() != last || progress != lastProgress {
 			writeLine(a.env.Stderr, "%s  %s %s%s%s", time.Now().UTC().Format(time.RFC3339), c.GetId(), c.GetState(), reasonSuffix(c), progress)
 			last, lastProgress = c.GetState(), progress
+		}
+		// Why it cannot progress, as soon as the gateway says so (the
+		// node.command.waiting event wakes this loop), once per change.
+		if w := waitingText(c); w != "" && w != lastWaiting && !terminal(c.GetState()) {
+			writeLine(a.env.Stderr, "%s", w)
+			lastWaiting = w
 		}
 		if terminal(c.GetState()) {
 			return c, nil
@@ -225,4 +231,16 @@ func terminal(state string) bool {
 		return true
 	}
 	return false
+}
+
+// waitingText says why a pending command is held: the waiting reason and
+// message, and for what only a person can fix (blockedBy), the fix.
+func waitingText(c *apiv1.Command) string {
+	if c.GetWaitingReason() == "" {
+		return ""
+	}
+	if b := c.GetBlockedBy(); b != nil {
+		return fmt.Sprintf("  blocked (%s): %s\n  fix: %s", b.GetReason(), b.GetMessage(), b.GetFix())
+	}
+	return fmt.Sprintf("  waiting (%s): %s", c.GetWaitingReason(), c.GetWaitingMessage())
 }

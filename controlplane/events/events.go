@@ -32,6 +32,10 @@ const (
 	TopicCommandQueued          = "node.command.queued"
 	TopicCommandCancelRequested = "node.command.cancel-requested"
 	TopicCommandSettled         = "command.settled"
+	// TopicCommandWaiting says why a pending command is held (a kind the
+	// node runs at another digest, does not load, or whose plugin it
+	// refused), once per change.
+	TopicCommandWaiting = "node.command.waiting"
 )
 
 // MaxReadLimit caps one Read.

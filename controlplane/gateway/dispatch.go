@@ -119,26 +119,10 @@ func (s *session) dispatch(ctx context.Context, c queue.Command, now time.Time) 
 		s.starved = true
 		return nil // no credit: it stays pending until one returns
 	}
-	version := ""
-	if d, ok := s.kinds[c.Kind]; ok && d != "" {
-		if mv, runs := s.g.queue.Registry().Matching(c.Kind, d); runs {
-			version = mv.Version
-		} else if m, registered := s.g.queue.Registry().Get(c.Kind); registered {
-			// Held, and it says why in the API (commands get/list show
-			// waitingReason and waitingMessage), written once per change.
-			msg := fmt.Sprintf("node %s runs another manifest of %s (digest %s) than the registry's %s (digest %s): register the node's manifest in kindsDir, or upgrade the node's plugin; see nodes get",
-				s.id.NodeID, c.Kind, short(d), m.Version, short(m.Digest()))
-			wrote, err := s.g.queue.SetWaiting(ctx, s.g.pool, s.id.NodeID, c.ID, ReasonKindMismatch, msg)
-			if err != nil {
-				return s.dbErr(ctx, "recording why a command waits", err)
-			}
-			if wrote && !s.mismatchLogged[c.Kind] {
-				s.mismatchLogged[c.Kind] = true
-				s.logger.Warn("node runs another manifest of this kind; holding its commands", "kind", c.Kind, "node_digest", d, "registry_digest", m.Digest(), "registry_version", m.Version)
-			}
-			return nil
-		}
-	}
+	// Where the node runs the kind, or why its commands wait for a
+	// person (said on the command in the API, after the refusals below,
+	// which end the command rather than hold it).
+	version, blocked := s.route(c.Kind)
 	// "The gateway checks the session's certificate again at dispatch."
 	if !s.id.Allows(c.Kind) {
 		_, _, err := s.g.queue.Transition(ctx, s.g.pool, queue.Transition{
@@ -157,6 +141,9 @@ func (s *session) dispatch(ctx context.Context, c queue.Command, now time.Time) 
 		})
 		return s.dbErr(ctx, "rejecting a kind the node's role does not run", err)
 	}
+	if blocked != nil {
+		return s.hold(ctx, c, blocked)
+	}
 	// A batched command's approval and proof are read before it is marked
 	// dispatched: a database that cannot answer leaves it pending, to go
 	// out whole on a later poll, never without them (the node would refuse
@@ -166,7 +153,7 @@ func (s *session) dispatch(ctx context.Context, c queue.Command, now time.Time) 
 		if !unreachable(err) {
 			// Not an outage: say why it waits in the API, not only here.
 			if _, werr := s.g.queue.SetWaiting(ctx, s.g.pool, s.id.NodeID, c.ID, ReasonBatchUnavailable,
-				"its batch's approval cannot be read: "+err.Error()); werr != nil {
+				"its batch's approval cannot be read: "+err.Error(), nil); werr != nil {
 				return s.dbErr(ctx, "recording why a command waits", werr)
 			}
 		}

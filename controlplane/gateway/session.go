@@ -32,7 +32,10 @@ type session struct {
 	stream grpc.BidiStreamingServer[agentv1.NodeMessage, agentv1.GatewayMessage]
 	logger hclog.Logger
 	wake   *waker
-	kinds  map[string]string // kind -> digest the node reported
+	// kinds are the kinds the node's Hello reported (with digest and
+	// version); refused the plugin files its bcd refused.
+	kinds   map[string]*agentv1.KindDigest
+	refused []*agentv1.PluginRefusal
 
 	// outstanding holds the credit of each command the node has been sent
 	// and not yet settled; perLane counts them per lane.
@@ -149,7 +152,8 @@ func (g *Gateway) Connect(stream grpc.BidiStreamingServer[agentv1.NodeMessage, a
 	s := &session{
 		g: g, id: id, cert: leaf, hello: hello, epoch: epoch, stream: stream,
 		logger:      g.logger.With("node_id", id.NodeID, "epoch", epoch),
-		kinds:       map[string]string{},
+		kinds:       map[string]*agentv1.KindDigest{},
+		refused:     hello.GetRefusedPlugins(),
 		outstanding: map[string]credit{},
 		perLane:     map[kind.Lane]int{},
 		cancelSent:  map[string]time.Time{},
@@ -159,7 +163,7 @@ func (g *Gateway) Connect(stream grpc.BidiStreamingServer[agentv1.NodeMessage, a
 		progressDue:    map[string][]byte{},
 	}
 	for _, k := range hello.GetKinds() {
-		s.kinds[k.GetKind()] = k.GetDigest()
+		s.kinds[k.GetKind()] = k
 	}
 	// The node row says the session ended once it did, whatever ended it
 	// (unless a newer session superseded it): nodes.get and nodes.list show

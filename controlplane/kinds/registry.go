@@ -12,6 +12,8 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/Masterminds/semver/v3"
+
 	"github.com/better-compute/commands/sdk/kind"
 )
 
@@ -40,6 +42,9 @@ type entry struct {
 	manifest  kind.Manifest
 	validator *kind.Validator
 	digest    string
+	// compatible is the manifest's CompatibleVersions, compiled (nil when
+	// it declares none).
+	compatible *semver.Constraints
 }
 
 // NewRegistry validates and registers manifests; two with one kind name and
@@ -62,7 +67,14 @@ func newEntry(m kind.Manifest) (entry, error) {
 	if err != nil {
 		return entry{}, fmt.Errorf("registering %s: %w", m.Kind, err)
 	}
-	return entry{manifest: m, validator: v, digest: m.Digest()}, nil
+	e := entry{manifest: m, validator: v, digest: m.Digest()}
+	if m.CompatibleVersions != "" {
+		// Validate checked that it parses.
+		if e.compatible, err = semver.NewConstraint(m.CompatibleVersions); err != nil {
+			return entry{}, fmt.Errorf("registering %s: compatibleVersions: %w", m.Kind, err)
+		}
+	}
+	return e, nil
 }
 
 // Register validates m, compiles its payload schema and adds it. A second
@@ -294,4 +306,52 @@ func (r *Registry) ValidatePayload(k string, payload []byte) error {
 		return fmt.Errorf("kind %q: %w", k, ErrUnknownKind)
 	}
 	return e.validator.Validate(payload)
+}
+
+// How a node's manifest of a kind stands with the registry (Dispatchable).
+const (
+	// StatusRegistered: the registry holds the node's digest.
+	StatusRegistered = "registered"
+	// StatusCompatible: another digest, at a version a registered
+	// manifest's CompatibleVersions holds: dispatched under that manifest.
+	StatusCompatible = "compatible"
+	// StatusMismatch: registered, but neither the node's digest nor a
+	// range that holds its version: its commands wait.
+	StatusMismatch = "mismatch"
+	// StatusUnregistered: no manifest of the kind is registered.
+	StatusUnregistered = "unregistered"
+)
+
+// Dispatchable says under which registered manifest a node that runs kind k
+// at version v (empty from an older bcd) with manifest digest d may be sent
+// k's commands: the version with that digest (StatusRegistered), else the
+// newest registered version whose CompatibleVersions holds v
+// (StatusCompatible: a node upgraded before the registry). Otherwise the
+// status is StatusMismatch with the newest version, or StatusUnregistered.
+// ok is true for the first two.
+func (r *Registry) Dispatchable(k, v, d string) (m kind.Manifest, status string, ok bool) {
+	if mv, found := r.Matching(k, d); found {
+		return mv, StatusRegistered, true
+	}
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	newest, registered := r.newest(k)
+	if !registered {
+		return kind.Manifest{}, StatusUnregistered, false
+	}
+	if nv, err := semver.NewVersion(v); err == nil && v != "" {
+		var best entry
+		found := false
+		for _, set := range []map[string][]entry{r.builtin, r.files} {
+			for _, e := range set[k] {
+				if e.compatible != nil && e.compatible.Check(nv) && (!found || versionLess(best.manifest.Version, e.manifest.Version)) {
+					best, found = e, true
+				}
+			}
+		}
+		if found {
+			return best.manifest, StatusCompatible, true
+		}
+	}
+	return newest.manifest, StatusMismatch, false
 }

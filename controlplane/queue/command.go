@@ -108,6 +108,10 @@ type Command struct {
 	// back (kind-mismatch: the node runs another manifest of its kind);
 	// empty once it leaves pending.
 	WaitingReason, WaitingMessage string
+	// Blocked details WaitingReason when a person must act (the node runs
+	// another digest of the kind, does not load it, or refused its plugin);
+	// kept, as the two above, on a command that ended while it waited.
+	Blocked *Blocked
 	// KindVersion is the version of the kind's manifest that the node it
 	// was dispatched to runs; "" before dispatch.
 	KindVersion string

@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sort"
 	"time"
 
+	"github.com/better-compute/commands/controlplane/events"
 	"github.com/better-compute/commands/controlplane/ids"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -219,18 +221,62 @@ func isUniqueViolation(err error) bool {
 	return errors.As(err, &pe) && pe.Code == "23505"
 }
 
-// SetWaiting says why a pending command is held back (reason a bare code,
-// message the words); it writes only when that changes and only while the
-// command is pending, so a gateway that re-checks every poll writes once
-// per change. It reports whether it wrote.
-func (q *Queue) SetWaiting(ctx context.Context, db DBTX, nodeID, commandID, reason, message string) (bool, error) {
-	tag, err := db.Exec(ctx, `UPDATE commands SET waiting_reason = $3, waiting_message = $4
-		WHERE id = $2 AND node_id = $1 AND state = 'pending' AND (waiting_reason, waiting_message) IS DISTINCT FROM ($3, $4)`,
-		nodeID, commandID, reason, message)
-	if err != nil {
+// Blocked is why a pending command cannot progress until a person acts,
+// with the details the API shows as blockedBy.
+type Blocked struct {
+	// Reason: kind-mismatch, kind-not-loaded or plugin-refused.
+	Reason string `json:"reason"`
+	// Message says it in words; Fix says what to do.
+	Message string `json:"message"`
+	Fix     string `json:"fix,omitempty"`
+	Kind    string `json:"kind,omitempty"`
+	// NodeDigest and NodeVersion are the node's manifest of the kind;
+	// RegistryDigest and RegistryVersion the registry's (newest).
+	NodeDigest      string `json:"nodeDigest,omitempty"`
+	NodeVersion     string `json:"nodeVersion,omitempty"`
+	RegistryDigest  string `json:"registryDigest,omitempty"`
+	RegistryVersion string `json:"registryVersion,omitempty"`
+	// Plugin, PinnedSHA256 and FoundSHA256 name a refused plugin file.
+	Plugin       string `json:"plugin,omitempty"`
+	PinnedSHA256 string `json:"pinnedSha256,omitempty"`
+	FoundSHA256  string `json:"foundSha256,omitempty"`
+}
+
+// setWaitingSQL records why a pending command waits, once per change, and
+// publishes node.command.waiting with it, so that a caller following the
+// command (the CLI's --wait) learns it at once.
+const setWaitingSQL = `
+WITH u AS (
+  UPDATE commands SET waiting_reason = $3, waiting_message = $4, waiting_detail = $5::jsonb
+  WHERE id = $2 AND node_id = $1 AND state = 'pending'
+    AND (waiting_reason, waiting_message) IS DISTINCT FROM ($3, $4)
+  RETURNING tenant_id, id, node_id, kind
+), ev AS (
+  INSERT INTO outbox (tenant_id, topic, payload)
+  SELECT tenant_id, '` + events.TopicCommandWaiting + `',
+    jsonb_build_object('commandId', id, 'nodeId', node_id, 'kind', kind, 'reason', $3::text, 'message', $4::text,
+      'blockedBy', $5::jsonb)
+  FROM u
+)
+SELECT count(*) FROM u`
+
+// SetWaiting records why a pending command is held (reason, in words, and
+// when a person must act, the details), writing and publishing only per
+// change. It reports whether it wrote.
+func (q *Queue) SetWaiting(ctx context.Context, db DBTX, nodeID, commandID, reason, message string, detail *Blocked) (bool, error) {
+	var d any
+	if detail != nil {
+		b, err := json.Marshal(detail)
+		if err != nil {
+			return false, fmt.Errorf("encoding why %s waits: %w", commandID, err)
+		}
+		d = string(b)
+	}
+	var n int
+	if err := db.QueryRow(ctx, setWaitingSQL, nodeID, commandID, reason, message, d).Scan(&n); err != nil {
 		return false, fmt.Errorf("recording why %s waits: %w", commandID, err)
 	}
-	return tag.RowsAffected() > 0, nil
+	return n > 0, nil
 }
 
 // KindMismatch is a kind whose manifest a node runs differs from the
@@ -242,18 +288,55 @@ type KindMismatch struct {
 	RegistryVer    string `json:"registryVersion,omitempty"`
 }
 
-// RecordKindMismatches stores the node's mismatching kinds (none clears).
-func (q *Queue) RecordKindMismatches(ctx context.Context, db DBTX, nodeID string, ms []KindMismatch) error {
-	var v any
+// HelloKind is a kind a node's last Hello reported, with how the registry
+// sees it (kinds.StatusRegistered, …Compatible, …Mismatch, …Unregistered).
+type HelloKind struct {
+	Kind            string `json:"kind"`
+	Version         string `json:"version,omitempty"`
+	Digest          string `json:"digest,omitempty"`
+	Status          string `json:"status"`
+	RegistryVersion string `json:"registryVersion,omitempty"`
+}
+
+// RefusedPlugin is a plugin file a node's bcd refused, as its Hello said.
+type RefusedPlugin struct {
+	Plugin       string   `json:"plugin"`
+	Reason       string   `json:"reason"`
+	Message      string   `json:"message,omitempty"`
+	PinnedSHA256 string   `json:"pinnedSha256,omitempty"`
+	FoundSHA256  string   `json:"foundSha256,omitempty"`
+	Kinds        []string `json:"kinds,omitempty"`
+}
+
+// RecordHello stores what the node's Hello reported of its kinds and
+// refused plugins, and the kinds it runs at another digest than the
+// registry (none clears), in one statement: nodes get shows them, kinds
+// get counts the nodes per digest.
+func (q *Queue) RecordHello(ctx context.Context, db DBTX, nodeID string, ks []HelloKind, refused []RefusedPlugin, ms []KindMismatch) error {
+	sort.Slice(ks, func(i, j int) bool { return ks[i].Kind < ks[j].Kind })
+	kb, err := json.Marshal(ks)
+	if err != nil {
+		return fmt.Errorf("encoding the kinds of %s: %w", nodeID, err)
+	}
+	var rb any
+	if len(refused) > 0 {
+		b, err := json.Marshal(refused)
+		if err != nil {
+			return fmt.Errorf("encoding the refused plugins of %s: %w", nodeID, err)
+		}
+		rb = string(b)
+	}
+	var mb any
 	if len(ms) > 0 {
 		b, err := json.Marshal(ms)
 		if err != nil {
 			return fmt.Errorf("encoding kind mismatches: %w", err)
 		}
-		v = string(b)
+		mb = string(b)
 	}
-	if _, err := db.Exec(ctx, `UPDATE nodes SET kind_mismatches = $2::jsonb WHERE id = $1`, nodeID, v); err != nil {
-		return fmt.Errorf("recording the kind mismatches of %s: %w", nodeID, err)
+	if _, err := db.Exec(ctx, `UPDATE nodes SET hello_kinds = $2::jsonb, refused_plugins = $3::jsonb, kind_mismatches = $4::jsonb WHERE id = $1`,
+		nodeID, string(kb), rb, mb); err != nil {
+		return fmt.Errorf("recording the kinds of %s: %w", nodeID, err)
 	}
 	return nil
 }

@@ -21,7 +21,7 @@ func commandColumns(alias string) string {
 		a + "dispatched_epoch, " + a + "next_attempt_at, " +
 		a + "created_at, " + a + "updated_at, " + a + "settled_at, " +
 		a + "command_bytes, " + a + "signature, " + a + "worker_cert, " + a + "message, " + a + "result_bytes, " + a + "waiting_reason, " + a + "waiting_message, " + a + "kind_version, " + a + "awaiting_approval, " + a + "trace_parent, " +
-		a + "requester, " + a + "requested_via"
+		a + "requester, " + a + "requested_via, " + a + "waiting_detail"
 }
 
 // scanCommand reads commandColumns plus any extra destinations after them.
@@ -76,6 +76,7 @@ type commandScanner struct {
 	dest               []any
 	lane, state        string
 	payload, prog, res []byte
+	detail             []byte
 }
 
 func (s *commandScanner) scan(row pgx.Row, c *Command, extra ...any) error {
@@ -89,7 +90,7 @@ func (s *commandScanner) scan(row pgx.Row, c *Command, extra ...any) error {
 		&c.DispatchedEpoch, &c.NextAttemptAt,
 		&c.CreatedAt, &c.UpdatedAt, &c.SettledAt,
 		&c.CommandBytes, &c.Signature, &c.WorkerCert, &c.Message, &c.ResultBytes, &c.WaitingReason, &c.WaitingMessage, &c.KindVersion, &c.AwaitingApproval, &c.TraceParent,
-		&c.Requester, &c.RequestedVia,
+		&c.Requester, &c.RequestedVia, &s.detail,
 	)
 	dest = append(dest, extra...)
 	s.dest = dest
@@ -109,6 +110,13 @@ func (s *commandScanner) scan(row pgx.Row, c *Command, extra ...any) error {
 	}
 	if s.res != nil {
 		c.Result = json.RawMessage(s.res)
+	}
+	c.Blocked = nil
+	if s.detail != nil {
+		var b Blocked
+		if err := json.Unmarshal(s.detail, &b); err == nil {
+			c.Blocked = &b
+		}
 	}
 	return nil
 }

@@ -25,7 +25,10 @@ const UnregisteredKindTimeout = 15 * time.Minute
 // left alone.
 var expireSQL = `
 WITH u AS (
-  UPDATE commands c SET state = 'expired', reason = '` + ReasonNotAfter + `', settled_at = now(), updated_at = now()
+  UPDATE commands c SET state = 'expired', reason = '` + ReasonNotAfter + `', settled_at = now(), updated_at = now(),
+    -- A command that expired waiting says on what (it keeps its
+    -- waiting_reason, waiting_message and waiting_detail too).
+    message = CASE WHEN c.message = '' AND c.waiting_message <> '' THEN 'it waited: ' || c.waiting_message ELSE c.message END
   WHERE c.id IN (
     SELECT id FROM commands
     WHERE settled_at IS NULL AND state = 'pending' AND not_after < now()

@@ -24,8 +24,12 @@ WITH u AS (
   UPDATE commands c SET
     state = $2,
     reason = CASE WHEN $3 <> '' THEN $3 ELSE c.reason END,
-    message = CASE WHEN $11 <> '' THEN $11 ELSE c.message END,
-    waiting_reason = '', waiting_message = '',
+    message = CASE WHEN $11 <> '' THEN $11
+      WHEN bc_state_terminal($2) AND c.message = '' AND c.waiting_message <> '' THEN 'it waited: ' || c.waiting_message
+      ELSE c.message END,
+    waiting_reason = CASE WHEN bc_state_terminal($2) THEN c.waiting_reason ELSE '' END,
+    waiting_message = CASE WHEN bc_state_terminal($2) THEN c.waiting_message ELSE '' END,
+    waiting_detail = CASE WHEN bc_state_terminal($2) THEN c.waiting_detail END,
     kind_version = CASE WHEN $2 = 'dispatched' AND $13 <> '' THEN $13 ELSE c.kind_version END,
     result_bytes = coalesce($12, c.result_bytes),
     result = coalesce($4::jsonb, c.result),

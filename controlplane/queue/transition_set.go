@@ -31,8 +31,12 @@ WITH t AS (
   UPDATE commands c SET
     state = t.to_state,
     reason = CASE WHEN t.reason <> '' THEN t.reason ELSE c.reason END,
-    message = CASE WHEN t.message <> '' THEN t.message ELSE c.message END,
-    waiting_reason = '', waiting_message = '',
+    message = CASE WHEN t.message <> '' THEN t.message
+      WHEN bc_state_terminal(t.to_state) AND c.message = '' AND c.waiting_message <> '' THEN 'it waited: ' || c.waiting_message
+      ELSE c.message END,
+    waiting_reason = CASE WHEN bc_state_terminal(t.to_state) THEN c.waiting_reason ELSE '' END,
+    waiting_message = CASE WHEN bc_state_terminal(t.to_state) THEN c.waiting_message ELSE '' END,
+    waiting_detail = CASE WHEN bc_state_terminal(t.to_state) THEN c.waiting_detail END,
     kind_version = CASE WHEN t.to_state = 'dispatched' AND t.kind_version <> '' THEN t.kind_version ELSE c.kind_version END,
     result_bytes = coalesce(t.result_bytes, c.result_bytes),
     result = coalesce(t.result::jsonb, c.result),

@@ -232,6 +232,7 @@ func New(ctx context.Context, cfg Config, reg *kinds.Registry, logger hclog.Logg
 	if err := s.startModules(cfg, reg); err != nil {
 		return closeOnErr(err)
 	}
+	s.logKinds("start")
 	s.api = api.New(api.Config{Pool: pool, Queue: q, Logger: logger, Allowlist: cfg.Allowlist, Quorum: s.Quorum,
 		Bundles: support, Join: s.join, MaxWatchesPerIdentity: cfg.MaxWatchesPerIdentity, Tracer: s.tracer, Secrets: s.secretStore(),
 		FleetRuns: s.fleet})

@@ -42,6 +42,10 @@ var EchoManifest = kind.Manifest{
 	}`),
 	Version:     "1.0.0",
 	Description: "Return the payload's message, after an optional cancellable wait.",
+	// While a fleet upgrades, the control plane may send example.echo's
+	// commands to a node that runs another 1.x before it knows that
+	// version's manifest.
+	CompatibleVersions: "^1", // any 1.x: the same payloads, lane, timeout, roles and flags
 }
 
 // NoopManifest describes example.noop, which does nothing and returns {}.

@@ -25,10 +25,11 @@ func ManifestToProto(m Manifest) *pluginv1.Manifest {
 			SelfTerminating: m.Flags.SelfTerminating,
 			Attested:        m.Flags.Attested,
 		},
-		ApiRunnable:   m.APIRunnable,
-		PayloadSchema: append([]byte(nil), m.PayloadSchema...),
-		Version:       m.Version,
-		Description:   m.Description,
+		ApiRunnable:        m.APIRunnable,
+		PayloadSchema:      append([]byte(nil), m.PayloadSchema...),
+		Version:            m.Version,
+		CompatibleVersions: m.CompatibleVersions,
+		Description:        m.Description,
 	}
 }
 
@@ -36,12 +37,13 @@ func ManifestToProto(m Manifest) *pluginv1.Manifest {
 // validated: call Validate.
 func ManifestFromProto(p *pluginv1.Manifest) Manifest {
 	m := Manifest{
-		Kind:          p.GetKind(),
-		Roles:         append([]string(nil), p.GetRoles()...),
-		APIRunnable:   p.GetApiRunnable(),
-		PayloadSchema: append([]byte(nil), p.GetPayloadSchema()...),
-		Version:       p.GetVersion(),
-		Description:   p.GetDescription(),
+		Kind:               p.GetKind(),
+		Roles:              append([]string(nil), p.GetRoles()...),
+		APIRunnable:        p.GetApiRunnable(),
+		PayloadSchema:      append([]byte(nil), p.GetPayloadSchema()...),
+		Version:            p.GetVersion(),
+		Description:        p.GetDescription(),
+		CompatibleVersions: p.GetCompatibleVersions(),
 	}
 	for l, pl := range laneToProto {
 		if pl == p.GetLane() {

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/Masterminds/semver/v3"
 	"regexp"
 	"sort"
 	"strings"
@@ -69,6 +70,16 @@ type Manifest struct {
 	Version string `json:"version"`
 	// Description is one line for `bcd kinds` and the kind reference.
 	Description string `json:"description,omitempty"`
+	// CompatibleVersions is a semantic-version range (">=1.0.0 <2.0.0",
+	// "^1.0", "1.x") of this kind's versions that may serve its commands in
+	// place of this manifest: while a fleet upgrades, the control plane
+	// dispatches to a node that runs a version in the range of a registered
+	// manifest although it does not know that version's digest yet, so a
+	// node upgraded before the registry runs its commands (they would wait,
+	// blocked, otherwise). Empty: only this exact manifest (its digest).
+	// Declare it only for versions that take the same payloads and keep the
+	// lane, timeout, roles and flags.
+	CompatibleVersions string `json:"compatibleVersions,omitempty"`
 }
 
 // Duration is a time.Duration that reads and writes JSON as "90s".
@@ -128,6 +139,11 @@ func (m Manifest) Validate() error {
 	}
 	if !versionPattern.MatchString(m.Version) {
 		bad("%s: version %q: must be a semantic version such as 1.0.0", m.name(), m.Version)
+	}
+	if m.CompatibleVersions != "" {
+		if _, err := semver.NewConstraint(m.CompatibleVersions); err != nil {
+			bad("%s: compatibleVersions %q: must be a version range such as \">=1.0.0 <2.0.0\" or \"^1.0\": %v", m.name(), m.CompatibleVersions, err)
+		}
 	}
 	if m.Flags.SelfTerminating && m.Flags.RetrySafe {
 		bad("%s: flags: a self-terminating kind cannot be retry-safe (it would run twice across a reboot)", m.name())

@@ -129,6 +129,7 @@ func (r *reloader) reload(ctx context.Context) {
 	r.seq++
 	st := reloadStatus{Pid: os.Getpid(), Seq: r.seq}
 	before := digests(r.s.host.Manifests())
+	refusedBefore := refusalKey(r.s.host.Refused())
 	cfg, err := r.flags.Load()
 	if err != nil {
 		r.logger.Error("reload: the config file does not load; nothing changed", "error", err)
@@ -141,6 +142,7 @@ func (r *reloader) reload(ctx context.Context) {
 		}
 	}
 	st.Kinds = digests(r.s.host.Manifests())
+	rememberPluginKinds(r.logger, r.stateDir, r.s.host)
 	st.At = time.Now()
 	r.logger.Info("plugins reloaded", "seq", st.Seq, "started", st.Started, "kept", st.Kept, "retired", st.Retired, "refused", len(st.Refused), "kinds", len(st.Kinds))
 	if b, err := json.MarshalIndent(st, "", "  "); err == nil {
@@ -148,9 +150,20 @@ func (r *reloader) reload(ctx context.Context) {
 			r.logger.Warn("reload: cannot write the reload status", "error", err)
 		}
 	}
-	if r.rehello != nil && !mapsEqual(before, st.Kinds) {
+	// A changed refusal is news too: the control plane names it on the
+	// commands it holds.
+	if r.rehello != nil && (!mapsEqual(before, st.Kinds) || refusedBefore != refusalKey(r.s.host.Refused())) {
 		r.rehello()
 	}
+}
+
+// refusalKey sums up a set of refusals, to tell whether it changed.
+func refusalKey(rs []pluginhost.Refusal) string {
+	var b strings.Builder
+	for _, r := range rs {
+		b.WriteString(r.Plugin + "\x00" + r.Reason + "\x00" + r.FoundSHA256 + "\n")
+	}
+	return b.String()
 }
 
 func digests(ms []kind.Manifest) map[string]string {

@@ -22,6 +22,7 @@ import (
 	"github.com/better-compute/commands/internal/tracing"
 	"github.com/better-compute/commands/internal/upgrade"
 	"github.com/better-compute/commands/internal/version"
+	agentv1 "github.com/better-compute/commands/proto/bc/agent/v1"
 )
 
 // cmdRun is the daemon: it loads the plugins, settles what the journal
@@ -140,7 +141,7 @@ func cmdRun(args []string, stderr io.Writer) error {
 			}
 			client.Store(session.New(session.Config{
 				Address: cfg.ControlPlane, TLS: j.tls, NodeID: cfg.NodeID, Role: cfg.Role, Version: version.Version,
-				Kinds: s.host.Manifests, Conditions: conditions.New(conditions.Config{Logger: logger}), Logger: logger,
+				Kinds: s.host.Manifests, RefusedPlugins: func() []*agentv1.PluginRefusal { return pluginRefusals(cfg.StateDir, s.host) }, Conditions: conditions.New(conditions.Config{Logger: logger}), Logger: logger,
 				Trust: nt.store, NodeKey: nt.key, Secrets: exchanger, OnWelcome: func() {
 					if upgrades != nil && sd != nil {
 						upgrades.Rejoined(sd.d)

@@ -62,6 +62,7 @@ func startPlugins(ctx context.Context, logger hclog.Logger, cfg config.Config, s
 	if err := host.Start(ctx); err != nil {
 		logger.Error("some plugins did not load", "error", err)
 	}
+	rememberPluginKinds(logger, cfg.StateDir, host)
 	return host
 }
 

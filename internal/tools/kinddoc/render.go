@@ -136,6 +136,9 @@ func renderKind(b *bytes.Buffer, m kind.Manifest) error {
 	fmt.Fprintf(b, "- Flags: %s\n", flags(m.Flags))
 	fmt.Fprintf(b, "- API-runnable: %s\n", yesNo(m.APIRunnable))
 	fmt.Fprintf(b, "- Version: %s\n", m.Version)
+	if m.CompatibleVersions != "" {
+		fmt.Fprintf(b, "- Compatible versions (dispatched to while the registry does not know them): `%s`\n", m.CompatibleVersions)
+	}
 	fmt.Fprintf(b, "- Manifest digest (SHA-256, reported in Hello): `%s`\n\n", m.Digest())
 	b.WriteString("Payload schema:\n\n```json\n")
 	schema, err := prettySchema(m.PayloadSchema)

@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/better-compute/commands/sdk/kind"
@@ -66,6 +67,9 @@ func main() {
 			PayloadSchema: json.RawMessage(`{"additionalProperties":false,"properties":{"releaseFile":{"type":"string"},"startedFile":{"type":"string"}},"type":"object"}`),
 			Version:       version,
 			Description:   "Hold until released and say which plugin version ran the command.",
+			// Every version takes the others of its major version: the
+			// control plane dispatches to a node upgraded before it.
+			CompatibleVersions: "^" + strings.SplitN(version, ".", 2)[0],
 		},
 		Handler: kind.HandlerFunc(hold),
 	})

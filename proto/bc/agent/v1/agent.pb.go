@@ -413,9 +413,13 @@ func (x *CommandEnvelope) GetTraceParent() string {
 
 // KindDigest names a loaded kind and the digest of its manifest.
 type KindDigest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Kind          string                 `protobuf:"bytes,1,opt,name=kind,proto3" json:"kind,omitempty"`
-	Digest        string                 `protobuf:"bytes,2,opt,name=digest,proto3" json:"digest,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Kind   string                 `protobuf:"bytes,1,opt,name=kind,proto3" json:"kind,omitempty"`
+	Digest string                 `protobuf:"bytes,2,opt,name=digest,proto3" json:"digest,omitempty"`
+	// version is the manifest's version (the control plane dispatches to a
+	// node whose digest it does not know when a registered manifest's
+	// compatible versions hold this one). Empty from an older bcd.
+	Version       string `protobuf:"bytes,3,opt,name=version,proto3" json:"version,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -464,6 +468,108 @@ func (x *KindDigest) GetDigest() string {
 	return ""
 }
 
+func (x *KindDigest) GetVersion() string {
+	if x != nil {
+		return x.Version
+	}
+	return ""
+}
+
+// PluginRefusal is a plugin file the node refused to run, and why, so that
+// a command for one of its kinds can say, in the API, what a person must
+// fix.
+type PluginRefusal struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// plugin is the file name in bcd's plugin directory.
+	Plugin string `protobuf:"bytes,1,opt,name=plugin,proto3" json:"plugin,omitempty"`
+	// reason is a stable word: pin-mismatch, untrusted, invalid-manifest,
+	// kind-conflict, start-failed.
+	Reason string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	// message says why in words, as bcd logged it.
+	Message string `protobuf:"bytes,3,opt,name=message,proto3" json:"message,omitempty"`
+	// pinned_sha256 and found_sha256 (pin-mismatch) are the SHA-256 that
+	// bcd's config pins and the one the file has.
+	PinnedSha256 string `protobuf:"bytes,4,opt,name=pinned_sha256,json=pinnedSha256,proto3" json:"pinned_sha256,omitempty"`
+	FoundSha256  string `protobuf:"bytes,5,opt,name=found_sha256,json=foundSha256,proto3" json:"found_sha256,omitempty"`
+	// kinds are the kinds the file served when bcd last ran it (empty when
+	// it never did).
+	Kinds         []string `protobuf:"bytes,6,rep,name=kinds,proto3" json:"kinds,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PluginRefusal) Reset() {
+	*x = PluginRefusal{}
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PluginRefusal) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PluginRefusal) ProtoMessage() {}
+
+func (x *PluginRefusal) ProtoReflect() protoreflect.Message {
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PluginRefusal.ProtoReflect.Descriptor instead.
+func (*PluginRefusal) Descriptor() ([]byte, []int) {
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *PluginRefusal) GetPlugin() string {
+	if x != nil {
+		return x.Plugin
+	}
+	return ""
+}
+
+func (x *PluginRefusal) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *PluginRefusal) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *PluginRefusal) GetPinnedSha256() string {
+	if x != nil {
+		return x.PinnedSha256
+	}
+	return ""
+}
+
+func (x *PluginRefusal) GetFoundSha256() string {
+	if x != nil {
+		return x.FoundSha256
+	}
+	return ""
+}
+
+func (x *PluginRefusal) GetKinds() []string {
+	if x != nil {
+		return x.Kinds
+	}
+	return nil
+}
+
 // Hello opens a session.
 type Hello struct {
 	state             protoimpl.MessageState `protogen:"open.v1"`
@@ -477,14 +583,17 @@ type Hello struct {
 	// in_flight lists the commands the journal holds as accepted and not finished.
 	InFlight []string `protobuf:"bytes,8,rep,name=in_flight,json=inFlight,proto3" json:"in_flight,omitempty"`
 	// trust_version is the trust bundle version the node holds (0: none).
-	TrustVersion  int64 `protobuf:"varint,9,opt,name=trust_version,json=trustVersion,proto3" json:"trust_version,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	TrustVersion int64 `protobuf:"varint,9,opt,name=trust_version,json=trustVersion,proto3" json:"trust_version,omitempty"`
+	// refused_plugins are the plugin files bcd refused at its start or last
+	// reload.
+	RefusedPlugins []*PluginRefusal `protobuf:"bytes,10,rep,name=refused_plugins,json=refusedPlugins,proto3" json:"refused_plugins,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *Hello) Reset() {
 	*x = Hello{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[3]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -496,7 +605,7 @@ func (x *Hello) String() string {
 func (*Hello) ProtoMessage() {}
 
 func (x *Hello) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[3]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -509,7 +618,7 @@ func (x *Hello) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Hello.ProtoReflect.Descriptor instead.
 func (*Hello) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{3}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *Hello) GetNodeId() string {
@@ -575,6 +684,13 @@ func (x *Hello) GetTrustVersion() int64 {
 	return 0
 }
 
+func (x *Hello) GetRefusedPlugins() []*PluginRefusal {
+	if x != nil {
+		return x.RefusedPlugins
+	}
+	return nil
+}
+
 // TrustBundle holds the roots a node verifies commands and specs against,
 // the approver keys and the break-glass allowance: signed by the
 // command-signing root(s) and relayed as signed.
@@ -592,7 +708,7 @@ type TrustBundle struct {
 
 func (x *TrustBundle) Reset() {
 	*x = TrustBundle{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[4]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -604,7 +720,7 @@ func (x *TrustBundle) String() string {
 func (*TrustBundle) ProtoMessage() {}
 
 func (x *TrustBundle) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[4]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -617,7 +733,7 @@ func (x *TrustBundle) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TrustBundle.ProtoReflect.Descriptor instead.
 func (*TrustBundle) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{4}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *TrustBundle) GetVersion() int64 {
@@ -646,7 +762,7 @@ type Welcome struct {
 
 func (x *Welcome) Reset() {
 	*x = Welcome{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[5]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -658,7 +774,7 @@ func (x *Welcome) String() string {
 func (*Welcome) ProtoMessage() {}
 
 func (x *Welcome) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[5]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -671,7 +787,7 @@ func (x *Welcome) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Welcome.ProtoReflect.Descriptor instead.
 func (*Welcome) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{5}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Welcome) GetServerTime() *timestamppb.Timestamp {
@@ -722,7 +838,7 @@ type CommandUpdate struct {
 
 func (x *CommandUpdate) Reset() {
 	*x = CommandUpdate{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[6]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -734,7 +850,7 @@ func (x *CommandUpdate) String() string {
 func (*CommandUpdate) ProtoMessage() {}
 
 func (x *CommandUpdate) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[6]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -747,7 +863,7 @@ func (x *CommandUpdate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandUpdate.ProtoReflect.Descriptor instead.
 func (*CommandUpdate) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{6}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *CommandUpdate) GetCommandId() string {
@@ -855,7 +971,7 @@ type UpdateAck struct {
 
 func (x *UpdateAck) Reset() {
 	*x = UpdateAck{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[7]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -867,7 +983,7 @@ func (x *UpdateAck) String() string {
 func (*UpdateAck) ProtoMessage() {}
 
 func (x *UpdateAck) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[7]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -880,7 +996,7 @@ func (x *UpdateAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateAck.ProtoReflect.Descriptor instead.
 func (*UpdateAck) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{7}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *UpdateAck) GetCommandId() string {
@@ -907,7 +1023,7 @@ type Cancel struct {
 
 func (x *Cancel) Reset() {
 	*x = Cancel{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[8]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -919,7 +1035,7 @@ func (x *Cancel) String() string {
 func (*Cancel) ProtoMessage() {}
 
 func (x *Cancel) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[8]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -932,7 +1048,7 @@ func (x *Cancel) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Cancel.ProtoReflect.Descriptor instead.
 func (*Cancel) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{8}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Cancel) GetCommandId() string {
@@ -952,7 +1068,7 @@ type SpecRequest struct {
 
 func (x *SpecRequest) Reset() {
 	*x = SpecRequest{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[9]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -964,7 +1080,7 @@ func (x *SpecRequest) String() string {
 func (*SpecRequest) ProtoMessage() {}
 
 func (x *SpecRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[9]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -977,7 +1093,7 @@ func (x *SpecRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SpecRequest.ProtoReflect.Descriptor instead.
 func (*SpecRequest) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{9}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *SpecRequest) GetHaveGeneration() int64 {
@@ -1006,7 +1122,7 @@ type Spec struct {
 
 func (x *Spec) Reset() {
 	*x = Spec{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[10]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1018,7 +1134,7 @@ func (x *Spec) String() string {
 func (*Spec) ProtoMessage() {}
 
 func (x *Spec) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[10]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1031,7 +1147,7 @@ func (x *Spec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Spec.ProtoReflect.Descriptor instead.
 func (*Spec) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{10}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Spec) GetGeneration() int64 {
@@ -1083,7 +1199,7 @@ type AllocationBound struct {
 
 func (x *AllocationBound) Reset() {
 	*x = AllocationBound{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[11]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1095,7 +1211,7 @@ func (x *AllocationBound) String() string {
 func (*AllocationBound) ProtoMessage() {}
 
 func (x *AllocationBound) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[11]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1108,7 +1224,7 @@ func (x *AllocationBound) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AllocationBound.ProtoReflect.Descriptor instead.
 func (*AllocationBound) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{11}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *AllocationBound) GetStatement() []byte {
@@ -1139,7 +1255,7 @@ type NodeCondition struct {
 
 func (x *NodeCondition) Reset() {
 	*x = NodeCondition{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[12]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1151,7 +1267,7 @@ func (x *NodeCondition) String() string {
 func (*NodeCondition) ProtoMessage() {}
 
 func (x *NodeCondition) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[12]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1164,7 +1280,7 @@ func (x *NodeCondition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeCondition.ProtoReflect.Descriptor instead.
 func (*NodeCondition) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{12}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *NodeCondition) GetType() string {
@@ -1214,7 +1330,7 @@ type NodeStatus struct {
 
 func (x *NodeStatus) Reset() {
 	*x = NodeStatus{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[13]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1226,7 +1342,7 @@ func (x *NodeStatus) String() string {
 func (*NodeStatus) ProtoMessage() {}
 
 func (x *NodeStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[13]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1239,7 +1355,7 @@ func (x *NodeStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeStatus.ProtoReflect.Descriptor instead.
 func (*NodeStatus) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{13}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *NodeStatus) GetInventory() []byte {
@@ -1274,7 +1390,7 @@ type NodeMessage struct {
 
 func (x *NodeMessage) Reset() {
 	*x = NodeMessage{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[14]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1286,7 +1402,7 @@ func (x *NodeMessage) String() string {
 func (*NodeMessage) ProtoMessage() {}
 
 func (x *NodeMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[14]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1299,7 +1415,7 @@ func (x *NodeMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeMessage.ProtoReflect.Descriptor instead.
 func (*NodeMessage) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{14}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *NodeMessage) GetMsg() isNodeMessage_Msg {
@@ -1421,7 +1537,7 @@ type GatewayMessage struct {
 
 func (x *GatewayMessage) Reset() {
 	*x = GatewayMessage{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[15]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1433,7 +1549,7 @@ func (x *GatewayMessage) String() string {
 func (*GatewayMessage) ProtoMessage() {}
 
 func (x *GatewayMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[15]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1446,7 +1562,7 @@ func (x *GatewayMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GatewayMessage.ProtoReflect.Descriptor instead.
 func (*GatewayMessage) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{15}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *GatewayMessage) GetMsg() isGatewayMessage_Msg {
@@ -1561,7 +1677,7 @@ type JoinRequest struct {
 
 func (x *JoinRequest) Reset() {
 	*x = JoinRequest{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[16]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1573,7 +1689,7 @@ func (x *JoinRequest) String() string {
 func (*JoinRequest) ProtoMessage() {}
 
 func (x *JoinRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[16]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1586,7 +1702,7 @@ func (x *JoinRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinRequest.ProtoReflect.Descriptor instead.
 func (*JoinRequest) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{16}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *JoinRequest) GetToken() string {
@@ -1617,7 +1733,7 @@ type JoinResponse struct {
 
 func (x *JoinResponse) Reset() {
 	*x = JoinResponse{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[17]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1629,7 +1745,7 @@ func (x *JoinResponse) String() string {
 func (*JoinResponse) ProtoMessage() {}
 
 func (x *JoinResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[17]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1642,7 +1758,7 @@ func (x *JoinResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinResponse.ProtoReflect.Descriptor instead.
 func (*JoinResponse) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{17}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *JoinResponse) GetNodeId() string {
@@ -1705,11 +1821,19 @@ const file_bc_agent_v1_agent_proto_rawDesc = "" +
 	"\n" +
 	"leaf_index\x18\x06 \x01(\x03R\tleafIndex\x12#\n" +
 	"\rsession_epoch\x18\a \x01(\x03R\fsessionEpoch\x12!\n" +
-	"\ftrace_parent\x18\b \x01(\tR\vtraceParent\"8\n" +
+	"\ftrace_parent\x18\b \x01(\tR\vtraceParent\"R\n" +
 	"\n" +
 	"KindDigest\x12\x12\n" +
 	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x16\n" +
-	"\x06digest\x18\x02 \x01(\tR\x06digest\"\xb3\x02\n" +
+	"\x06digest\x18\x02 \x01(\tR\x06digest\x12\x18\n" +
+	"\aversion\x18\x03 \x01(\tR\aversion\"\xb7\x01\n" +
+	"\rPluginRefusal\x12\x16\n" +
+	"\x06plugin\x18\x01 \x01(\tR\x06plugin\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x18\n" +
+	"\amessage\x18\x03 \x01(\tR\amessage\x12#\n" +
+	"\rpinned_sha256\x18\x04 \x01(\tR\fpinnedSha256\x12!\n" +
+	"\ffound_sha256\x18\x05 \x01(\tR\vfoundSha256\x12\x14\n" +
+	"\x05kinds\x18\x06 \x03(\tR\x05kinds\"\xf8\x02\n" +
 	"\x05Hello\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x1d\n" +
 	"\n" +
@@ -1720,7 +1844,9 @@ const file_bc_agent_v1_agent_proto_rawDesc = "" +
 	"\x05kinds\x18\x06 \x03(\v2\x17.bc.agent.v1.KindDigestR\x05kinds\x12-\n" +
 	"\x12applied_generation\x18\a \x01(\x03R\x11appliedGeneration\x12\x1b\n" +
 	"\tin_flight\x18\b \x03(\tR\binFlight\x12#\n" +
-	"\rtrust_version\x18\t \x01(\x03R\ftrustVersion\"q\n" +
+	"\rtrust_version\x18\t \x01(\x03R\ftrustVersion\x12C\n" +
+	"\x0frefused_plugins\x18\n" +
+	" \x03(\v2\x1a.bc.agent.v1.PluginRefusalR\x0erefusedPlugins\"q\n" +
 	"\vTrustBundle\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\x03R\aversion\x12\x16\n" +
 	"\x06signed\x18\x04 \x01(\fR\x06signedJ\x04\b\x02\x10\x03J\x04\b\x03\x10\x04R\x15command_signing_rootsR\rapprover_keys\"\xa8\x01\n" +
@@ -1844,65 +1970,67 @@ func file_bc_agent_v1_agent_proto_rawDescGZIP() []byte {
 }
 
 var file_bc_agent_v1_agent_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_bc_agent_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
+var file_bc_agent_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
 var file_bc_agent_v1_agent_proto_goTypes = []any{
 	(CommandState)(0),             // 0: bc.agent.v1.CommandState
 	(RejectCode)(0),               // 1: bc.agent.v1.RejectCode
 	(*Command)(nil),               // 2: bc.agent.v1.Command
 	(*CommandEnvelope)(nil),       // 3: bc.agent.v1.CommandEnvelope
 	(*KindDigest)(nil),            // 4: bc.agent.v1.KindDigest
-	(*Hello)(nil),                 // 5: bc.agent.v1.Hello
-	(*TrustBundle)(nil),           // 6: bc.agent.v1.TrustBundle
-	(*Welcome)(nil),               // 7: bc.agent.v1.Welcome
-	(*CommandUpdate)(nil),         // 8: bc.agent.v1.CommandUpdate
-	(*UpdateAck)(nil),             // 9: bc.agent.v1.UpdateAck
-	(*Cancel)(nil),                // 10: bc.agent.v1.Cancel
-	(*SpecRequest)(nil),           // 11: bc.agent.v1.SpecRequest
-	(*Spec)(nil),                  // 12: bc.agent.v1.Spec
-	(*AllocationBound)(nil),       // 13: bc.agent.v1.AllocationBound
-	(*NodeCondition)(nil),         // 14: bc.agent.v1.NodeCondition
-	(*NodeStatus)(nil),            // 15: bc.agent.v1.NodeStatus
-	(*NodeMessage)(nil),           // 16: bc.agent.v1.NodeMessage
-	(*GatewayMessage)(nil),        // 17: bc.agent.v1.GatewayMessage
-	(*JoinRequest)(nil),           // 18: bc.agent.v1.JoinRequest
-	(*JoinResponse)(nil),          // 19: bc.agent.v1.JoinResponse
-	(*timestamppb.Timestamp)(nil), // 20: google.protobuf.Timestamp
-	(*SecretRequest)(nil),         // 21: bc.agent.v1.SecretRequest
-	(*SecretResponse)(nil),        // 22: bc.agent.v1.SecretResponse
+	(*PluginRefusal)(nil),         // 5: bc.agent.v1.PluginRefusal
+	(*Hello)(nil),                 // 6: bc.agent.v1.Hello
+	(*TrustBundle)(nil),           // 7: bc.agent.v1.TrustBundle
+	(*Welcome)(nil),               // 8: bc.agent.v1.Welcome
+	(*CommandUpdate)(nil),         // 9: bc.agent.v1.CommandUpdate
+	(*UpdateAck)(nil),             // 10: bc.agent.v1.UpdateAck
+	(*Cancel)(nil),                // 11: bc.agent.v1.Cancel
+	(*SpecRequest)(nil),           // 12: bc.agent.v1.SpecRequest
+	(*Spec)(nil),                  // 13: bc.agent.v1.Spec
+	(*AllocationBound)(nil),       // 14: bc.agent.v1.AllocationBound
+	(*NodeCondition)(nil),         // 15: bc.agent.v1.NodeCondition
+	(*NodeStatus)(nil),            // 16: bc.agent.v1.NodeStatus
+	(*NodeMessage)(nil),           // 17: bc.agent.v1.NodeMessage
+	(*GatewayMessage)(nil),        // 18: bc.agent.v1.GatewayMessage
+	(*JoinRequest)(nil),           // 19: bc.agent.v1.JoinRequest
+	(*JoinResponse)(nil),          // 20: bc.agent.v1.JoinResponse
+	(*timestamppb.Timestamp)(nil), // 21: google.protobuf.Timestamp
+	(*SecretRequest)(nil),         // 22: bc.agent.v1.SecretRequest
+	(*SecretResponse)(nil),        // 23: bc.agent.v1.SecretResponse
 }
 var file_bc_agent_v1_agent_proto_depIdxs = []int32{
-	20, // 0: bc.agent.v1.Command.not_after:type_name -> google.protobuf.Timestamp
-	20, // 1: bc.agent.v1.Command.not_before:type_name -> google.protobuf.Timestamp
-	20, // 2: bc.agent.v1.Command.created_at:type_name -> google.protobuf.Timestamp
+	21, // 0: bc.agent.v1.Command.not_after:type_name -> google.protobuf.Timestamp
+	21, // 1: bc.agent.v1.Command.not_before:type_name -> google.protobuf.Timestamp
+	21, // 2: bc.agent.v1.Command.created_at:type_name -> google.protobuf.Timestamp
 	4,  // 3: bc.agent.v1.Hello.kinds:type_name -> bc.agent.v1.KindDigest
-	20, // 4: bc.agent.v1.Welcome.server_time:type_name -> google.protobuf.Timestamp
-	6,  // 5: bc.agent.v1.Welcome.trust_bundle:type_name -> bc.agent.v1.TrustBundle
-	0,  // 6: bc.agent.v1.CommandUpdate.state:type_name -> bc.agent.v1.CommandState
-	1,  // 7: bc.agent.v1.CommandUpdate.reject_code:type_name -> bc.agent.v1.RejectCode
-	20, // 8: bc.agent.v1.NodeCondition.since:type_name -> google.protobuf.Timestamp
-	14, // 9: bc.agent.v1.NodeStatus.conditions:type_name -> bc.agent.v1.NodeCondition
-	5,  // 10: bc.agent.v1.NodeMessage.hello:type_name -> bc.agent.v1.Hello
-	8,  // 11: bc.agent.v1.NodeMessage.update:type_name -> bc.agent.v1.CommandUpdate
-	11, // 12: bc.agent.v1.NodeMessage.spec_request:type_name -> bc.agent.v1.SpecRequest
-	15, // 13: bc.agent.v1.NodeMessage.status:type_name -> bc.agent.v1.NodeStatus
-	13, // 14: bc.agent.v1.NodeMessage.allocation_bound:type_name -> bc.agent.v1.AllocationBound
-	21, // 15: bc.agent.v1.NodeMessage.secret_request:type_name -> bc.agent.v1.SecretRequest
-	7,  // 16: bc.agent.v1.GatewayMessage.welcome:type_name -> bc.agent.v1.Welcome
-	3,  // 17: bc.agent.v1.GatewayMessage.command:type_name -> bc.agent.v1.CommandEnvelope
-	10, // 18: bc.agent.v1.GatewayMessage.cancel:type_name -> bc.agent.v1.Cancel
-	12, // 19: bc.agent.v1.GatewayMessage.spec:type_name -> bc.agent.v1.Spec
-	9,  // 20: bc.agent.v1.GatewayMessage.ack:type_name -> bc.agent.v1.UpdateAck
-	22, // 21: bc.agent.v1.GatewayMessage.secret_response:type_name -> bc.agent.v1.SecretResponse
-	6,  // 22: bc.agent.v1.JoinResponse.trust_bundle:type_name -> bc.agent.v1.TrustBundle
-	16, // 23: bc.agent.v1.Session.Connect:input_type -> bc.agent.v1.NodeMessage
-	18, // 24: bc.agent.v1.Join.Join:input_type -> bc.agent.v1.JoinRequest
-	17, // 25: bc.agent.v1.Session.Connect:output_type -> bc.agent.v1.GatewayMessage
-	19, // 26: bc.agent.v1.Join.Join:output_type -> bc.agent.v1.JoinResponse
-	25, // [25:27] is the sub-list for method output_type
-	23, // [23:25] is the sub-list for method input_type
-	23, // [23:23] is the sub-list for extension type_name
-	23, // [23:23] is the sub-list for extension extendee
-	0,  // [0:23] is the sub-list for field type_name
+	5,  // 4: bc.agent.v1.Hello.refused_plugins:type_name -> bc.agent.v1.PluginRefusal
+	21, // 5: bc.agent.v1.Welcome.server_time:type_name -> google.protobuf.Timestamp
+	7,  // 6: bc.agent.v1.Welcome.trust_bundle:type_name -> bc.agent.v1.TrustBundle
+	0,  // 7: bc.agent.v1.CommandUpdate.state:type_name -> bc.agent.v1.CommandState
+	1,  // 8: bc.agent.v1.CommandUpdate.reject_code:type_name -> bc.agent.v1.RejectCode
+	21, // 9: bc.agent.v1.NodeCondition.since:type_name -> google.protobuf.Timestamp
+	15, // 10: bc.agent.v1.NodeStatus.conditions:type_name -> bc.agent.v1.NodeCondition
+	6,  // 11: bc.agent.v1.NodeMessage.hello:type_name -> bc.agent.v1.Hello
+	9,  // 12: bc.agent.v1.NodeMessage.update:type_name -> bc.agent.v1.CommandUpdate
+	12, // 13: bc.agent.v1.NodeMessage.spec_request:type_name -> bc.agent.v1.SpecRequest
+	16, // 14: bc.agent.v1.NodeMessage.status:type_name -> bc.agent.v1.NodeStatus
+	14, // 15: bc.agent.v1.NodeMessage.allocation_bound:type_name -> bc.agent.v1.AllocationBound
+	22, // 16: bc.agent.v1.NodeMessage.secret_request:type_name -> bc.agent.v1.SecretRequest
+	8,  // 17: bc.agent.v1.GatewayMessage.welcome:type_name -> bc.agent.v1.Welcome
+	3,  // 18: bc.agent.v1.GatewayMessage.command:type_name -> bc.agent.v1.CommandEnvelope
+	11, // 19: bc.agent.v1.GatewayMessage.cancel:type_name -> bc.agent.v1.Cancel
+	13, // 20: bc.agent.v1.GatewayMessage.spec:type_name -> bc.agent.v1.Spec
+	10, // 21: bc.agent.v1.GatewayMessage.ack:type_name -> bc.agent.v1.UpdateAck
+	23, // 22: bc.agent.v1.GatewayMessage.secret_response:type_name -> bc.agent.v1.SecretResponse
+	7,  // 23: bc.agent.v1.JoinResponse.trust_bundle:type_name -> bc.agent.v1.TrustBundle
+	17, // 24: bc.agent.v1.Session.Connect:input_type -> bc.agent.v1.NodeMessage
+	19, // 25: bc.agent.v1.Join.Join:input_type -> bc.agent.v1.JoinRequest
+	18, // 26: bc.agent.v1.Session.Connect:output_type -> bc.agent.v1.GatewayMessage
+	20, // 27: bc.agent.v1.Join.Join:output_type -> bc.agent.v1.JoinResponse
+	26, // [26:28] is the sub-list for method output_type
+	24, // [24:26] is the sub-list for method input_type
+	24, // [24:24] is the sub-list for extension type_name
+	24, // [24:24] is the sub-list for extension extendee
+	0,  // [0:24] is the sub-list for field type_name
 }
 
 func init() { file_bc_agent_v1_agent_proto_init() }
@@ -1911,7 +2039,7 @@ func file_bc_agent_v1_agent_proto_init() {
 		return
 	}
 	file_bc_agent_v1_secrets_proto_init()
-	file_bc_agent_v1_agent_proto_msgTypes[14].OneofWrappers = []any{
+	file_bc_agent_v1_agent_proto_msgTypes[15].OneofWrappers = []any{
 		(*NodeMessage_Hello)(nil),
 		(*NodeMessage_Update)(nil),
 		(*NodeMessage_SpecRequest)(nil),
@@ -1919,7 +2047,7 @@ func file_bc_agent_v1_agent_proto_init() {
 		(*NodeMessage_AllocationBound)(nil),
 		(*NodeMessage_SecretRequest)(nil),
 	}
-	file_bc_agent_v1_agent_proto_msgTypes[15].OneofWrappers = []any{
+	file_bc_agent_v1_agent_proto_msgTypes[16].OneofWrappers = []any{
 		(*GatewayMessage_Welcome)(nil),
 		(*GatewayMessage_Command)(nil),
 		(*GatewayMessage_Cancel)(nil),
@@ -1933,7 +2061,7 @@ func file_bc_agent_v1_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_bc_agent_v1_agent_proto_rawDesc), len(file_bc_agent_v1_agent_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   18,
+			NumMessages:   19,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -1304,7 +1304,14 @@ type Command struct {
 	// fleet-run (then run_id names the run).
 	RequestedVia string `protobuf:"bytes,35,opt,name=requested_via,json=requestedVia,proto3" json:"requested_via,omitempty"`
 	// run_id is the fleet run (run_…) that queued the command, if any.
-	RunId         string `protobuf:"bytes,36,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
+	RunId string `protobuf:"bytes,36,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
+	// blocked_by says, while a pending command waits on something only a
+	// person can fix, what it is, with the details and the fix (the node runs
+	// another digest of the kind than the registry, does not load the kind,
+	// or refused its plugin for a stale pin). It stays on a command that
+	// expired waiting. waiting_reason and waiting_message say the same in
+	// two words.
+	BlockedBy     *BlockedBy `protobuf:"bytes,37,opt,name=blocked_by,json=blockedBy,proto3" json:"blocked_by,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1596,6 +1603,13 @@ func (x *Command) GetRunId() string {
 		return x.RunId
 	}
 	return ""
+}
+
+func (x *Command) GetBlockedBy() *BlockedBy {
+	if x != nil {
+		return x.BlockedBy
+	}
+	return nil
 }
 
 // RunCommandRequest queues a command.
@@ -2390,9 +2404,15 @@ type Node struct {
 	// or never ran.
 	FailedChecks []string `protobuf:"bytes,172,rep,name=failed_checks,json=failedChecks,proto3" json:"failed_checks,omitempty"`
 	// checked_at is when that diag.nvml settled; unset when none did.
-	CheckedAt     *timestamppb.Timestamp `protobuf:"bytes,173,opt,name=checked_at,json=checkedAt,proto3" json:"checked_at,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	CheckedAt *timestamppb.Timestamp `protobuf:"bytes,173,opt,name=checked_at,json=checkedAt,proto3" json:"checked_at,omitempty"`
+	// kinds are the kinds the node's last Hello reported, with how the
+	// registry sees each.
+	Kinds []*NodeKind `protobuf:"bytes,174,rep,name=kinds,proto3" json:"kinds,omitempty"`
+	// refused_plugins are the plugin files the node's bcd refused to run, as
+	// its last Hello said.
+	RefusedPlugins []*PluginRefusal `protobuf:"bytes,175,rep,name=refused_plugins,json=refusedPlugins,proto3" json:"refused_plugins,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *Node) Reset() {
@@ -2579,6 +2599,323 @@ func (x *Node) GetCheckedAt() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *Node) GetKinds() []*NodeKind {
+	if x != nil {
+		return x.Kinds
+	}
+	return nil
+}
+
+func (x *Node) GetRefusedPlugins() []*PluginRefusal {
+	if x != nil {
+		return x.RefusedPlugins
+	}
+	return nil
+}
+
+// NodeKind is a kind a node loads.
+type NodeKind struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Kind    string                 `protobuf:"bytes,1,opt,name=kind,proto3" json:"kind,omitempty"`
+	Version string                 `protobuf:"bytes,2,opt,name=version,proto3" json:"version,omitempty"`
+	Digest  string                 `protobuf:"bytes,3,opt,name=digest,proto3" json:"digest,omitempty"`
+	// status: "registered" (the registry holds this digest), "compatible"
+	// (another digest, within a registered manifest's compatibleVersions:
+	// dispatched), "mismatch" (another digest, held: see BlockedBy) or
+	// "unregistered" (no manifest of the kind is registered).
+	Status string `protobuf:"bytes,4,opt,name=status,proto3" json:"status,omitempty"`
+	// registry_version is the registered version the node is dispatched
+	// under (registered, compatible) or the newest one (mismatch).
+	RegistryVersion string `protobuf:"bytes,5,opt,name=registry_version,json=registryVersion,proto3" json:"registry_version,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *NodeKind) Reset() {
+	*x = NodeKind{}
+	mi := &file_bc_api_v1_api_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NodeKind) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NodeKind) ProtoMessage() {}
+
+func (x *NodeKind) ProtoReflect() protoreflect.Message {
+	mi := &file_bc_api_v1_api_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NodeKind.ProtoReflect.Descriptor instead.
+func (*NodeKind) Descriptor() ([]byte, []int) {
+	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *NodeKind) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *NodeKind) GetVersion() string {
+	if x != nil {
+		return x.Version
+	}
+	return ""
+}
+
+func (x *NodeKind) GetDigest() string {
+	if x != nil {
+		return x.Digest
+	}
+	return ""
+}
+
+func (x *NodeKind) GetStatus() string {
+	if x != nil {
+		return x.Status
+	}
+	return ""
+}
+
+func (x *NodeKind) GetRegistryVersion() string {
+	if x != nil {
+		return x.RegistryVersion
+	}
+	return ""
+}
+
+// PluginRefusal is a plugin file a node's bcd refused to run.
+type PluginRefusal struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Plugin string                 `protobuf:"bytes,1,opt,name=plugin,proto3" json:"plugin,omitempty"`
+	// reason: pin-mismatch, untrusted, invalid-manifest, kind-conflict,
+	// start-failed.
+	Reason       string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	Message      string `protobuf:"bytes,3,opt,name=message,proto3" json:"message,omitempty"`
+	PinnedSha256 string `protobuf:"bytes,4,opt,name=pinned_sha256,json=pinnedSha256,proto3" json:"pinned_sha256,omitempty"`
+	FoundSha256  string `protobuf:"bytes,5,opt,name=found_sha256,json=foundSha256,proto3" json:"found_sha256,omitempty"`
+	// kinds are the kinds the file served when bcd last ran it.
+	Kinds         []string `protobuf:"bytes,6,rep,name=kinds,proto3" json:"kinds,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PluginRefusal) Reset() {
+	*x = PluginRefusal{}
+	mi := &file_bc_api_v1_api_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PluginRefusal) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PluginRefusal) ProtoMessage() {}
+
+func (x *PluginRefusal) ProtoReflect() protoreflect.Message {
+	mi := &file_bc_api_v1_api_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PluginRefusal.ProtoReflect.Descriptor instead.
+func (*PluginRefusal) Descriptor() ([]byte, []int) {
+	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *PluginRefusal) GetPlugin() string {
+	if x != nil {
+		return x.Plugin
+	}
+	return ""
+}
+
+func (x *PluginRefusal) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *PluginRefusal) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *PluginRefusal) GetPinnedSha256() string {
+	if x != nil {
+		return x.PinnedSha256
+	}
+	return ""
+}
+
+func (x *PluginRefusal) GetFoundSha256() string {
+	if x != nil {
+		return x.FoundSha256
+	}
+	return ""
+}
+
+func (x *PluginRefusal) GetKinds() []string {
+	if x != nil {
+		return x.Kinds
+	}
+	return nil
+}
+
+// BlockedBy is why a pending command cannot progress until a person acts.
+type BlockedBy struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// reason: kind-mismatch (the node runs another digest of the kind than
+	// the registry), kind-not-loaded (the node does not load the kind),
+	// plugin-refused (the node's bcd refused the plugin that serves it, for
+	// example a stale pin).
+	Reason string `protobuf:"bytes,1,opt,name=reason,proto3" json:"reason,omitempty"`
+	// message says it in words, naming the node, the kind and both digests.
+	Message string `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
+	// fix says what to do.
+	Fix             string `protobuf:"bytes,3,opt,name=fix,proto3" json:"fix,omitempty"`
+	Kind            string `protobuf:"bytes,4,opt,name=kind,proto3" json:"kind,omitempty"`
+	NodeDigest      string `protobuf:"bytes,5,opt,name=node_digest,json=nodeDigest,proto3" json:"node_digest,omitempty"`
+	NodeVersion     string `protobuf:"bytes,6,opt,name=node_version,json=nodeVersion,proto3" json:"node_version,omitempty"`
+	RegistryDigest  string `protobuf:"bytes,7,opt,name=registry_digest,json=registryDigest,proto3" json:"registry_digest,omitempty"`
+	RegistryVersion string `protobuf:"bytes,8,opt,name=registry_version,json=registryVersion,proto3" json:"registry_version,omitempty"`
+	// plugin, pinned_sha256 and found_sha256 name the refused plugin file.
+	Plugin        string `protobuf:"bytes,9,opt,name=plugin,proto3" json:"plugin,omitempty"`
+	PinnedSha256  string `protobuf:"bytes,10,opt,name=pinned_sha256,json=pinnedSha256,proto3" json:"pinned_sha256,omitempty"`
+	FoundSha256   string `protobuf:"bytes,11,opt,name=found_sha256,json=foundSha256,proto3" json:"found_sha256,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BlockedBy) Reset() {
+	*x = BlockedBy{}
+	mi := &file_bc_api_v1_api_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BlockedBy) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BlockedBy) ProtoMessage() {}
+
+func (x *BlockedBy) ProtoReflect() protoreflect.Message {
+	mi := &file_bc_api_v1_api_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BlockedBy.ProtoReflect.Descriptor instead.
+func (*BlockedBy) Descriptor() ([]byte, []int) {
+	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *BlockedBy) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *BlockedBy) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *BlockedBy) GetFix() string {
+	if x != nil {
+		return x.Fix
+	}
+	return ""
+}
+
+func (x *BlockedBy) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *BlockedBy) GetNodeDigest() string {
+	if x != nil {
+		return x.NodeDigest
+	}
+	return ""
+}
+
+func (x *BlockedBy) GetNodeVersion() string {
+	if x != nil {
+		return x.NodeVersion
+	}
+	return ""
+}
+
+func (x *BlockedBy) GetRegistryDigest() string {
+	if x != nil {
+		return x.RegistryDigest
+	}
+	return ""
+}
+
+func (x *BlockedBy) GetRegistryVersion() string {
+	if x != nil {
+		return x.RegistryVersion
+	}
+	return ""
+}
+
+func (x *BlockedBy) GetPlugin() string {
+	if x != nil {
+		return x.Plugin
+	}
+	return ""
+}
+
+func (x *BlockedBy) GetPinnedSha256() string {
+	if x != nil {
+		return x.PinnedSha256
+	}
+	return ""
+}
+
+func (x *BlockedBy) GetFoundSha256() string {
+	if x != nil {
+		return x.FoundSha256
+	}
+	return ""
+}
+
 // ListNodesRequest asks for a page of a tenant's nodes.
 type ListNodesRequest struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
@@ -2613,7 +2950,7 @@ type ListNodesRequest struct {
 
 func (x *ListNodesRequest) Reset() {
 	*x = ListNodesRequest{}
-	mi := &file_bc_api_v1_api_proto_msgTypes[27]
+	mi := &file_bc_api_v1_api_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2625,7 +2962,7 @@ func (x *ListNodesRequest) String() string {
 func (*ListNodesRequest) ProtoMessage() {}
 
 func (x *ListNodesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_api_v1_api_proto_msgTypes[27]
+	mi := &file_bc_api_v1_api_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2638,7 +2975,7 @@ func (x *ListNodesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNodesRequest.ProtoReflect.Descriptor instead.
 func (*ListNodesRequest) Descriptor() ([]byte, []int) {
-	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{27}
+	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ListNodesRequest) GetTenantId() string {
@@ -2723,7 +3060,7 @@ type ListNodesResponse struct {
 
 func (x *ListNodesResponse) Reset() {
 	*x = ListNodesResponse{}
-	mi := &file_bc_api_v1_api_proto_msgTypes[28]
+	mi := &file_bc_api_v1_api_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2735,7 +3072,7 @@ func (x *ListNodesResponse) String() string {
 func (*ListNodesResponse) ProtoMessage() {}
 
 func (x *ListNodesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_api_v1_api_proto_msgTypes[28]
+	mi := &file_bc_api_v1_api_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2748,7 +3085,7 @@ func (x *ListNodesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNodesResponse.ProtoReflect.Descriptor instead.
 func (*ListNodesResponse) Descriptor() ([]byte, []int) {
-	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{28}
+	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ListNodesResponse) GetItems() []*Node {
@@ -2777,7 +3114,7 @@ type CreateTenantRequest struct {
 
 func (x *CreateTenantRequest) Reset() {
 	*x = CreateTenantRequest{}
-	mi := &file_bc_api_v1_api_proto_msgTypes[29]
+	mi := &file_bc_api_v1_api_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2789,7 +3126,7 @@ func (x *CreateTenantRequest) String() string {
 func (*CreateTenantRequest) ProtoMessage() {}
 
 func (x *CreateTenantRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_api_v1_api_proto_msgTypes[29]
+	mi := &file_bc_api_v1_api_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2802,7 +3139,7 @@ func (x *CreateTenantRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTenantRequest.ProtoReflect.Descriptor instead.
 func (*CreateTenantRequest) Descriptor() ([]byte, []int) {
-	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{29}
+	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *CreateTenantRequest) GetTenantId() string {
@@ -2831,7 +3168,7 @@ type Tenant struct {
 
 func (x *Tenant) Reset() {
 	*x = Tenant{}
-	mi := &file_bc_api_v1_api_proto_msgTypes[30]
+	mi := &file_bc_api_v1_api_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2843,7 +3180,7 @@ func (x *Tenant) String() string {
 func (*Tenant) ProtoMessage() {}
 
 func (x *Tenant) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_api_v1_api_proto_msgTypes[30]
+	mi := &file_bc_api_v1_api_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2856,7 +3193,7 @@ func (x *Tenant) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Tenant.ProtoReflect.Descriptor instead.
 func (*Tenant) Descriptor() ([]byte, []int) {
-	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{30}
+	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *Tenant) GetId() string {
@@ -2898,7 +3235,7 @@ type CreateNodeRequest struct {
 
 func (x *CreateNodeRequest) Reset() {
 	*x = CreateNodeRequest{}
-	mi := &file_bc_api_v1_api_proto_msgTypes[31]
+	mi := &file_bc_api_v1_api_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2910,7 +3247,7 @@ func (x *CreateNodeRequest) String() string {
 func (*CreateNodeRequest) ProtoMessage() {}
 
 func (x *CreateNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_api_v1_api_proto_msgTypes[31]
+	mi := &file_bc_api_v1_api_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2923,7 +3260,7 @@ func (x *CreateNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateNodeRequest.ProtoReflect.Descriptor instead.
 func (*CreateNodeRequest) Descriptor() ([]byte, []int) {
-	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{31}
+	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *CreateNodeRequest) GetTenantId() string {
@@ -2982,7 +3319,7 @@ type CreateJoinTokenRequest struct {
 
 func (x *CreateJoinTokenRequest) Reset() {
 	*x = CreateJoinTokenRequest{}
-	mi := &file_bc_api_v1_api_proto_msgTypes[32]
+	mi := &file_bc_api_v1_api_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2994,7 +3331,7 @@ func (x *CreateJoinTokenRequest) String() string {
 func (*CreateJoinTokenRequest) ProtoMessage() {}
 
 func (x *CreateJoinTokenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_api_v1_api_proto_msgTypes[32]
+	mi := &file_bc_api_v1_api_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3007,7 +3344,7 @@ func (x *CreateJoinTokenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateJoinTokenRequest.ProtoReflect.Descriptor instead.
 func (*CreateJoinTokenRequest) Descriptor() ([]byte, []int) {
-	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{32}
+	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *CreateJoinTokenRequest) GetTenantId() string {
@@ -3064,7 +3401,7 @@ type JoinToken struct {
 
 func (x *JoinToken) Reset() {
 	*x = JoinToken{}
-	mi := &file_bc_api_v1_api_proto_msgTypes[33]
+	mi := &file_bc_api_v1_api_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3076,7 +3413,7 @@ func (x *JoinToken) String() string {
 func (*JoinToken) ProtoMessage() {}
 
 func (x *JoinToken) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_api_v1_api_proto_msgTypes[33]
+	mi := &file_bc_api_v1_api_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3089,7 +3426,7 @@ func (x *JoinToken) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinToken.ProtoReflect.Descriptor instead.
 func (*JoinToken) Descriptor() ([]byte, []int) {
-	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{33}
+	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *JoinToken) GetToken() string {
@@ -3126,7 +3463,7 @@ type SetNodeSpecRequest struct {
 
 func (x *SetNodeSpecRequest) Reset() {
 	*x = SetNodeSpecRequest{}
-	mi := &file_bc_api_v1_api_proto_msgTypes[34]
+	mi := &file_bc_api_v1_api_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3138,7 +3475,7 @@ func (x *SetNodeSpecRequest) String() string {
 func (*SetNodeSpecRequest) ProtoMessage() {}
 
 func (x *SetNodeSpecRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_api_v1_api_proto_msgTypes[34]
+	mi := &file_bc_api_v1_api_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3151,7 +3488,7 @@ func (x *SetNodeSpecRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetNodeSpecRequest.ProtoReflect.Descriptor instead.
 func (*SetNodeSpecRequest) Descriptor() ([]byte, []int) {
-	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{34}
+	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *SetNodeSpecRequest) GetTenantId() string {
@@ -3186,7 +3523,7 @@ type GetNodeSpecRequest struct {
 
 func (x *GetNodeSpecRequest) Reset() {
 	*x = GetNodeSpecRequest{}
-	mi := &file_bc_api_v1_api_proto_msgTypes[35]
+	mi := &file_bc_api_v1_api_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3198,7 +3535,7 @@ func (x *GetNodeSpecRequest) String() string {
 func (*GetNodeSpecRequest) ProtoMessage() {}
 
 func (x *GetNodeSpecRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_api_v1_api_proto_msgTypes[35]
+	mi := &file_bc_api_v1_api_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3211,7 +3548,7 @@ func (x *GetNodeSpecRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetNodeSpecRequest.ProtoReflect.Descriptor instead.
 func (*GetNodeSpecRequest) Descriptor() ([]byte, []int) {
-	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{35}
+	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *GetNodeSpecRequest) GetTenantId() string {
@@ -3241,7 +3578,7 @@ type NodeSpec struct {
 
 func (x *NodeSpec) Reset() {
 	*x = NodeSpec{}
-	mi := &file_bc_api_v1_api_proto_msgTypes[36]
+	mi := &file_bc_api_v1_api_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3253,7 +3590,7 @@ func (x *NodeSpec) String() string {
 func (*NodeSpec) ProtoMessage() {}
 
 func (x *NodeSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_api_v1_api_proto_msgTypes[36]
+	mi := &file_bc_api_v1_api_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3266,7 +3603,7 @@ func (x *NodeSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeSpec.ProtoReflect.Descriptor instead.
 func (*NodeSpec) Descriptor() ([]byte, []int) {
-	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{36}
+	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *NodeSpec) GetNodeId() string {
@@ -3301,7 +3638,7 @@ type DeleteNodeRequest struct {
 
 func (x *DeleteNodeRequest) Reset() {
 	*x = DeleteNodeRequest{}
-	mi := &file_bc_api_v1_api_proto_msgTypes[37]
+	mi := &file_bc_api_v1_api_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3313,7 +3650,7 @@ func (x *DeleteNodeRequest) String() string {
 func (*DeleteNodeRequest) ProtoMessage() {}
 
 func (x *DeleteNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_api_v1_api_proto_msgTypes[37]
+	mi := &file_bc_api_v1_api_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3326,7 +3663,7 @@ func (x *DeleteNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteNodeRequest.ProtoReflect.Descriptor instead.
 func (*DeleteNodeRequest) Descriptor() ([]byte, []int) {
-	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{37}
+	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *DeleteNodeRequest) GetTenantId() string {
@@ -3356,7 +3693,7 @@ type DeletedNode struct {
 
 func (x *DeletedNode) Reset() {
 	*x = DeletedNode{}
-	mi := &file_bc_api_v1_api_proto_msgTypes[38]
+	mi := &file_bc_api_v1_api_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3368,7 +3705,7 @@ func (x *DeletedNode) String() string {
 func (*DeletedNode) ProtoMessage() {}
 
 func (x *DeletedNode) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_api_v1_api_proto_msgTypes[38]
+	mi := &file_bc_api_v1_api_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3381,7 +3718,7 @@ func (x *DeletedNode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeletedNode.ProtoReflect.Descriptor instead.
 func (*DeletedNode) Descriptor() ([]byte, []int) {
-	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{38}
+	return file_bc_api_v1_api_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *DeletedNode) GetNodeId() string {
@@ -3503,8 +3840,7 @@ const file_bc_api_v1_api_proto_rawDesc = "" +
 	"\n" +
 	"updated_at\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAt\"N\n" +
 	"\x12AllocationBindings\x128\n" +
-	"\bbindings\x18\x01 \x03(\v2\x1c.bc.api.v1.AllocationBindingR\bbindings\"\xf3\n" +
-	"\n" +
+	"\bbindings\x18\x01 \x03(\v2\x1c.bc.api.v1.AllocationBindingR\bbindings\"\xa8\v\n" +
 	"\aCommand\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1b\n" +
 	"\ttenant_id\x18\x02 \x01(\tR\btenantId\x12\x17\n" +
@@ -3550,7 +3886,9 @@ const file_bc_api_v1_api_proto_rawDesc = "" +
 	"\rcommand_bytes\x18! \x01(\fR\fcommandBytes\x12\x1c\n" +
 	"\trequester\x18\" \x01(\tR\trequester\x12#\n" +
 	"\rrequested_via\x18# \x01(\tR\frequestedVia\x12\x15\n" +
-	"\x06run_id\x18$ \x01(\tR\x05runIdB\r\n" +
+	"\x06run_id\x18$ \x01(\tR\x05runId\x123\n" +
+	"\n" +
+	"blocked_by\x18% \x01(\v2\x14.bc.api.v1.BlockedByR\tblockedByB\r\n" +
 	"\v_retry_safe\"\xbd\x02\n" +
 	"\x11RunCommandRequest\x12\x1b\n" +
 	"\ttenant_id\x18\x01 \x01(\tR\btenantId\x12\x17\n" +
@@ -3614,7 +3952,7 @@ const file_bc_api_v1_api_proto_rawDesc = "" +
 	"\x06status\x18\x02 \x01(\tR\x06status\x12\x16\n" +
 	"\x06reason\x18\x03 \x01(\tR\x06reason\x12\x18\n" +
 	"\amessage\x18\x04 \x01(\tR\amessage\x120\n" +
-	"\x05since\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\x05since\"\xd0\a\n" +
+	"\x05since\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\x05since\"\xc0\b\n" +
 	"\x04Node\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1b\n" +
 	"\ttenant_id\x18\x02 \x01(\tR\btenantId\x12\x12\n" +
@@ -3641,10 +3979,39 @@ const file_bc_api_v1_api_proto_rawDesc = "" +
 	"\ahealthy\x18\xab\x01 \x01(\bR\ahealthy\x12$\n" +
 	"\rfailed_checks\x18\xac\x01 \x03(\tR\ffailedChecks\x12:\n" +
 	"\n" +
-	"checked_at\x18\xad\x01 \x01(\v2\x1a.google.protobuf.TimestampR\tcheckedAt\x1a9\n" +
+	"checked_at\x18\xad\x01 \x01(\v2\x1a.google.protobuf.TimestampR\tcheckedAt\x12*\n" +
+	"\x05kinds\x18\xae\x01 \x03(\v2\x13.bc.api.v1.NodeKindR\x05kinds\x12B\n" +
+	"\x0frefused_plugins\x18\xaf\x01 \x03(\v2\x18.bc.api.v1.PluginRefusalR\x0erefusedPlugins\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xbc\x02\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x93\x01\n" +
+	"\bNodeKind\x12\x12\n" +
+	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x18\n" +
+	"\aversion\x18\x02 \x01(\tR\aversion\x12\x16\n" +
+	"\x06digest\x18\x03 \x01(\tR\x06digest\x12\x16\n" +
+	"\x06status\x18\x04 \x01(\tR\x06status\x12)\n" +
+	"\x10registry_version\x18\x05 \x01(\tR\x0fregistryVersion\"\xb7\x01\n" +
+	"\rPluginRefusal\x12\x16\n" +
+	"\x06plugin\x18\x01 \x01(\tR\x06plugin\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x18\n" +
+	"\amessage\x18\x03 \x01(\tR\amessage\x12#\n" +
+	"\rpinned_sha256\x18\x04 \x01(\tR\fpinnedSha256\x12!\n" +
+	"\ffound_sha256\x18\x05 \x01(\tR\vfoundSha256\x12\x14\n" +
+	"\x05kinds\x18\x06 \x03(\tR\x05kinds\"\xdb\x02\n" +
+	"\tBlockedBy\x12\x16\n" +
+	"\x06reason\x18\x01 \x01(\tR\x06reason\x12\x18\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\x12\x10\n" +
+	"\x03fix\x18\x03 \x01(\tR\x03fix\x12\x12\n" +
+	"\x04kind\x18\x04 \x01(\tR\x04kind\x12\x1f\n" +
+	"\vnode_digest\x18\x05 \x01(\tR\n" +
+	"nodeDigest\x12!\n" +
+	"\fnode_version\x18\x06 \x01(\tR\vnodeVersion\x12'\n" +
+	"\x0fregistry_digest\x18\a \x01(\tR\x0eregistryDigest\x12)\n" +
+	"\x10registry_version\x18\b \x01(\tR\x0fregistryVersion\x12\x16\n" +
+	"\x06plugin\x18\t \x01(\tR\x06plugin\x12#\n" +
+	"\rpinned_sha256\x18\n" +
+	" \x01(\tR\fpinnedSha256\x12!\n" +
+	"\ffound_sha256\x18\v \x01(\tR\vfoundSha256\"\xbc\x02\n" +
 	"\x10ListNodesRequest\x12\x1b\n" +
 	"\ttenant_id\x18\x01 \x01(\tR\btenantId\x12\x12\n" +
 	"\x04pool\x18\x02 \x01(\tR\x04pool\x12\x19\n" +
@@ -3748,7 +4115,7 @@ func file_bc_api_v1_api_proto_rawDescGZIP() []byte {
 	return file_bc_api_v1_api_proto_rawDescData
 }
 
-var file_bc_api_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 41)
+var file_bc_api_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 44)
 var file_bc_api_v1_api_proto_goTypes = []any{
 	(*BatchLeaf)(nil),                     // 0: bc.api.v1.BatchLeaf
 	(*CreateCommandBatchRequest)(nil),     // 1: bc.api.v1.CreateCommandBatchRequest
@@ -3777,119 +4144,125 @@ var file_bc_api_v1_api_proto_goTypes = []any{
 	(*GetNodeRequest)(nil),                // 24: bc.api.v1.GetNodeRequest
 	(*Condition)(nil),                     // 25: bc.api.v1.Condition
 	(*Node)(nil),                          // 26: bc.api.v1.Node
-	(*ListNodesRequest)(nil),              // 27: bc.api.v1.ListNodesRequest
-	(*ListNodesResponse)(nil),             // 28: bc.api.v1.ListNodesResponse
-	(*CreateTenantRequest)(nil),           // 29: bc.api.v1.CreateTenantRequest
-	(*Tenant)(nil),                        // 30: bc.api.v1.Tenant
-	(*CreateNodeRequest)(nil),             // 31: bc.api.v1.CreateNodeRequest
-	(*CreateJoinTokenRequest)(nil),        // 32: bc.api.v1.CreateJoinTokenRequest
-	(*JoinToken)(nil),                     // 33: bc.api.v1.JoinToken
-	(*SetNodeSpecRequest)(nil),            // 34: bc.api.v1.SetNodeSpecRequest
-	(*GetNodeSpecRequest)(nil),            // 35: bc.api.v1.GetNodeSpecRequest
-	(*NodeSpec)(nil),                      // 36: bc.api.v1.NodeSpec
-	(*DeleteNodeRequest)(nil),             // 37: bc.api.v1.DeleteNodeRequest
-	(*DeletedNode)(nil),                   // 38: bc.api.v1.DeletedNode
-	nil,                                   // 39: bc.api.v1.SetNodeLabelsRequest.LabelsEntry
-	nil,                                   // 40: bc.api.v1.Node.LabelsEntry
-	(*timestamppb.Timestamp)(nil),         // 41: google.protobuf.Timestamp
-	(*structpb.Struct)(nil),               // 42: google.protobuf.Struct
-	(*structpb.Value)(nil),                // 43: google.protobuf.Value
+	(*NodeKind)(nil),                      // 27: bc.api.v1.NodeKind
+	(*PluginRefusal)(nil),                 // 28: bc.api.v1.PluginRefusal
+	(*BlockedBy)(nil),                     // 29: bc.api.v1.BlockedBy
+	(*ListNodesRequest)(nil),              // 30: bc.api.v1.ListNodesRequest
+	(*ListNodesResponse)(nil),             // 31: bc.api.v1.ListNodesResponse
+	(*CreateTenantRequest)(nil),           // 32: bc.api.v1.CreateTenantRequest
+	(*Tenant)(nil),                        // 33: bc.api.v1.Tenant
+	(*CreateNodeRequest)(nil),             // 34: bc.api.v1.CreateNodeRequest
+	(*CreateJoinTokenRequest)(nil),        // 35: bc.api.v1.CreateJoinTokenRequest
+	(*JoinToken)(nil),                     // 36: bc.api.v1.JoinToken
+	(*SetNodeSpecRequest)(nil),            // 37: bc.api.v1.SetNodeSpecRequest
+	(*GetNodeSpecRequest)(nil),            // 38: bc.api.v1.GetNodeSpecRequest
+	(*NodeSpec)(nil),                      // 39: bc.api.v1.NodeSpec
+	(*DeleteNodeRequest)(nil),             // 40: bc.api.v1.DeleteNodeRequest
+	(*DeletedNode)(nil),                   // 41: bc.api.v1.DeletedNode
+	nil,                                   // 42: bc.api.v1.SetNodeLabelsRequest.LabelsEntry
+	nil,                                   // 43: bc.api.v1.Node.LabelsEntry
+	(*timestamppb.Timestamp)(nil),         // 44: google.protobuf.Timestamp
+	(*structpb.Struct)(nil),               // 45: google.protobuf.Struct
+	(*structpb.Value)(nil),                // 46: google.protobuf.Value
 }
 var file_bc_api_v1_api_proto_depIdxs = []int32{
 	0,  // 0: bc.api.v1.CreateCommandBatchRequest.scope:type_name -> bc.api.v1.BatchLeaf
 	7,  // 1: bc.api.v1.ListCommandBatchesResponse.items:type_name -> bc.api.v1.CommandBatch
-	41, // 2: bc.api.v1.BatchApproval.approved_at:type_name -> google.protobuf.Timestamp
+	44, // 2: bc.api.v1.BatchApproval.approved_at:type_name -> google.protobuf.Timestamp
 	0,  // 3: bc.api.v1.CommandBatch.scope:type_name -> bc.api.v1.BatchLeaf
-	41, // 4: bc.api.v1.CommandBatch.deadline:type_name -> google.protobuf.Timestamp
-	41, // 5: bc.api.v1.CommandBatch.created_at:type_name -> google.protobuf.Timestamp
-	41, // 6: bc.api.v1.CommandBatch.approved_at:type_name -> google.protobuf.Timestamp
+	44, // 4: bc.api.v1.CommandBatch.deadline:type_name -> google.protobuf.Timestamp
+	44, // 5: bc.api.v1.CommandBatch.created_at:type_name -> google.protobuf.Timestamp
+	44, // 6: bc.api.v1.CommandBatch.approved_at:type_name -> google.protobuf.Timestamp
 	6,  // 7: bc.api.v1.CommandBatch.approvals:type_name -> bc.api.v1.BatchApproval
-	39, // 8: bc.api.v1.SetNodeLabelsRequest.labels:type_name -> bc.api.v1.SetNodeLabelsRequest.LabelsEntry
-	41, // 9: bc.api.v1.NodeCertificate.not_before:type_name -> google.protobuf.Timestamp
-	41, // 10: bc.api.v1.NodeCertificate.not_after:type_name -> google.protobuf.Timestamp
-	41, // 11: bc.api.v1.NodeCertificate.issued_at:type_name -> google.protobuf.Timestamp
-	41, // 12: bc.api.v1.NodeCertificate.superseded_at:type_name -> google.protobuf.Timestamp
-	41, // 13: bc.api.v1.NodeCertificate.revoked_at:type_name -> google.protobuf.Timestamp
+	42, // 8: bc.api.v1.SetNodeLabelsRequest.labels:type_name -> bc.api.v1.SetNodeLabelsRequest.LabelsEntry
+	44, // 9: bc.api.v1.NodeCertificate.not_before:type_name -> google.protobuf.Timestamp
+	44, // 10: bc.api.v1.NodeCertificate.not_after:type_name -> google.protobuf.Timestamp
+	44, // 11: bc.api.v1.NodeCertificate.issued_at:type_name -> google.protobuf.Timestamp
+	44, // 12: bc.api.v1.NodeCertificate.superseded_at:type_name -> google.protobuf.Timestamp
+	44, // 13: bc.api.v1.NodeCertificate.revoked_at:type_name -> google.protobuf.Timestamp
 	11, // 14: bc.api.v1.NodeCertificates.certificates:type_name -> bc.api.v1.NodeCertificate
-	41, // 15: bc.api.v1.AllocationBinding.updated_at:type_name -> google.protobuf.Timestamp
+	44, // 15: bc.api.v1.AllocationBinding.updated_at:type_name -> google.protobuf.Timestamp
 	14, // 16: bc.api.v1.AllocationBindings.bindings:type_name -> bc.api.v1.AllocationBinding
-	42, // 17: bc.api.v1.Command.payload:type_name -> google.protobuf.Struct
-	41, // 18: bc.api.v1.Command.not_after:type_name -> google.protobuf.Timestamp
-	41, // 19: bc.api.v1.Command.not_before:type_name -> google.protobuf.Timestamp
-	41, // 20: bc.api.v1.Command.created_at:type_name -> google.protobuf.Timestamp
-	41, // 21: bc.api.v1.Command.updated_at:type_name -> google.protobuf.Timestamp
-	41, // 22: bc.api.v1.Command.settled_at:type_name -> google.protobuf.Timestamp
-	41, // 23: bc.api.v1.Command.cancel_requested_at:type_name -> google.protobuf.Timestamp
-	43, // 24: bc.api.v1.Command.result:type_name -> google.protobuf.Value
-	43, // 25: bc.api.v1.Command.progress:type_name -> google.protobuf.Value
-	42, // 26: bc.api.v1.RunCommandRequest.payload:type_name -> google.protobuf.Struct
-	41, // 27: bc.api.v1.ListCommandsRequest.since:type_name -> google.protobuf.Timestamp
-	41, // 28: bc.api.v1.ListCommandsRequest.until:type_name -> google.protobuf.Timestamp
-	41, // 29: bc.api.v1.ListCommandsRequest.settled_since:type_name -> google.protobuf.Timestamp
-	16, // 30: bc.api.v1.ListCommandsResponse.items:type_name -> bc.api.v1.Command
-	41, // 31: bc.api.v1.Event.occurred_at:type_name -> google.protobuf.Timestamp
-	42, // 32: bc.api.v1.Event.data:type_name -> google.protobuf.Struct
-	41, // 33: bc.api.v1.Condition.since:type_name -> google.protobuf.Timestamp
-	42, // 34: bc.api.v1.Node.inventory:type_name -> google.protobuf.Struct
-	25, // 35: bc.api.v1.Node.conditions:type_name -> bc.api.v1.Condition
-	41, // 36: bc.api.v1.Node.created_at:type_name -> google.protobuf.Timestamp
-	41, // 37: bc.api.v1.Node.connected_since:type_name -> google.protobuf.Timestamp
-	41, // 38: bc.api.v1.Node.disconnected_at:type_name -> google.protobuf.Timestamp
-	41, // 39: bc.api.v1.Node.last_seen:type_name -> google.protobuf.Timestamp
-	40, // 40: bc.api.v1.Node.labels:type_name -> bc.api.v1.Node.LabelsEntry
-	41, // 41: bc.api.v1.Node.checked_at:type_name -> google.protobuf.Timestamp
-	26, // 42: bc.api.v1.ListNodesResponse.items:type_name -> bc.api.v1.Node
-	41, // 43: bc.api.v1.Tenant.created_at:type_name -> google.protobuf.Timestamp
-	41, // 44: bc.api.v1.JoinToken.expires_at:type_name -> google.protobuf.Timestamp
-	42, // 45: bc.api.v1.SetNodeSpecRequest.spec:type_name -> google.protobuf.Struct
-	42, // 46: bc.api.v1.NodeSpec.spec:type_name -> google.protobuf.Struct
-	17, // 47: bc.api.v1.Commands.Run:input_type -> bc.api.v1.RunCommandRequest
-	18, // 48: bc.api.v1.Commands.Get:input_type -> bc.api.v1.GetCommandRequest
-	19, // 49: bc.api.v1.Commands.List:input_type -> bc.api.v1.ListCommandsRequest
-	21, // 50: bc.api.v1.Commands.Cancel:input_type -> bc.api.v1.CancelCommandRequest
-	1,  // 51: bc.api.v1.CommandBatches.Create:input_type -> bc.api.v1.CreateCommandBatchRequest
-	2,  // 52: bc.api.v1.CommandBatches.Get:input_type -> bc.api.v1.GetCommandBatchRequest
-	3,  // 53: bc.api.v1.CommandBatches.List:input_type -> bc.api.v1.ListCommandBatchesRequest
-	5,  // 54: bc.api.v1.CommandBatches.Approve:input_type -> bc.api.v1.ApproveCommandBatchRequest
-	22, // 55: bc.api.v1.Events.Watch:input_type -> bc.api.v1.WatchEventsRequest
-	24, // 56: bc.api.v1.Nodes.Get:input_type -> bc.api.v1.GetNodeRequest
-	27, // 57: bc.api.v1.Nodes.List:input_type -> bc.api.v1.ListNodesRequest
-	29, // 58: bc.api.v1.Nodes.CreateTenant:input_type -> bc.api.v1.CreateTenantRequest
-	31, // 59: bc.api.v1.Nodes.Create:input_type -> bc.api.v1.CreateNodeRequest
-	32, // 60: bc.api.v1.Nodes.CreateJoinToken:input_type -> bc.api.v1.CreateJoinTokenRequest
-	34, // 61: bc.api.v1.Nodes.SetSpec:input_type -> bc.api.v1.SetNodeSpecRequest
-	35, // 62: bc.api.v1.Nodes.GetSpec:input_type -> bc.api.v1.GetNodeSpecRequest
-	37, // 63: bc.api.v1.Nodes.Delete:input_type -> bc.api.v1.DeleteNodeRequest
-	9,  // 64: bc.api.v1.Nodes.ListCertificates:input_type -> bc.api.v1.ListNodeCertificatesRequest
-	10, // 65: bc.api.v1.Nodes.RevokeCertificates:input_type -> bc.api.v1.RevokeNodeCertificatesRequest
-	13, // 66: bc.api.v1.Nodes.ListBindings:input_type -> bc.api.v1.ListAllocationBindingsRequest
-	8,  // 67: bc.api.v1.Nodes.SetLabels:input_type -> bc.api.v1.SetNodeLabelsRequest
-	16, // 68: bc.api.v1.Commands.Run:output_type -> bc.api.v1.Command
-	16, // 69: bc.api.v1.Commands.Get:output_type -> bc.api.v1.Command
-	20, // 70: bc.api.v1.Commands.List:output_type -> bc.api.v1.ListCommandsResponse
-	16, // 71: bc.api.v1.Commands.Cancel:output_type -> bc.api.v1.Command
-	7,  // 72: bc.api.v1.CommandBatches.Create:output_type -> bc.api.v1.CommandBatch
-	7,  // 73: bc.api.v1.CommandBatches.Get:output_type -> bc.api.v1.CommandBatch
-	4,  // 74: bc.api.v1.CommandBatches.List:output_type -> bc.api.v1.ListCommandBatchesResponse
-	7,  // 75: bc.api.v1.CommandBatches.Approve:output_type -> bc.api.v1.CommandBatch
-	23, // 76: bc.api.v1.Events.Watch:output_type -> bc.api.v1.Event
-	26, // 77: bc.api.v1.Nodes.Get:output_type -> bc.api.v1.Node
-	28, // 78: bc.api.v1.Nodes.List:output_type -> bc.api.v1.ListNodesResponse
-	30, // 79: bc.api.v1.Nodes.CreateTenant:output_type -> bc.api.v1.Tenant
-	26, // 80: bc.api.v1.Nodes.Create:output_type -> bc.api.v1.Node
-	33, // 81: bc.api.v1.Nodes.CreateJoinToken:output_type -> bc.api.v1.JoinToken
-	36, // 82: bc.api.v1.Nodes.SetSpec:output_type -> bc.api.v1.NodeSpec
-	36, // 83: bc.api.v1.Nodes.GetSpec:output_type -> bc.api.v1.NodeSpec
-	38, // 84: bc.api.v1.Nodes.Delete:output_type -> bc.api.v1.DeletedNode
-	12, // 85: bc.api.v1.Nodes.ListCertificates:output_type -> bc.api.v1.NodeCertificates
-	12, // 86: bc.api.v1.Nodes.RevokeCertificates:output_type -> bc.api.v1.NodeCertificates
-	15, // 87: bc.api.v1.Nodes.ListBindings:output_type -> bc.api.v1.AllocationBindings
-	26, // 88: bc.api.v1.Nodes.SetLabels:output_type -> bc.api.v1.Node
-	68, // [68:89] is the sub-list for method output_type
-	47, // [47:68] is the sub-list for method input_type
-	47, // [47:47] is the sub-list for extension type_name
-	47, // [47:47] is the sub-list for extension extendee
-	0,  // [0:47] is the sub-list for field type_name
+	45, // 17: bc.api.v1.Command.payload:type_name -> google.protobuf.Struct
+	44, // 18: bc.api.v1.Command.not_after:type_name -> google.protobuf.Timestamp
+	44, // 19: bc.api.v1.Command.not_before:type_name -> google.protobuf.Timestamp
+	44, // 20: bc.api.v1.Command.created_at:type_name -> google.protobuf.Timestamp
+	44, // 21: bc.api.v1.Command.updated_at:type_name -> google.protobuf.Timestamp
+	44, // 22: bc.api.v1.Command.settled_at:type_name -> google.protobuf.Timestamp
+	44, // 23: bc.api.v1.Command.cancel_requested_at:type_name -> google.protobuf.Timestamp
+	46, // 24: bc.api.v1.Command.result:type_name -> google.protobuf.Value
+	46, // 25: bc.api.v1.Command.progress:type_name -> google.protobuf.Value
+	29, // 26: bc.api.v1.Command.blocked_by:type_name -> bc.api.v1.BlockedBy
+	45, // 27: bc.api.v1.RunCommandRequest.payload:type_name -> google.protobuf.Struct
+	44, // 28: bc.api.v1.ListCommandsRequest.since:type_name -> google.protobuf.Timestamp
+	44, // 29: bc.api.v1.ListCommandsRequest.until:type_name -> google.protobuf.Timestamp
+	44, // 30: bc.api.v1.ListCommandsRequest.settled_since:type_name -> google.protobuf.Timestamp
+	16, // 31: bc.api.v1.ListCommandsResponse.items:type_name -> bc.api.v1.Command
+	44, // 32: bc.api.v1.Event.occurred_at:type_name -> google.protobuf.Timestamp
+	45, // 33: bc.api.v1.Event.data:type_name -> google.protobuf.Struct
+	44, // 34: bc.api.v1.Condition.since:type_name -> google.protobuf.Timestamp
+	45, // 35: bc.api.v1.Node.inventory:type_name -> google.protobuf.Struct
+	25, // 36: bc.api.v1.Node.conditions:type_name -> bc.api.v1.Condition
+	44, // 37: bc.api.v1.Node.created_at:type_name -> google.protobuf.Timestamp
+	44, // 38: bc.api.v1.Node.connected_since:type_name -> google.protobuf.Timestamp
+	44, // 39: bc.api.v1.Node.disconnected_at:type_name -> google.protobuf.Timestamp
+	44, // 40: bc.api.v1.Node.last_seen:type_name -> google.protobuf.Timestamp
+	43, // 41: bc.api.v1.Node.labels:type_name -> bc.api.v1.Node.LabelsEntry
+	44, // 42: bc.api.v1.Node.checked_at:type_name -> google.protobuf.Timestamp
+	27, // 43: bc.api.v1.Node.kinds:type_name -> bc.api.v1.NodeKind
+	28, // 44: bc.api.v1.Node.refused_plugins:type_name -> bc.api.v1.PluginRefusal
+	26, // 45: bc.api.v1.ListNodesResponse.items:type_name -> bc.api.v1.Node
+	44, // 46: bc.api.v1.Tenant.created_at:type_name -> google.protobuf.Timestamp
+	44, // 47: bc.api.v1.JoinToken.expires_at:type_name -> google.protobuf.Timestamp
+	45, // 48: bc.api.v1.SetNodeSpecRequest.spec:type_name -> google.protobuf.Struct
+	45, // 49: bc.api.v1.NodeSpec.spec:type_name -> google.protobuf.Struct
+	17, // 50: bc.api.v1.Commands.Run:input_type -> bc.api.v1.RunCommandRequest
+	18, // 51: bc.api.v1.Commands.Get:input_type -> bc.api.v1.GetCommandRequest
+	19, // 52: bc.api.v1.Commands.List:input_type -> bc.api.v1.ListCommandsRequest
+	21, // 53: bc.api.v1.Commands.Cancel:input_type -> bc.api.v1.CancelCommandRequest
+	1,  // 54: bc.api.v1.CommandBatches.Create:input_type -> bc.api.v1.CreateCommandBatchRequest
+	2,  // 55: bc.api.v1.CommandBatches.Get:input_type -> bc.api.v1.GetCommandBatchRequest
+	3,  // 56: bc.api.v1.CommandBatches.List:input_type -> bc.api.v1.ListCommandBatchesRequest
+	5,  // 57: bc.api.v1.CommandBatches.Approve:input_type -> bc.api.v1.ApproveCommandBatchRequest
+	22, // 58: bc.api.v1.Events.Watch:input_type -> bc.api.v1.WatchEventsRequest
+	24, // 59: bc.api.v1.Nodes.Get:input_type -> bc.api.v1.GetNodeRequest
+	30, // 60: bc.api.v1.Nodes.List:input_type -> bc.api.v1.ListNodesRequest
+	32, // 61: bc.api.v1.Nodes.CreateTenant:input_type -> bc.api.v1.CreateTenantRequest
+	34, // 62: bc.api.v1.Nodes.Create:input_type -> bc.api.v1.CreateNodeRequest
+	35, // 63: bc.api.v1.Nodes.CreateJoinToken:input_type -> bc.api.v1.CreateJoinTokenRequest
+	37, // 64: bc.api.v1.Nodes.SetSpec:input_type -> bc.api.v1.SetNodeSpecRequest
+	38, // 65: bc.api.v1.Nodes.GetSpec:input_type -> bc.api.v1.GetNodeSpecRequest
+	40, // 66: bc.api.v1.Nodes.Delete:input_type -> bc.api.v1.DeleteNodeRequest
+	9,  // 67: bc.api.v1.Nodes.ListCertificates:input_type -> bc.api.v1.ListNodeCertificatesRequest
+	10, // 68: bc.api.v1.Nodes.RevokeCertificates:input_type -> bc.api.v1.RevokeNodeCertificatesRequest
+	13, // 69: bc.api.v1.Nodes.ListBindings:input_type -> bc.api.v1.ListAllocationBindingsRequest
+	8,  // 70: bc.api.v1.Nodes.SetLabels:input_type -> bc.api.v1.SetNodeLabelsRequest
+	16, // 71: bc.api.v1.Commands.Run:output_type -> bc.api.v1.Command
+	16, // 72: bc.api.v1.Commands.Get:output_type -> bc.api.v1.Command
+	20, // 73: bc.api.v1.Commands.List:output_type -> bc.api.v1.ListCommandsResponse
+	16, // 74: bc.api.v1.Commands.Cancel:output_type -> bc.api.v1.Command
+	7,  // 75: bc.api.v1.CommandBatches.Create:output_type -> bc.api.v1.CommandBatch
+	7,  // 76: bc.api.v1.CommandBatches.Get:output_type -> bc.api.v1.CommandBatch
+	4,  // 77: bc.api.v1.CommandBatches.List:output_type -> bc.api.v1.ListCommandBatchesResponse
+	7,  // 78: bc.api.v1.CommandBatches.Approve:output_type -> bc.api.v1.CommandBatch
+	23, // 79: bc.api.v1.Events.Watch:output_type -> bc.api.v1.Event
+	26, // 80: bc.api.v1.Nodes.Get:output_type -> bc.api.v1.Node
+	31, // 81: bc.api.v1.Nodes.List:output_type -> bc.api.v1.ListNodesResponse
+	33, // 82: bc.api.v1.Nodes.CreateTenant:output_type -> bc.api.v1.Tenant
+	26, // 83: bc.api.v1.Nodes.Create:output_type -> bc.api.v1.Node
+	36, // 84: bc.api.v1.Nodes.CreateJoinToken:output_type -> bc.api.v1.JoinToken
+	39, // 85: bc.api.v1.Nodes.SetSpec:output_type -> bc.api.v1.NodeSpec
+	39, // 86: bc.api.v1.Nodes.GetSpec:output_type -> bc.api.v1.NodeSpec
+	41, // 87: bc.api.v1.Nodes.Delete:output_type -> bc.api.v1.DeletedNode
+	12, // 88: bc.api.v1.Nodes.ListCertificates:output_type -> bc.api.v1.NodeCertificates
+	12, // 89: bc.api.v1.Nodes.RevokeCertificates:output_type -> bc.api.v1.NodeCertificates
+	15, // 90: bc.api.v1.Nodes.ListBindings:output_type -> bc.api.v1.AllocationBindings
+	26, // 91: bc.api.v1.Nodes.SetLabels:output_type -> bc.api.v1.Node
+	71, // [71:92] is the sub-list for method output_type
+	50, // [50:71] is the sub-list for method input_type
+	50, // [50:50] is the sub-list for extension type_name
+	50, // [50:50] is the sub-list for extension extendee
+	0,  // [0:50] is the sub-list for field type_name
 }
 
 func init() { file_bc_api_v1_api_proto_init() }
@@ -3901,14 +4274,14 @@ func file_bc_api_v1_api_proto_init() {
 	file_bc_api_v1_api_proto_msgTypes[16].OneofWrappers = []any{}
 	file_bc_api_v1_api_proto_msgTypes[17].OneofWrappers = []any{}
 	file_bc_api_v1_api_proto_msgTypes[19].OneofWrappers = []any{}
-	file_bc_api_v1_api_proto_msgTypes[27].OneofWrappers = []any{}
+	file_bc_api_v1_api_proto_msgTypes[30].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_bc_api_v1_api_proto_rawDesc), len(file_bc_api_v1_api_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   41,
+			NumMessages:   44,
 			NumExtensions: 0,
 			NumServices:   4,
 		},

@@ -527,9 +527,13 @@ type Kind struct {
 	Source string `protobuf:"bytes,12,opt,name=source,proto3" json:"source,omitempty"`
 	// newest is true for the newest registered version of the kind, which
 	// new commands are checked against.
-	Newest        bool `protobuf:"varint,13,opt,name=newest,proto3" json:"newest,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Newest bool `protobuf:"varint,13,opt,name=newest,proto3" json:"newest,omitempty"`
+	// compatible_versions is the manifest's range of versions the control
+	// plane dispatches to in its place (a node upgraded before the registry);
+	// empty: this digest only.
+	CompatibleVersions string `protobuf:"bytes,14,opt,name=compatible_versions,json=compatibleVersions,proto3" json:"compatible_versions,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *Kind) Reset() {
@@ -653,6 +657,13 @@ func (x *Kind) GetNewest() bool {
 	return false
 }
 
+func (x *Kind) GetCompatibleVersions() string {
+	if x != nil {
+		return x.CompatibleVersions
+	}
+	return ""
+}
+
 // KindFlags are a kind's wire flags.
 type KindFlags struct {
 	state           protoimpl.MessageState `protogen:"open.v1"`
@@ -758,7 +769,7 @@ const file_bc_api_v1_fleet_proto_rawDesc = "" +
 	"\x05items\x18\x01 \x03(\v2\x0f.bc.api.v1.KindR\x05items\">\n" +
 	"\x0eGetKindRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
-	"\aversion\x18\x02 \x01(\tR\aversion\"\x89\x03\n" +
+	"\aversion\x18\x02 \x01(\tR\aversion\"\xba\x03\n" +
 	"\x04Kind\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\tR\aversion\x12\x16\n" +
@@ -773,7 +784,8 @@ const file_bc_api_v1_fleet_proto_rawDesc = "" +
 	" \x01(\tR\rpayloadSchema\x12 \n" +
 	"\vdescription\x18\v \x01(\tR\vdescription\x12\x16\n" +
 	"\x06source\x18\f \x01(\tR\x06source\x12\x16\n" +
-	"\x06newest\x18\r \x01(\bR\x06newest\"\x93\x01\n" +
+	"\x06newest\x18\r \x01(\bR\x06newest\x12/\n" +
+	"\x13compatible_versions\x18\x0e \x01(\tR\x12compatibleVersions\"\x93\x01\n" +
 	"\tKindFlags\x12\x1d\n" +
 	"\n" +
 	"retry_safe\x18\x01 \x01(\bR\tretrySafe\x12 \n" +

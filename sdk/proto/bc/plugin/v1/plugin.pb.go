@@ -223,8 +223,13 @@ type Manifest struct {
 	PayloadSchema []byte `protobuf:"bytes,7,opt,name=payload_schema,json=payloadSchema,proto3" json:"payload_schema,omitempty"`
 	Version       string `protobuf:"bytes,8,opt,name=version,proto3" json:"version,omitempty"`
 	Description   string `protobuf:"bytes,9,opt,name=description,proto3" json:"description,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// compatible_versions (a semantic-version range such as ">=1.0.0 <2.0.0")
+	// names the versions of this kind that the control plane may dispatch to
+	// in place of this one while a fleet upgrades (sdk/kind's
+	// Manifest.CompatibleVersions); empty: this exact manifest only.
+	CompatibleVersions string `protobuf:"bytes,10,opt,name=compatible_versions,json=compatibleVersions,proto3" json:"compatible_versions,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *Manifest) Reset() {
@@ -316,6 +321,13 @@ func (x *Manifest) GetVersion() string {
 func (x *Manifest) GetDescription() string {
 	if x != nil {
 		return x.Description
+	}
+	return ""
+}
+
+func (x *Manifest) GetCompatibleVersions() string {
+	if x != nil {
+		return x.CompatibleVersions
 	}
 	return ""
 }
@@ -1408,7 +1420,7 @@ const file_bc_plugin_v1_plugin_proto_rawDesc = "" +
 	"retry_safe\x18\x01 \x01(\bR\tretrySafe\x12 \n" +
 	"\vdestructive\x18\x02 \x01(\bR\vdestructive\x12)\n" +
 	"\x10self_terminating\x18\x03 \x01(\bR\x0fselfTerminating\x12\x1a\n" +
-	"\battested\x18\x04 \x01(\bR\battested\"\xc2\x02\n" +
+	"\battested\x18\x04 \x01(\bR\battested\"\xf3\x02\n" +
 	"\bManifest\x12\x12\n" +
 	"\x04kind\x18\x01 \x01(\tR\x04kind\x12&\n" +
 	"\x04lane\x18\x02 \x01(\x0e2\x12.bc.plugin.v1.LaneR\x04lane\x123\n" +
@@ -1418,7 +1430,9 @@ const file_bc_plugin_v1_plugin_proto_rawDesc = "" +
 	"\fapi_runnable\x18\x06 \x01(\bR\vapiRunnable\x12%\n" +
 	"\x0epayload_schema\x18\a \x01(\fR\rpayloadSchema\x12\x18\n" +
 	"\aversion\x18\b \x01(\tR\aversion\x12 \n" +
-	"\vdescription\x18\t \x01(\tR\vdescription\"8\n" +
+	"\vdescription\x18\t \x01(\tR\vdescription\x12/\n" +
+	"\x13compatible_versions\x18\n" +
+	" \x01(\tR\x12compatibleVersions\"8\n" +
 	"\x10ManifestsRequest\x12$\n" +
 	"\x0ehost_broker_id\x18\x01 \x01(\rR\fhostBrokerId\"\x8e\x01\n" +
 	"\x11ManifestsResponse\x124\n" +

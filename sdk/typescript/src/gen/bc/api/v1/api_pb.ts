@@ -22,7 +22,7 @@ import type { JsonObject, Message } from "@bufbuild/protobuf";
  * Describes the file bc/api/v1/api.proto.
  */
 export const file_bc_api_v1_api: GenFile = /*@__PURE__*/
-  fileDesc("ChNiYy9hcGkvdjEvYXBpLnByb3RvEgliYy5hcGkudjEiQgoJQmF0Y2hMZWFmEg8KB3N1YmplY3QYASABKAkSDAoEa2luZBgCIAEoCRIWCg5wYXlsb2FkX3NoYTI1NhgDIAEoCSKwAQoZQ3JlYXRlQ29tbWFuZEJhdGNoUmVxdWVzdBIRCgl0ZW5hbnRfaWQYASABKAkSDgoGcmVhc29uGAIgASgJEiMKBXNjb3BlGAMgAygLMhQuYmMuYXBpLnYxLkJhdGNoTGVhZhIXCg9pZGVtcG90ZW5jeV9rZXkYBCABKAkSHQoQZGVhZGxpbmVfc2Vjb25kcxgFIAEoBUgAiAEBQhMKEV9kZWFkbGluZV9zZWNvbmRzIj0KFkdldENvbW1hbmRCYXRjaFJlcXVlc3QSEQoJdGVuYW50X2lkGAEgASgJEhAKCGJhdGNoX2lkGAIgASgJIkwKGUxpc3RDb21tYW5kQmF0Y2hlc1JlcXVlc3QSEQoJdGVuYW50X2lkGAEgASgJEg0KBXN0YXRlGAIgASgJEg0KBWxpbWl0GAMgASgFIkQKGkxpc3RDb21tYW5kQmF0Y2hlc1Jlc3BvbnNlEiYKBWl0ZW1zGAEgAygLMhcuYmMuYXBpLnYxLkNvbW1hbmRCYXRjaCJkChpBcHByb3ZlQ29tbWFuZEJhdGNoUmVxdWVzdBIRCgl0ZW5hbnRfaWQYASABKAkSEAoIYmF0Y2hfaWQYAiABKAkSDgoGa2V5X2lkGAMgASgJEhEKCXNpZ25hdHVyZRgEIAEoDCJiCg1CYXRjaEFwcHJvdmFsEg4KBmtleV9pZBgBIAEoCRIQCghhcHByb3ZlchgCIAEoCRIvCgthcHByb3ZlZF9hdBgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAipgMKDENvbW1hbmRCYXRjaBIKCgJpZBgBIAEoCRIRCgl0ZW5hbnRfaWQYAiABKAkSDgoGcmVhc29uGAMgASgJEiMKBXNjb3BlGAQgAygLMhQuYmMuYXBpLnYxLkJhdGNoTGVhZhIRCglyZXF1ZXN0ZXIYBSABKAkSDQoFc3RhdGUYBiABKAkSLAoIZGVhZGxpbmUYByABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi4KCmNyZWF0ZWRfYXQYCCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi8KC2FwcHJvdmVkX2F0GAkgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIRCgl0cmVlX3NpemUYCiABKA0SEQoJcm9vdF9oYXNoGAsgASgJEhEKCXN0YXRlbWVudBgMIAEoDBIrCglhcHByb3ZhbHMYDSADKAsyGC5iYy5hcGkudjEuQmF0Y2hBcHByb3ZhbBIYChBhcHByb3ZhbHNfbmVlZGVkGA4gASgNEhEKCXRocmVzaG9sZBgPIAEoDSLHAQoUU2V0Tm9kZUxhYmVsc1JlcXVlc3QSEQoJdGVuYW50X2lkGAEgASgJEg8KB25vZGVfaWQYAiABKAkSOwoGbGFiZWxzGAMgAygLMisuYmMuYXBpLnYxLlNldE5vZGVMYWJlbHNSZXF1ZXN0LkxhYmVsc0VudHJ5Eg4KBnJlbW92ZRgEIAMoCRIPCgdyZXBsYWNlGAUgASgIGi0KC0xhYmVsc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEiQQobTGlzdE5vZGVDZXJ0aWZpY2F0ZXNSZXF1ZXN0EhEKCXRlbmFudF9pZBgBIAEoCRIPCgdub2RlX2lkGAIgASgJIlMKHVJldm9rZU5vZGVDZXJ0aWZpY2F0ZXNSZXF1ZXN0EhEKCXRlbmFudF9pZBgBIAEoCRIPCgdub2RlX2lkGAIgASgJEg4KBnNlcmlhbBgDIAEoCSLTAgoPTm9kZUNlcnRpZmljYXRlEg4KBnNlcmlhbBgBIAEoCRIMCgRyb2xlGAIgASgJEhUKDWFsbG93ZWRfa2luZHMYAyADKAkSLgoKbm90X2JlZm9yZRgEIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLQoJbm90X2FmdGVyGAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBItCglpc3N1ZWRfYXQYBiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEg0KBXN0YXRlGAcgASgJEjEKDXN1cGVyc2VkZWRfYXQYCCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi4KCnJldm9rZWRfYXQYCSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEgsKA3BlbRgKIAEoDCJZChBOb2RlQ2VydGlmaWNhdGVzEjAKDGNlcnRpZmljYXRlcxgBIAMoCzIaLmJjLmFwaS52MS5Ob2RlQ2VydGlmaWNhdGUSEwoLbm9kZV9jYV9wZW0YAiABKAwiQwodTGlzdEFsbG9jYXRpb25CaW5kaW5nc1JlcXVlc3QSEQoJdGVuYW50X2lkGAEgASgJEg8KB25vZGVfaWQYAiABKAkivQEKEUFsbG9jYXRpb25CaW5kaW5nEhIKCmFsbG9jYXRpb24YASABKAkSEgoKZ2VuZXJhdGlvbhgCIAEoAxIMCgRncHVzGAMgAygJEg0KBXN0YXRlGAQgASgJEg4KBnJlYXNvbhgFIAEoCRIRCglzdGF0ZW1lbnQYBiABKAwSEAoIbm9kZV9zaWcYByABKAwSLgoKdXBkYXRlZF9hdBgIIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAiRAoSQWxsb2NhdGlvbkJpbmRpbmdzEi4KCGJpbmRpbmdzGAEgAygLMhwuYmMuYXBpLnYxLkFsbG9jYXRpb25CaW5kaW5nIuIHCgdDb21tYW5kEgoKAmlkGAEgASgJEhEKCXRlbmFudF9pZBgCIAEoCRIPCgdub2RlX2lkGAMgASgJEgsKA3NlcRgEIAEoDRIMCgRraW5kGAUgASgJEigKB3BheWxvYWQYBiABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0Eg0KBXN0YXRlGAcgASgJEg4KBnJlYXNvbhgIIAEoCRItCglub3RfYWZ0ZXIYCSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhcKCnJldHJ5X3NhZmUYCiABKAhIAIgBARIQCghiYXRjaF9pZBgLIAEoCRIZChFhd2FpdGluZ19hcHByb3ZhbBgMIAEoCBIuCgpub3RfYmVmb3JlGA0gASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBISCgpidW5kbGVfa2V5GA4gASgJEi4KCmNyZWF0ZWRfYXQYDyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi4KCnVwZGF0ZWRfYXQYECABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi4KCnNldHRsZWRfYXQYESABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEjcKE2NhbmNlbF9yZXF1ZXN0ZWRfYXQYEiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEiYKBnJlc3VsdBgTIAEoCzIWLmdvb2dsZS5wcm90b2J1Zi5WYWx1ZRIWCg5taW5fZ2VuZXJhdGlvbhgUIAEoAxIoCghwcm9ncmVzcxgVIAEoCzIWLmdvb2dsZS5wcm90b2J1Zi5WYWx1ZRIPCgdtZXNzYWdlGBYgASgJEhUKDXJlc3VsdF9zaGEyNTYYFyABKAkSEAoIbm9kZV9zaWcYGCABKAwSDgoGc2lnbmVkGBkgASgIEhYKDmNvbW1hbmRfc2hhMjU2GBogASgJEhQKDHJlc3VsdF9ieXRlcxgbIAEoDBIUCgtzZWNyZXRfcmVmcxiWASADKAkSFgoOd2FpdGluZ19yZWFzb24YHCABKAkSFwoPd2FpdGluZ19tZXNzYWdlGB0gASgJEhQKDGtpbmRfdmVyc2lvbhgeIAEoCRIQCghyZWJvb3RlZBgfIAEoCBIQCgh0cmFjZV9pZBggIAEoCRIVCg1jb21tYW5kX2J5dGVzGCEgASgMEhEKCXJlcXVlc3RlchgiIAEoCRIVCg1yZXF1ZXN0ZWRfdmlhGCMgASgJEg4KBnJ1bl9pZBgkIAEoCUINCgtfcmV0cnlfc2FmZSLmAQoRUnVuQ29tbWFuZFJlcXVlc3QSEQoJdGVuYW50X2lkGAEgASgJEg8KB25vZGVfaWQYAiABKAkSDAoEa2luZBgDIAEoCRIoCgdwYXlsb2FkGAQgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdBIXCg9pZGVtcG90ZW5jeV9rZXkYBSABKAkSHgoRbm90X2FmdGVyX3NlY29uZHMYBiABKAVIAIgBARIQCghiYXRjaF9pZBgHIAEoCRIUCgtzZWNyZXRfcmVmcxiWASADKAlCFAoSX25vdF9hZnRlcl9zZWNvbmRzIksKEUdldENvbW1hbmRSZXF1ZXN0EhEKCXRlbmFudF9pZBgBIAEoCRIPCgdub2RlX2lkGAIgASgJEhIKCmNvbW1hbmRfaWQYAyABKAki0gIKE0xpc3RDb21tYW5kc1JlcXVlc3QSEQoJdGVuYW50X2lkGAEgASgJEg8KB25vZGVfaWQYAiABKAkSDQoFc3RhdGUYAyABKAkSEgoFbGltaXQYBCABKAVIAIgBARIOCgZjdXJzb3IYBSABKAkSDAoEa2luZBgGIAEoCRIOCgZyZWFzb24YByABKAkSDgoGcnVuX2lkGAggASgJEhAKCGJhdGNoX2lkGAkgASgJEhEKCXJlcXVlc3RlchgKIAEoCRIpCgVzaW5jZRgLIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASKQoFdW50aWwYDCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEjEKDXNldHRsZWRfc2luY2UYDSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wQggKBl9saW1pdCJOChRMaXN0Q29tbWFuZHNSZXNwb25zZRIhCgVpdGVtcxgBIAMoCzISLmJjLmFwaS52MS5Db21tYW5kEhMKC25leHRfY3Vyc29yGAIgASgJIk4KFENhbmNlbENvbW1hbmRSZXF1ZXN0EhEKCXRlbmFudF9pZBgBIAEoCRIPCgdub2RlX2lkGAIgASgJEhIKCmNvbW1hbmRfaWQYAyABKAkiVwoSV2F0Y2hFdmVudHNSZXF1ZXN0EhEKCXRlbmFudF9pZBgBIAEoCRIOCgZjdXJzb3IYAiABKAkSDwoHbm9kZV9pZBgDIAEoCRINCgV0eXBlcxgEIAMoCSKhAQoFRXZlbnQSDgoGY3Vyc29yGAEgASgJEgwKBHR5cGUYAiABKAkSEQoJdGVuYW50X2lkGAMgASgJEg8KB25vZGVfaWQYBCABKAkSLwoLb2NjdXJyZWRfYXQYBSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEiUKBGRhdGEYBiABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0IjQKDkdldE5vZGVSZXF1ZXN0EhEKCXRlbmFudF9pZBgBIAEoCRIPCgdub2RlX2lkGAIgASgJInUKCUNvbmRpdGlvbhIMCgR0eXBlGAEgASgJEg4KBnN0YXR1cxgCIAEoCRIOCgZyZWFzb24YAyABKAkSDwoHbWVzc2FnZRgEIAEoCRIpCgVzaW5jZRgFIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAizQUKBE5vZGUSCgoCaWQYASABKAkSEQoJdGVuYW50X2lkGAIgASgJEgwKBHJvbGUYAyABKAkSFQoNYWxsb3dlZF9raW5kcxgEIAMoCRIqCglpbnZlbnRvcnkYBSABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0EigKCmNvbmRpdGlvbnMYBiADKAsyFC5iYy5hcGkudjEuQ29uZGl0aW9uEhoKEmFwcGxpZWRfZ2VuZXJhdGlvbhgHIAEoAxIuCgpjcmVhdGVkX2F0GAggASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIVCg10cnVzdF92ZXJzaW9uGAkgASgDEgwKBHBvb2wYZCABKAkSEgoJY29ubmVjdGVkGKABIAEoCBIQCgdnYXRld2F5GKEBIAEoCRI0Cg9jb25uZWN0ZWRfc2luY2UYogEgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBI0Cg9kaXNjb25uZWN0ZWRfYXQYowEgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCglsYXN0X3NlZW4YpAEgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIWCg1hZ2VudF92ZXJzaW9uGKUBIAEoCRIQCgdib290X2lkGKYBIAEoCRIWCg1zZXNzaW9uX2Vwb2NoGKcBIAEoAxIsCgZsYWJlbHMYqgEgAygLMhsuYmMuYXBpLnYxLk5vZGUuTGFiZWxzRW50cnkSEAoHaGVhbHRoeRirASABKAgSFgoNZmFpbGVkX2NoZWNrcxisASADKAkSLwoKY2hlY2tlZF9hdBitASABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wGi0KC0xhYmVsc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEi4QEKEExpc3ROb2Rlc1JlcXVlc3QSEQoJdGVuYW50X2lkGAEgASgJEgwKBHBvb2wYAiABKAkSEgoFbGltaXQYAyABKAVIAIgBARIOCgZjdXJzb3IYBCABKAkSEAoIc2VsZWN0b3IYBSABKAkSEQoJY29uZGl0aW9uGAYgASgJEhYKCWNvbm5lY3RlZBgHIAEoCEgBiAEBEg4KBmhlYWx0aBgIIAEoCRINCgVxdWVyeRgJIAEoCRIUCgxmYWlsZWRfY2hlY2sYCiABKAlCCAoGX2xpbWl0QgwKCl9jb25uZWN0ZWQiSAoRTGlzdE5vZGVzUmVzcG9uc2USHgoFaXRlbXMYASADKAsyDy5iYy5hcGkudjEuTm9kZRITCgtuZXh0X2N1cnNvchgCIAEoCSI2ChNDcmVhdGVUZW5hbnRSZXF1ZXN0EhEKCXRlbmFudF9pZBgBIAEoCRIMCgRuYW1lGAIgASgJIlIKBlRlbmFudBIKCgJpZBgBIAEoCRIMCgRuYW1lGAIgASgJEi4KCmNyZWF0ZWRfYXQYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wImoKEUNyZWF0ZU5vZGVSZXF1ZXN0EhEKCXRlbmFudF9pZBgBIAEoCRIPCgdub2RlX2lkGAIgASgJEgwKBHJvbGUYAyABKAkSFQoNYWxsb3dlZF9raW5kcxgEIAMoCRIMCgRwb29sGGQgASgJIoQBChZDcmVhdGVKb2luVG9rZW5SZXF1ZXN0EhEKCXRlbmFudF9pZBgBIAEoCRIPCgdub2RlX2lkGAIgASgJEgwKBHJvbGUYAyABKAkSFQoNYWxsb3dlZF9raW5kcxgEIAMoCRITCgt0dGxfc2Vjb25kcxgFIAEoAxIMCgRwb29sGGQgASgJIlsKCUpvaW5Ub2tlbhINCgV0b2tlbhgBIAEoCRIPCgdub2RlX2lkGAIgASgJEi4KCmV4cGlyZXNfYXQYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIl8KElNldE5vZGVTcGVjUmVxdWVzdBIRCgl0ZW5hbnRfaWQYASABKAkSDwoHbm9kZV9pZBgCIAEoCRIlCgRzcGVjGAMgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdCI4ChJHZXROb2RlU3BlY1JlcXVlc3QSEQoJdGVuYW50X2lkGAEgASgJEg8KB25vZGVfaWQYAiABKAkiVgoITm9kZVNwZWMSDwoHbm9kZV9pZBgBIAEoCRISCgpnZW5lcmF0aW9uGAIgASgDEiUKBHNwZWMYAyABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0IjcKEURlbGV0ZU5vZGVSZXF1ZXN0EhEKCXRlbmFudF9pZBgBIAEoCRIPCgdub2RlX2lkGAIgASgJIjoKC0RlbGV0ZWROb2RlEg8KB25vZGVfaWQYASABKAkSGgoSY2FuY2VsbGVkX2NvbW1hbmRzGAIgASgNMoQCCghDb21tYW5kcxI3CgNSdW4SHC5iYy5hcGkudjEuUnVuQ29tbWFuZFJlcXVlc3QaEi5iYy5hcGkudjEuQ29tbWFuZBI3CgNHZXQSHC5iYy5hcGkudjEuR2V0Q29tbWFuZFJlcXVlc3QaEi5iYy5hcGkudjEuQ29tbWFuZBJHCgRMaXN0Eh4uYmMuYXBpLnYxLkxpc3RDb21tYW5kc1JlcXVlc3QaHy5iYy5hcGkudjEuTGlzdENvbW1hbmRzUmVzcG9uc2USPQoGQ2FuY2VsEh8uYmMuYXBpLnYxLkNhbmNlbENvbW1hbmRSZXF1ZXN0GhIuYmMuYXBpLnYxLkNvbW1hbmQyvAIKDkNvbW1hbmRCYXRjaGVzEkcKBkNyZWF0ZRIkLmJjLmFwaS52MS5DcmVhdGVDb21tYW5kQmF0Y2hSZXF1ZXN0GhcuYmMuYXBpLnYxLkNvbW1hbmRCYXRjaBJBCgNHZXQSIS5iYy5hcGkudjEuR2V0Q29tbWFuZEJhdGNoUmVxdWVzdBoXLmJjLmFwaS52MS5Db21tYW5kQmF0Y2gSUwoETGlzdBIkLmJjLmFwaS52MS5MaXN0Q29tbWFuZEJhdGNoZXNSZXF1ZXN0GiUuYmMuYXBpLnYxLkxpc3RDb21tYW5kQmF0Y2hlc1Jlc3BvbnNlEkkKB0FwcHJvdmUSJS5iYy5hcGkudjEuQXBwcm92ZUNvbW1hbmRCYXRjaFJlcXVlc3QaFy5iYy5hcGkudjEuQ29tbWFuZEJhdGNoMkQKBkV2ZW50cxI6CgVXYXRjaBIdLmJjLmFwaS52MS5XYXRjaEV2ZW50c1JlcXVlc3QaEC5iYy5hcGkudjEuRXZlbnQwATLRBgoFTm9kZXMSMQoDR2V0EhkuYmMuYXBpLnYxLkdldE5vZGVSZXF1ZXN0Gg8uYmMuYXBpLnYxLk5vZGUSQQoETGlzdBIbLmJjLmFwaS52MS5MaXN0Tm9kZXNSZXF1ZXN0GhwuYmMuYXBpLnYxLkxpc3ROb2Rlc1Jlc3BvbnNlEkEKDENyZWF0ZVRlbmFudBIeLmJjLmFwaS52MS5DcmVhdGVUZW5hbnRSZXF1ZXN0GhEuYmMuYXBpLnYxLlRlbmFudBI3CgZDcmVhdGUSHC5iYy5hcGkudjEuQ3JlYXRlTm9kZVJlcXVlc3QaDy5iYy5hcGkudjEuTm9kZRJKCg9DcmVhdGVKb2luVG9rZW4SIS5iYy5hcGkudjEuQ3JlYXRlSm9pblRva2VuUmVxdWVzdBoULmJjLmFwaS52MS5Kb2luVG9rZW4SPQoHU2V0U3BlYxIdLmJjLmFwaS52MS5TZXROb2RlU3BlY1JlcXVlc3QaEy5iYy5hcGkudjEuTm9kZVNwZWMSPQoHR2V0U3BlYxIdLmJjLmFwaS52MS5HZXROb2RlU3BlY1JlcXVlc3QaEy5iYy5hcGkudjEuTm9kZVNwZWMSPgoGRGVsZXRlEhwuYmMuYXBpLnYxLkRlbGV0ZU5vZGVSZXF1ZXN0GhYuYmMuYXBpLnYxLkRlbGV0ZWROb2RlElcKEExpc3RDZXJ0aWZpY2F0ZXMSJi5iYy5hcGkudjEuTGlzdE5vZGVDZXJ0aWZpY2F0ZXNSZXF1ZXN0GhsuYmMuYXBpLnYxLk5vZGVDZXJ0aWZpY2F0ZXMSWwoSUmV2b2tlQ2VydGlmaWNhdGVzEiguYmMuYXBpLnYxLlJldm9rZU5vZGVDZXJ0aWZpY2F0ZXNSZXF1ZXN0GhsuYmMuYXBpLnYxLk5vZGVDZXJ0aWZpY2F0ZXMSVwoMTGlzdEJpbmRpbmdzEiguYmMuYXBpLnYxLkxpc3RBbGxvY2F0aW9uQmluZGluZ3NSZXF1ZXN0Gh0uYmMuYXBpLnYxLkFsbG9jYXRpb25CaW5kaW5ncxI9CglTZXRMYWJlbHMSHy5iYy5hcGkudjEuU2V0Tm9kZUxhYmVsc1JlcXVlc3QaDy5iYy5hcGkudjEuTm9kZUI6WjhnaXRodWIuY29tL2JldHRlci1jb21wdXRlL2NvbW1hbmRzL3Byb3RvL2JjL2FwaS92MTthcGl2MWIGcHJvdG8z", [file_google_protobuf_struct, file_google_protobuf_timestamp]);
+  fileDesc("ChNiYy9hcGkvdjEvYXBpLnByb3RvEgliYy5hcGkudjEiQgoJQmF0Y2hMZWFmEg8KB3N1YmplY3QYASABKAkSDAoEa2luZBgCIAEoCRIWCg5wYXlsb2FkX3NoYTI1NhgDIAEoCSKwAQoZQ3JlYXRlQ29tbWFuZEJhdGNoUmVxdWVzdBIRCgl0ZW5hbnRfaWQYASABKAkSDgoGcmVhc29uGAIgASgJEiMKBXNjb3BlGAMgAygLMhQuYmMuYXBpLnYxLkJhdGNoTGVhZhIXCg9pZGVtcG90ZW5jeV9rZXkYBCABKAkSHQoQZGVhZGxpbmVfc2Vjb25kcxgFIAEoBUgAiAEBQhMKEV9kZWFkbGluZV9zZWNvbmRzIj0KFkdldENvbW1hbmRCYXRjaFJlcXVlc3QSEQoJdGVuYW50X2lkGAEgASgJEhAKCGJhdGNoX2lkGAIgASgJIkwKGUxpc3RDb21tYW5kQmF0Y2hlc1JlcXVlc3QSEQoJdGVuYW50X2lkGAEgASgJEg0KBXN0YXRlGAIgASgJEg0KBWxpbWl0GAMgASgFIkQKGkxpc3RDb21tYW5kQmF0Y2hlc1Jlc3BvbnNlEiYKBWl0ZW1zGAEgAygLMhcuYmMuYXBpLnYxLkNvbW1hbmRCYXRjaCJkChpBcHByb3ZlQ29tbWFuZEJhdGNoUmVxdWVzdBIRCgl0ZW5hbnRfaWQYASABKAkSEAoIYmF0Y2hfaWQYAiABKAkSDgoGa2V5X2lkGAMgASgJEhEKCXNpZ25hdHVyZRgEIAEoDCJiCg1CYXRjaEFwcHJvdmFsEg4KBmtleV9pZBgBIAEoCRIQCghhcHByb3ZlchgCIAEoCRIvCgthcHByb3ZlZF9hdBgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAipgMKDENvbW1hbmRCYXRjaBIKCgJpZBgBIAEoCRIRCgl0ZW5hbnRfaWQYAiABKAkSDgoGcmVhc29uGAMgASgJEiMKBXNjb3BlGAQgAygLMhQuYmMuYXBpLnYxLkJhdGNoTGVhZhIRCglyZXF1ZXN0ZXIYBSABKAkSDQoFc3RhdGUYBiABKAkSLAoIZGVhZGxpbmUYByABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi4KCmNyZWF0ZWRfYXQYCCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi8KC2FwcHJvdmVkX2F0GAkgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIRCgl0cmVlX3NpemUYCiABKA0SEQoJcm9vdF9oYXNoGAsgASgJEhEKCXN0YXRlbWVudBgMIAEoDBIrCglhcHByb3ZhbHMYDSADKAsyGC5iYy5hcGkudjEuQmF0Y2hBcHByb3ZhbBIYChBhcHByb3ZhbHNfbmVlZGVkGA4gASgNEhEKCXRocmVzaG9sZBgPIAEoDSLHAQoUU2V0Tm9kZUxhYmVsc1JlcXVlc3QSEQoJdGVuYW50X2lkGAEgASgJEg8KB25vZGVfaWQYAiABKAkSOwoGbGFiZWxzGAMgAygLMisuYmMuYXBpLnYxLlNldE5vZGVMYWJlbHNSZXF1ZXN0LkxhYmVsc0VudHJ5Eg4KBnJlbW92ZRgEIAMoCRIPCgdyZXBsYWNlGAUgASgIGi0KC0xhYmVsc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEiQQobTGlzdE5vZGVDZXJ0aWZpY2F0ZXNSZXF1ZXN0EhEKCXRlbmFudF9pZBgBIAEoCRIPCgdub2RlX2lkGAIgASgJIlMKHVJldm9rZU5vZGVDZXJ0aWZpY2F0ZXNSZXF1ZXN0EhEKCXRlbmFudF9pZBgBIAEoCRIPCgdub2RlX2lkGAIgASgJEg4KBnNlcmlhbBgDIAEoCSLTAgoPTm9kZUNlcnRpZmljYXRlEg4KBnNlcmlhbBgBIAEoCRIMCgRyb2xlGAIgASgJEhUKDWFsbG93ZWRfa2luZHMYAyADKAkSLgoKbm90X2JlZm9yZRgEIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLQoJbm90X2FmdGVyGAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBItCglpc3N1ZWRfYXQYBiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEg0KBXN0YXRlGAcgASgJEjEKDXN1cGVyc2VkZWRfYXQYCCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi4KCnJldm9rZWRfYXQYCSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEgsKA3BlbRgKIAEoDCJZChBOb2RlQ2VydGlmaWNhdGVzEjAKDGNlcnRpZmljYXRlcxgBIAMoCzIaLmJjLmFwaS52MS5Ob2RlQ2VydGlmaWNhdGUSEwoLbm9kZV9jYV9wZW0YAiABKAwiQwodTGlzdEFsbG9jYXRpb25CaW5kaW5nc1JlcXVlc3QSEQoJdGVuYW50X2lkGAEgASgJEg8KB25vZGVfaWQYAiABKAkivQEKEUFsbG9jYXRpb25CaW5kaW5nEhIKCmFsbG9jYXRpb24YASABKAkSEgoKZ2VuZXJhdGlvbhgCIAEoAxIMCgRncHVzGAMgAygJEg0KBXN0YXRlGAQgASgJEg4KBnJlYXNvbhgFIAEoCRIRCglzdGF0ZW1lbnQYBiABKAwSEAoIbm9kZV9zaWcYByABKAwSLgoKdXBkYXRlZF9hdBgIIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAiRAoSQWxsb2NhdGlvbkJpbmRpbmdzEi4KCGJpbmRpbmdzGAEgAygLMhwuYmMuYXBpLnYxLkFsbG9jYXRpb25CaW5kaW5nIowICgdDb21tYW5kEgoKAmlkGAEgASgJEhEKCXRlbmFudF9pZBgCIAEoCRIPCgdub2RlX2lkGAMgASgJEgsKA3NlcRgEIAEoDRIMCgRraW5kGAUgASgJEigKB3BheWxvYWQYBiABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0Eg0KBXN0YXRlGAcgASgJEg4KBnJlYXNvbhgIIAEoCRItCglub3RfYWZ0ZXIYCSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhcKCnJldHJ5X3NhZmUYCiABKAhIAIgBARIQCghiYXRjaF9pZBgLIAEoCRIZChFhd2FpdGluZ19hcHByb3ZhbBgMIAEoCBIuCgpub3RfYmVmb3JlGA0gASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBISCgpidW5kbGVfa2V5GA4gASgJEi4KCmNyZWF0ZWRfYXQYDyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi4KCnVwZGF0ZWRfYXQYECABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi4KCnNldHRsZWRfYXQYESABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEjcKE2NhbmNlbF9yZXF1ZXN0ZWRfYXQYEiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEiYKBnJlc3VsdBgTIAEoCzIWLmdvb2dsZS5wcm90b2J1Zi5WYWx1ZRIWCg5taW5fZ2VuZXJhdGlvbhgUIAEoAxIoCghwcm9ncmVzcxgVIAEoCzIWLmdvb2dsZS5wcm90b2J1Zi5WYWx1ZRIPCgdtZXNzYWdlGBYgASgJEhUKDXJlc3VsdF9zaGEyNTYYFyABKAkSEAoIbm9kZV9zaWcYGCABKAwSDgoGc2lnbmVkGBkgASgIEhYKDmNvbW1hbmRfc2hhMjU2GBogASgJEhQKDHJlc3VsdF9ieXRlcxgbIAEoDBIUCgtzZWNyZXRfcmVmcxiWASADKAkSFgoOd2FpdGluZ19yZWFzb24YHCABKAkSFwoPd2FpdGluZ19tZXNzYWdlGB0gASgJEhQKDGtpbmRfdmVyc2lvbhgeIAEoCRIQCghyZWJvb3RlZBgfIAEoCBIQCgh0cmFjZV9pZBggIAEoCRIVCg1jb21tYW5kX2J5dGVzGCEgASgMEhEKCXJlcXVlc3RlchgiIAEoCRIVCg1yZXF1ZXN0ZWRfdmlhGCMgASgJEg4KBnJ1bl9pZBgkIAEoCRIoCgpibG9ja2VkX2J5GCUgASgLMhQuYmMuYXBpLnYxLkJsb2NrZWRCeUINCgtfcmV0cnlfc2FmZSLmAQoRUnVuQ29tbWFuZFJlcXVlc3QSEQoJdGVuYW50X2lkGAEgASgJEg8KB25vZGVfaWQYAiABKAkSDAoEa2luZBgDIAEoCRIoCgdwYXlsb2FkGAQgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdBIXCg9pZGVtcG90ZW5jeV9rZXkYBSABKAkSHgoRbm90X2FmdGVyX3NlY29uZHMYBiABKAVIAIgBARIQCghiYXRjaF9pZBgHIAEoCRIUCgtzZWNyZXRfcmVmcxiWASADKAlCFAoSX25vdF9hZnRlcl9zZWNvbmRzIksKEUdldENvbW1hbmRSZXF1ZXN0EhEKCXRlbmFudF9pZBgBIAEoCRIPCgdub2RlX2lkGAIgASgJEhIKCmNvbW1hbmRfaWQYAyABKAki0gIKE0xpc3RDb21tYW5kc1JlcXVlc3QSEQoJdGVuYW50X2lkGAEgASgJEg8KB25vZGVfaWQYAiABKAkSDQoFc3RhdGUYAyABKAkSEgoFbGltaXQYBCABKAVIAIgBARIOCgZjdXJzb3IYBSABKAkSDAoEa2luZBgGIAEoCRIOCgZyZWFzb24YByABKAkSDgoGcnVuX2lkGAggASgJEhAKCGJhdGNoX2lkGAkgASgJEhEKCXJlcXVlc3RlchgKIAEoCRIpCgVzaW5jZRgLIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASKQoFdW50aWwYDCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEjEKDXNldHRsZWRfc2luY2UYDSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wQggKBl9saW1pdCJOChRMaXN0Q29tbWFuZHNSZXNwb25zZRIhCgVpdGVtcxgBIAMoCzISLmJjLmFwaS52MS5Db21tYW5kEhMKC25leHRfY3Vyc29yGAIgASgJIk4KFENhbmNlbENvbW1hbmRSZXF1ZXN0EhEKCXRlbmFudF9pZBgBIAEoCRIPCgdub2RlX2lkGAIgASgJEhIKCmNvbW1hbmRfaWQYAyABKAkiVwoSV2F0Y2hFdmVudHNSZXF1ZXN0EhEKCXRlbmFudF9pZBgBIAEoCRIOCgZjdXJzb3IYAiABKAkSDwoHbm9kZV9pZBgDIAEoCRINCgV0eXBlcxgEIAMoCSKhAQoFRXZlbnQSDgoGY3Vyc29yGAEgASgJEgwKBHR5cGUYAiABKAkSEQoJdGVuYW50X2lkGAMgASgJEg8KB25vZGVfaWQYBCABKAkSLwoLb2NjdXJyZWRfYXQYBSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEiUKBGRhdGEYBiABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0IjQKDkdldE5vZGVSZXF1ZXN0EhEKCXRlbmFudF9pZBgBIAEoCRIPCgdub2RlX2lkGAIgASgJInUKCUNvbmRpdGlvbhIMCgR0eXBlGAEgASgJEg4KBnN0YXR1cxgCIAEoCRIOCgZyZWFzb24YAyABKAkSDwoHbWVzc2FnZRgEIAEoCRIpCgVzaW5jZRgFIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAipgYKBE5vZGUSCgoCaWQYASABKAkSEQoJdGVuYW50X2lkGAIgASgJEgwKBHJvbGUYAyABKAkSFQoNYWxsb3dlZF9raW5kcxgEIAMoCRIqCglpbnZlbnRvcnkYBSABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0EigKCmNvbmRpdGlvbnMYBiADKAsyFC5iYy5hcGkudjEuQ29uZGl0aW9uEhoKEmFwcGxpZWRfZ2VuZXJhdGlvbhgHIAEoAxIuCgpjcmVhdGVkX2F0GAggASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIVCg10cnVzdF92ZXJzaW9uGAkgASgDEgwKBHBvb2wYZCABKAkSEgoJY29ubmVjdGVkGKABIAEoCBIQCgdnYXRld2F5GKEBIAEoCRI0Cg9jb25uZWN0ZWRfc2luY2UYogEgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBI0Cg9kaXNjb25uZWN0ZWRfYXQYowEgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCglsYXN0X3NlZW4YpAEgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIWCg1hZ2VudF92ZXJzaW9uGKUBIAEoCRIQCgdib290X2lkGKYBIAEoCRIWCg1zZXNzaW9uX2Vwb2NoGKcBIAEoAxIsCgZsYWJlbHMYqgEgAygLMhsuYmMuYXBpLnYxLk5vZGUuTGFiZWxzRW50cnkSEAoHaGVhbHRoeRirASABKAgSFgoNZmFpbGVkX2NoZWNrcxisASADKAkSLwoKY2hlY2tlZF9hdBitASABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEiMKBWtpbmRzGK4BIAMoCzITLmJjLmFwaS52MS5Ob2RlS2luZBIyCg9yZWZ1c2VkX3BsdWdpbnMYrwEgAygLMhguYmMuYXBpLnYxLlBsdWdpblJlZnVzYWwaLQoLTGFiZWxzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASJjCghOb2RlS2luZBIMCgRraW5kGAEgASgJEg8KB3ZlcnNpb24YAiABKAkSDgoGZGlnZXN0GAMgASgJEg4KBnN0YXR1cxgEIAEoCRIYChByZWdpc3RyeV92ZXJzaW9uGAUgASgJInwKDVBsdWdpblJlZnVzYWwSDgoGcGx1Z2luGAEgASgJEg4KBnJlYXNvbhgCIAEoCRIPCgdtZXNzYWdlGAMgASgJEhUKDXBpbm5lZF9zaGEyNTYYBCABKAkSFAoMZm91bmRfc2hhMjU2GAUgASgJEg0KBWtpbmRzGAYgAygJIuIBCglCbG9ja2VkQnkSDgoGcmVhc29uGAEgASgJEg8KB21lc3NhZ2UYAiABKAkSCwoDZml4GAMgASgJEgwKBGtpbmQYBCABKAkSEwoLbm9kZV9kaWdlc3QYBSABKAkSFAoMbm9kZV92ZXJzaW9uGAYgASgJEhcKD3JlZ2lzdHJ5X2RpZ2VzdBgHIAEoCRIYChByZWdpc3RyeV92ZXJzaW9uGAggASgJEg4KBnBsdWdpbhgJIAEoCRIVCg1waW5uZWRfc2hhMjU2GAogASgJEhQKDGZvdW5kX3NoYTI1NhgLIAEoCSLhAQoQTGlzdE5vZGVzUmVxdWVzdBIRCgl0ZW5hbnRfaWQYASABKAkSDAoEcG9vbBgCIAEoCRISCgVsaW1pdBgDIAEoBUgAiAEBEg4KBmN1cnNvchgEIAEoCRIQCghzZWxlY3RvchgFIAEoCRIRCgljb25kaXRpb24YBiABKAkSFgoJY29ubmVjdGVkGAcgASgISAGIAQESDgoGaGVhbHRoGAggASgJEg0KBXF1ZXJ5GAkgASgJEhQKDGZhaWxlZF9jaGVjaxgKIAEoCUIICgZfbGltaXRCDAoKX2Nvbm5lY3RlZCJIChFMaXN0Tm9kZXNSZXNwb25zZRIeCgVpdGVtcxgBIAMoCzIPLmJjLmFwaS52MS5Ob2RlEhMKC25leHRfY3Vyc29yGAIgASgJIjYKE0NyZWF0ZVRlbmFudFJlcXVlc3QSEQoJdGVuYW50X2lkGAEgASgJEgwKBG5hbWUYAiABKAkiUgoGVGVuYW50EgoKAmlkGAEgASgJEgwKBG5hbWUYAiABKAkSLgoKY3JlYXRlZF9hdBgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAiagoRQ3JlYXRlTm9kZVJlcXVlc3QSEQoJdGVuYW50X2lkGAEgASgJEg8KB25vZGVfaWQYAiABKAkSDAoEcm9sZRgDIAEoCRIVCg1hbGxvd2VkX2tpbmRzGAQgAygJEgwKBHBvb2wYZCABKAkihAEKFkNyZWF0ZUpvaW5Ub2tlblJlcXVlc3QSEQoJdGVuYW50X2lkGAEgASgJEg8KB25vZGVfaWQYAiABKAkSDAoEcm9sZRgDIAEoCRIVCg1hbGxvd2VkX2tpbmRzGAQgAygJEhMKC3R0bF9zZWNvbmRzGAUgASgDEgwKBHBvb2wYZCABKAkiWwoJSm9pblRva2VuEg0KBXRva2VuGAEgASgJEg8KB25vZGVfaWQYAiABKAkSLgoKZXhwaXJlc19hdBgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAiXwoSU2V0Tm9kZVNwZWNSZXF1ZXN0EhEKCXRlbmFudF9pZBgBIAEoCRIPCgdub2RlX2lkGAIgASgJEiUKBHNwZWMYAyABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0IjgKEkdldE5vZGVTcGVjUmVxdWVzdBIRCgl0ZW5hbnRfaWQYASABKAkSDwoHbm9kZV9pZBgCIAEoCSJWCghOb2RlU3BlYxIPCgdub2RlX2lkGAEgASgJEhIKCmdlbmVyYXRpb24YAiABKAMSJQoEc3BlYxgDIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QiNwoRRGVsZXRlTm9kZVJlcXVlc3QSEQoJdGVuYW50X2lkGAEgASgJEg8KB25vZGVfaWQYAiABKAkiOgoLRGVsZXRlZE5vZGUSDwoHbm9kZV9pZBgBIAEoCRIaChJjYW5jZWxsZWRfY29tbWFuZHMYAiABKA0yhAIKCENvbW1hbmRzEjcKA1J1bhIcLmJjLmFwaS52MS5SdW5Db21tYW5kUmVxdWVzdBoSLmJjLmFwaS52MS5Db21tYW5kEjcKA0dldBIcLmJjLmFwaS52MS5HZXRDb21tYW5kUmVxdWVzdBoSLmJjLmFwaS52MS5Db21tYW5kEkcKBExpc3QSHi5iYy5hcGkudjEuTGlzdENvbW1hbmRzUmVxdWVzdBofLmJjLmFwaS52MS5MaXN0Q29tbWFuZHNSZXNwb25zZRI9CgZDYW5jZWwSHy5iYy5hcGkudjEuQ2FuY2VsQ29tbWFuZFJlcXVlc3QaEi5iYy5hcGkudjEuQ29tbWFuZDK8AgoOQ29tbWFuZEJhdGNoZXMSRwoGQ3JlYXRlEiQuYmMuYXBpLnYxLkNyZWF0ZUNvbW1hbmRCYXRjaFJlcXVlc3QaFy5iYy5hcGkudjEuQ29tbWFuZEJhdGNoEkEKA0dldBIhLmJjLmFwaS52MS5HZXRDb21tYW5kQmF0Y2hSZXF1ZXN0GhcuYmMuYXBpLnYxLkNvbW1hbmRCYXRjaBJTCgRMaXN0EiQuYmMuYXBpLnYxLkxpc3RDb21tYW5kQmF0Y2hlc1JlcXVlc3QaJS5iYy5hcGkudjEuTGlzdENvbW1hbmRCYXRjaGVzUmVzcG9uc2USSQoHQXBwcm92ZRIlLmJjLmFwaS52MS5BcHByb3ZlQ29tbWFuZEJhdGNoUmVxdWVzdBoXLmJjLmFwaS52MS5Db21tYW5kQmF0Y2gyRAoGRXZlbnRzEjoKBVdhdGNoEh0uYmMuYXBpLnYxLldhdGNoRXZlbnRzUmVxdWVzdBoQLmJjLmFwaS52MS5FdmVudDABMtEGCgVOb2RlcxIxCgNHZXQSGS5iYy5hcGkudjEuR2V0Tm9kZVJlcXVlc3QaDy5iYy5hcGkudjEuTm9kZRJBCgRMaXN0EhsuYmMuYXBpLnYxLkxpc3ROb2Rlc1JlcXVlc3QaHC5iYy5hcGkudjEuTGlzdE5vZGVzUmVzcG9uc2USQQoMQ3JlYXRlVGVuYW50Eh4uYmMuYXBpLnYxLkNyZWF0ZVRlbmFudFJlcXVlc3QaES5iYy5hcGkudjEuVGVuYW50EjcKBkNyZWF0ZRIcLmJjLmFwaS52MS5DcmVhdGVOb2RlUmVxdWVzdBoPLmJjLmFwaS52MS5Ob2RlEkoKD0NyZWF0ZUpvaW5Ub2tlbhIhLmJjLmFwaS52MS5DcmVhdGVKb2luVG9rZW5SZXF1ZXN0GhQuYmMuYXBpLnYxLkpvaW5Ub2tlbhI9CgdTZXRTcGVjEh0uYmMuYXBpLnYxLlNldE5vZGVTcGVjUmVxdWVzdBoTLmJjLmFwaS52MS5Ob2RlU3BlYxI9CgdHZXRTcGVjEh0uYmMuYXBpLnYxLkdldE5vZGVTcGVjUmVxdWVzdBoTLmJjLmFwaS52MS5Ob2RlU3BlYxI+CgZEZWxldGUSHC5iYy5hcGkudjEuRGVsZXRlTm9kZVJlcXVlc3QaFi5iYy5hcGkudjEuRGVsZXRlZE5vZGUSVwoQTGlzdENlcnRpZmljYXRlcxImLmJjLmFwaS52MS5MaXN0Tm9kZUNlcnRpZmljYXRlc1JlcXVlc3QaGy5iYy5hcGkudjEuTm9kZUNlcnRpZmljYXRlcxJbChJSZXZva2VDZXJ0aWZpY2F0ZXMSKC5iYy5hcGkudjEuUmV2b2tlTm9kZUNlcnRpZmljYXRlc1JlcXVlc3QaGy5iYy5hcGkudjEuTm9kZUNlcnRpZmljYXRlcxJXCgxMaXN0QmluZGluZ3MSKC5iYy5hcGkudjEuTGlzdEFsbG9jYXRpb25CaW5kaW5nc1JlcXVlc3QaHS5iYy5hcGkudjEuQWxsb2NhdGlvbkJpbmRpbmdzEj0KCVNldExhYmVscxIfLmJjLmFwaS52MS5TZXROb2RlTGFiZWxzUmVxdWVzdBoPLmJjLmFwaS52MS5Ob2RlQjpaOGdpdGh1Yi5jb20vYmV0dGVyLWNvbXB1dGUvY29tbWFuZHMvcHJvdG8vYmMvYXBpL3YxO2FwaXYxYgZwcm90bzM", [file_google_protobuf_struct, file_google_protobuf_timestamp]);
 
 /**
  * BatchLeaf is one (subject, kind) the batch allows, optionally bound to
@@ -919,6 +919,18 @@ export type Command = Message<"bc.api.v1.Command"> & {
    * @generated from field: string run_id = 36;
    */
   runId: string;
+
+  /**
+   * blocked_by says, while a pending command waits on something only a
+   * person can fix, what it is, with the details and the fix (the node runs
+   * another digest of the kind than the registry, does not load the kind,
+   * or refused its plugin for a stale pin). It stays on a command that
+   * expired waiting. waiting_reason and waiting_message say the same in
+   * two words.
+   *
+   * @generated from field: bc.api.v1.BlockedBy blocked_by = 37;
+   */
+  blockedBy?: BlockedBy | undefined;
 };
 
 /**
@@ -1503,6 +1515,22 @@ export type Node = Message<"bc.api.v1.Node"> & {
    * @generated from field: google.protobuf.Timestamp checked_at = 173;
    */
   checkedAt?: Timestamp | undefined;
+
+  /**
+   * kinds are the kinds the node's last Hello reported, with how the
+   * registry sees each.
+   *
+   * @generated from field: repeated bc.api.v1.NodeKind kinds = 174;
+   */
+  kinds: NodeKind[];
+
+  /**
+   * refused_plugins are the plugin files the node's bcd refused to run, as
+   * its last Hello said.
+   *
+   * @generated from field: repeated bc.api.v1.PluginRefusal refused_plugins = 175;
+   */
+  refusedPlugins: PluginRefusal[];
 };
 
 /**
@@ -1511,6 +1539,182 @@ export type Node = Message<"bc.api.v1.Node"> & {
  */
 export const NodeSchema: GenMessage<Node> = /*@__PURE__*/
   messageDesc(file_bc_api_v1_api, 26);
+
+/**
+ * NodeKind is a kind a node loads.
+ *
+ * @generated from message bc.api.v1.NodeKind
+ */
+export type NodeKind = Message<"bc.api.v1.NodeKind"> & {
+  /**
+   * @generated from field: string kind = 1;
+   */
+  kind: string;
+
+  /**
+   * @generated from field: string version = 2;
+   */
+  version: string;
+
+  /**
+   * @generated from field: string digest = 3;
+   */
+  digest: string;
+
+  /**
+   * status: "registered" (the registry holds this digest), "compatible"
+   * (another digest, within a registered manifest's compatibleVersions:
+   * dispatched), "mismatch" (another digest, held: see BlockedBy) or
+   * "unregistered" (no manifest of the kind is registered).
+   *
+   * @generated from field: string status = 4;
+   */
+  status: string;
+
+  /**
+   * registry_version is the registered version the node is dispatched
+   * under (registered, compatible) or the newest one (mismatch).
+   *
+   * @generated from field: string registry_version = 5;
+   */
+  registryVersion: string;
+};
+
+/**
+ * Describes the message bc.api.v1.NodeKind.
+ * Use `create(NodeKindSchema)` to create a new message.
+ */
+export const NodeKindSchema: GenMessage<NodeKind> = /*@__PURE__*/
+  messageDesc(file_bc_api_v1_api, 27);
+
+/**
+ * PluginRefusal is a plugin file a node's bcd refused to run.
+ *
+ * @generated from message bc.api.v1.PluginRefusal
+ */
+export type PluginRefusal = Message<"bc.api.v1.PluginRefusal"> & {
+  /**
+   * @generated from field: string plugin = 1;
+   */
+  plugin: string;
+
+  /**
+   * reason: pin-mismatch, untrusted, invalid-manifest, kind-conflict,
+   * start-failed.
+   *
+   * @generated from field: string reason = 2;
+   */
+  reason: string;
+
+  /**
+   * @generated from field: string message = 3;
+   */
+  message: string;
+
+  /**
+   * @generated from field: string pinned_sha256 = 4;
+   */
+  pinnedSha256: string;
+
+  /**
+   * @generated from field: string found_sha256 = 5;
+   */
+  foundSha256: string;
+
+  /**
+   * kinds are the kinds the file served when bcd last ran it.
+   *
+   * @generated from field: repeated string kinds = 6;
+   */
+  kinds: string[];
+};
+
+/**
+ * Describes the message bc.api.v1.PluginRefusal.
+ * Use `create(PluginRefusalSchema)` to create a new message.
+ */
+export const PluginRefusalSchema: GenMessage<PluginRefusal> = /*@__PURE__*/
+  messageDesc(file_bc_api_v1_api, 28);
+
+/**
+ * BlockedBy is why a pending command cannot progress until a person acts.
+ *
+ * @generated from message bc.api.v1.BlockedBy
+ */
+export type BlockedBy = Message<"bc.api.v1.BlockedBy"> & {
+  /**
+   * reason: kind-mismatch (the node runs another digest of the kind than
+   * the registry), kind-not-loaded (the node does not load the kind),
+   * plugin-refused (the node's bcd refused the plugin that serves it, for
+   * example a stale pin).
+   *
+   * @generated from field: string reason = 1;
+   */
+  reason: string;
+
+  /**
+   * message says it in words, naming the node, the kind and both digests.
+   *
+   * @generated from field: string message = 2;
+   */
+  message: string;
+
+  /**
+   * fix says what to do.
+   *
+   * @generated from field: string fix = 3;
+   */
+  fix: string;
+
+  /**
+   * @generated from field: string kind = 4;
+   */
+  kind: string;
+
+  /**
+   * @generated from field: string node_digest = 5;
+   */
+  nodeDigest: string;
+
+  /**
+   * @generated from field: string node_version = 6;
+   */
+  nodeVersion: string;
+
+  /**
+   * @generated from field: string registry_digest = 7;
+   */
+  registryDigest: string;
+
+  /**
+   * @generated from field: string registry_version = 8;
+   */
+  registryVersion: string;
+
+  /**
+   * plugin, pinned_sha256 and found_sha256 name the refused plugin file.
+   *
+   * @generated from field: string plugin = 9;
+   */
+  plugin: string;
+
+  /**
+   * @generated from field: string pinned_sha256 = 10;
+   */
+  pinnedSha256: string;
+
+  /**
+   * @generated from field: string found_sha256 = 11;
+   */
+  foundSha256: string;
+};
+
+/**
+ * Describes the message bc.api.v1.BlockedBy.
+ * Use `create(BlockedBySchema)` to create a new message.
+ */
+export const BlockedBySchema: GenMessage<BlockedBy> = /*@__PURE__*/
+  messageDesc(file_bc_api_v1_api, 29);
 
 /**
  * ListNodesRequest asks for a page of a tenant's nodes.
@@ -1598,7 +1802,7 @@ export type ListNodesRequest = Message<"bc.api.v1.ListNodesRequest"> & {
  * Use `create(ListNodesRequestSchema)` to create a new message.
  */
 export const ListNodesRequestSchema: GenMessage<ListNodesRequest> = /*@__PURE__*/
-  messageDesc(file_bc_api_v1_api, 27);
+  messageDesc(file_bc_api_v1_api, 30);
 
 /**
  * ListNodesResponse is one page of nodes, by id.
@@ -1624,7 +1828,7 @@ export type ListNodesResponse = Message<"bc.api.v1.ListNodesResponse"> & {
  * Use `create(ListNodesResponseSchema)` to create a new message.
  */
 export const ListNodesResponseSchema: GenMessage<ListNodesResponse> = /*@__PURE__*/
-  messageDesc(file_bc_api_v1_api, 28);
+  messageDesc(file_bc_api_v1_api, 31);
 
 /**
  * CreateTenantRequest registers a tenant.
@@ -1650,7 +1854,7 @@ export type CreateTenantRequest = Message<"bc.api.v1.CreateTenantRequest"> & {
  * Use `create(CreateTenantRequestSchema)` to create a new message.
  */
 export const CreateTenantRequestSchema: GenMessage<CreateTenantRequest> = /*@__PURE__*/
-  messageDesc(file_bc_api_v1_api, 29);
+  messageDesc(file_bc_api_v1_api, 32);
 
 /**
  * Tenant is a tenant.
@@ -1679,7 +1883,7 @@ export type Tenant = Message<"bc.api.v1.Tenant"> & {
  * Use `create(TenantSchema)` to create a new message.
  */
 export const TenantSchema: GenMessage<Tenant> = /*@__PURE__*/
-  messageDesc(file_bc_api_v1_api, 30);
+  messageDesc(file_bc_api_v1_api, 33);
 
 /**
  * CreateNodeRequest registers a node.
@@ -1726,7 +1930,7 @@ export type CreateNodeRequest = Message<"bc.api.v1.CreateNodeRequest"> & {
  * Use `create(CreateNodeRequestSchema)` to create a new message.
  */
 export const CreateNodeRequestSchema: GenMessage<CreateNodeRequest> = /*@__PURE__*/
-  messageDesc(file_bc_api_v1_api, 31);
+  messageDesc(file_bc_api_v1_api, 34);
 
 /**
  * CreateJoinTokenRequest asks for a node's join token.
@@ -1780,7 +1984,7 @@ export type CreateJoinTokenRequest = Message<"bc.api.v1.CreateJoinTokenRequest">
  * Use `create(CreateJoinTokenRequestSchema)` to create a new message.
  */
 export const CreateJoinTokenRequestSchema: GenMessage<CreateJoinTokenRequest> = /*@__PURE__*/
-  messageDesc(file_bc_api_v1_api, 32);
+  messageDesc(file_bc_api_v1_api, 35);
 
 /**
  * JoinToken is a one-time join token; only its hash is stored.
@@ -1809,7 +2013,7 @@ export type JoinToken = Message<"bc.api.v1.JoinToken"> & {
  * Use `create(JoinTokenSchema)` to create a new message.
  */
 export const JoinTokenSchema: GenMessage<JoinToken> = /*@__PURE__*/
-  messageDesc(file_bc_api_v1_api, 33);
+  messageDesc(file_bc_api_v1_api, 36);
 
 /**
  * SetNodeSpecRequest stores a node spec generation.
@@ -1840,7 +2044,7 @@ export type SetNodeSpecRequest = Message<"bc.api.v1.SetNodeSpecRequest"> & {
  * Use `create(SetNodeSpecRequestSchema)` to create a new message.
  */
 export const SetNodeSpecRequestSchema: GenMessage<SetNodeSpecRequest> = /*@__PURE__*/
-  messageDesc(file_bc_api_v1_api, 34);
+  messageDesc(file_bc_api_v1_api, 37);
 
 /**
  * GetNodeSpecRequest names a node.
@@ -1864,7 +2068,7 @@ export type GetNodeSpecRequest = Message<"bc.api.v1.GetNodeSpecRequest"> & {
  * Use `create(GetNodeSpecRequestSchema)` to create a new message.
  */
 export const GetNodeSpecRequestSchema: GenMessage<GetNodeSpecRequest> = /*@__PURE__*/
-  messageDesc(file_bc_api_v1_api, 35);
+  messageDesc(file_bc_api_v1_api, 38);
 
 /**
  * NodeSpec is one generation of a node's spec.
@@ -1895,7 +2099,7 @@ export type NodeSpec = Message<"bc.api.v1.NodeSpec"> & {
  * Use `create(NodeSpecSchema)` to create a new message.
  */
 export const NodeSpecSchema: GenMessage<NodeSpec> = /*@__PURE__*/
-  messageDesc(file_bc_api_v1_api, 36);
+  messageDesc(file_bc_api_v1_api, 39);
 
 /**
  * DeleteNodeRequest names the node to delete.
@@ -1919,7 +2123,7 @@ export type DeleteNodeRequest = Message<"bc.api.v1.DeleteNodeRequest"> & {
  * Use `create(DeleteNodeRequestSchema)` to create a new message.
  */
 export const DeleteNodeRequestSchema: GenMessage<DeleteNodeRequest> = /*@__PURE__*/
-  messageDesc(file_bc_api_v1_api, 37);
+  messageDesc(file_bc_api_v1_api, 40);
 
 /**
  * DeletedNode says what deleting a node did.
@@ -1946,7 +2150,7 @@ export type DeletedNode = Message<"bc.api.v1.DeletedNode"> & {
  * Use `create(DeletedNodeSchema)` to create a new message.
  */
 export const DeletedNodeSchema: GenMessage<DeletedNode> = /*@__PURE__*/
-  messageDesc(file_bc_api_v1_api, 38);
+  messageDesc(file_bc_api_v1_api, 41);
 
 /**
  * Commands queues one-shot actions on nodes and shows them.
