@@ -130,7 +130,12 @@ func TestSDKGuide_QuickStartAsWritten(t *testing.T) {
 	repo := testutil.RepoRoot(t)
 	head, err := exec.Command("git", "-C", repo, "rev-parse", "HEAD").Output()
 	require.NoError(t, err)
-	top := t.TempDir()
+	// Not t.TempDir (0700): as root, pg_virtualenv's initdb runs as the
+	// postgres user, which must reach its cluster under TMPDIR.
+	top, err := os.MkdirTemp("", "sdk-quickstart-")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = os.RemoveAll(top) })
+	require.NoError(t, os.Chmod(top, 0o755))
 	tmp := filepath.Join(top, "tmp")
 	require.NoError(t, os.Mkdir(tmp, 0o755))
 	env := []string{"GOFLAGS=-mod=mod", "GOSUMDB=off", "GOWORK=off", "TMPDIR=" + tmp}
@@ -147,7 +152,9 @@ func TestSDKGuide_QuickStartAsWritten(t *testing.T) {
 		cmd.Dir, cmd.Env = top, env
 		return cmd
 	}
-	step := func(what string, start time.Time) { t.Logf("quick start: %s: %s", what, time.Since(start).Round(100*time.Millisecond)) }
+	step := func(what string, start time.Time) {
+		t.Logf("quick start: %s: %s", what, time.Since(start).Round(100*time.Millisecond))
+	}
 
 	start := time.Now()
 	clone := filepath.Join(top, "commands")
