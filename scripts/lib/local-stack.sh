@@ -1,11 +1,11 @@
 # shellcheck shell=bash
 # shellcheck disable=SC2154 # ls_name, bin and work are the caller's (below)
 # local-stack.sh is sourced by scripts/demo (make demo, and make run, its
-# other name): the pieces that stand the whole system up on one machine and
+# other name) and scripts/kind-dev (a kind module on a stack): the pieces that stand the whole system up on one machine and
 # take it down again (bc-server with a generated config, bcd nodes joined with
 # one-time tokens on mock GPUs, the CLI pointed at them). It defines functions
 # and a few variables only; the caller sets, before sourcing:
-#   ls_name  the prefix of every message ("demo")
+#   ls_name  the prefix of every message ("demo", "kind-dev")
 #   bin      the absolute directory holding the built binaries
 #   work     a private temporary directory, removed by the caller
 # and calls ls_stop_all from its EXIT trap.
