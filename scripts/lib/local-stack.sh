@@ -1,11 +1,11 @@
 # shellcheck shell=bash
 # shellcheck disable=SC2154 # ls_name, bin and work are the caller's (below)
 # local-stack.sh is sourced by scripts/demo (make demo, and make run, its
-# other name): the pieces that stand the whole system up on one machine and
+# other name) and scripts/kind-dev (a kind module on a stack): the pieces that stand the whole system up on one machine and
 # take it down again (bc-server with a generated config, bcd nodes joined with
 # one-time tokens on mock GPUs, the CLI pointed at them). It defines functions
 # and a few variables only; the caller sets, before sourcing:
-#   ls_name  the prefix of every message ("demo")
+#   ls_name  the prefix of every message ("demo", "kind-dev")
 #   bin      the absolute directory holding the built binaries
 #   work     a private temporary directory, removed by the caller
 # and calls ls_stop_all from its EXIT trap.
@@ -197,14 +197,17 @@ ls_start_node() {
   local node=$1 faults=${2:-} join_token dir="$work/$1"
   join_token=$(bc api nodes.createJoinToken tenantId="$ls_tenant" nodeId="$node" | sed -n 's/.*"token": *"\([^"]*\)".*/\1/p')
   [ -n "$join_token" ] || ls_die "no join token in nodes.createJoinToken's answer for $node"
-  [ -n "$ls_bus_addr" ] || ls_die "ls_start_bus first: $node's node.reboot must have the private D-Bus to ask"
+  # ls_no_bus (the caller's): a node without the first-party plugins
+  # (scripts/kind-dev's) has no node.reboot, and so needs no private D-Bus.
+  [ -n "$ls_bus_addr" ] || [ -n "${ls_no_bus:-}" ] || ls_die "ls_start_bus first: $node's node.reboot must have the private D-Bus to ask"
   mkdir -p "$dir/state" "$dir/sysroot/sys/bus/pci/devices"
   : >"$dir/sysroot/sys/bus/pci/rescan"
   ls_new_boot "$node"
   {
     echo "role: node"
     echo "stateDir: \"$dir/state\""
-    echo "pluginDir: \"$bin/plugins\""
+    # ls_plugin_dir (the caller's): another plugin directory than bin/'s.
+    echo "pluginDir: \"${ls_plugin_dir:-$bin/plugins}\""
     echo "nvmlSource: \"mock:dgxh200\""
     echo "bootIdFile: \"$dir/sysroot/proc/sys/kernel/random/boot_id\""
     [ -z "${ls_trust_anchor:-}" ] || echo "trustAnchors: [\"$ls_trust_anchor\"]"
@@ -215,9 +218,13 @@ ls_start_node() {
     # The kernel's view (proc/, sys/) and the PCI rescan, under $work.
     echo "  BCD_SYSFS_ROOT: \"$dir/sysroot\""
     # node.reboot asks the fake logind, never this machine's.
-    echo "  BCD_SYSTEM_BUS_ADDRESS: \"$ls_bus_addr\""
+    [ -z "$ls_bus_addr" ] || echo "  BCD_SYSTEM_BUS_ADDRESS: \"$ls_bus_addr\""
     # logs.collect assembles its bundle here rather than in the shared /tmp.
     echo "  BCD_LOGS_TMPDIR: \"$dir\""
+    # ls_plugin_env_extra (the caller's): more pluginEnv lines, indented as
+    # those above; ls_bcd_extra: more top-level bcd.yaml (pluginPinsFile).
+    [ -z "${ls_plugin_env_extra:-}" ] || printf '%s\n' "$ls_plugin_env_extra"
+    [ -z "${ls_bcd_extra:-}" ] || printf '%s\n' "$ls_bcd_extra"
     echo "logLevel: info"
   } >"$dir/bcd.yaml"
   ls_say "joining $node${faults:+ (injected GPU faults: $faults)}"
