@@ -56,7 +56,7 @@ deps-demo:
 	@scripts/install-deps demo
 
 ## test: vet, then the whole suite with -race (the repository's module against a throwaway PostgreSQL, then the SDK's module)
-test: deps-test fmt-check vet proto-check console-check cgo-warnings-check
+test: deps-test fmt-check vet proto-check sdk-api-check console-check cgo-warnings-check
 	scripts/with-postgres $(GO) test $(GOFLAGS_TEST) $(PKGS)
 	cd $(SDK) && $(GO) test $(GOFLAGS_TEST) $(SDK_PKGS)
 	$(MAKE) test-ts
@@ -130,6 +130,15 @@ proto-check:
 	@diff -r -q .cache/proto-check/$(TS)/src/gen $(TS)/src/gen >/dev/null 2>&1 || \
 	  { diff -r .cache/proto-check/$(TS)/src/gen $(TS)/src/gen | head -20; echo "generated TypeScript code is stale: run 'make proto' and commit"; rm -rf .cache/proto-check; exit 1; }
 	@rm -rf .cache/proto-check
+
+## sdk-api: write the SDK's exported API as of kind.SDKVersion (apidiff's export data, internal/tools/sdkapi/baseline/) when sdk/vX.Y.Z is tagged; commit it (docs/sdk-guide.md, "Releasing the SDK")
+.PHONY: sdk-api sdk-api-check
+sdk-api:
+	$(GO) run ./internal/tools/sdkapi write
+
+## sdk-api-check: fail when the SDK's API breaks its last release without a new major in kind.SDKVersion, or grows without a new minor (apidiff, pinned in tools/go.mod, against the committed baseline; about 3 s)
+sdk-api-check:
+	@$(GO) run ./internal/tools/sdkapi check
 
 ## docs: regenerate the kind reference (docs/reference/kinds.md) from the manifests
 .PHONY: docs docs-check
