@@ -16,6 +16,11 @@ SDK_PKGS  ?= ./...
 # as a vendor sees it (its go.mod and go.sum alone), the root through its
 # replace of ./sdk. go.work is for development (editors, ad-hoc go test).
 export GOWORK := off
+# The pinned tools (buf, protoc-gen-go, protoc-gen-go-grpc, nfpm, apidiff)
+# are a module of their own, tools/go.mod, run with go tool -modfile: kept
+# out of the root module's graph, whose `go list -m all` (what go doc runs
+# first) would otherwise need the go.mod of every module buf's tree names.
+TOOL      := $(GO) tool -modfile=tools/go.mod
 
 # go-nvml's cgo wrappers call NVML functions that its own nvml.h marks
 # deprecated, and gcc warns about each one: about 145 lines on a cold build,
@@ -51,7 +56,7 @@ deps-demo:
 	@scripts/install-deps demo
 
 ## test: vet, then the whole suite with -race (the repository's module against a throwaway PostgreSQL, then the SDK's module)
-test: deps-test fmt-check vet proto-check console-check cgo-warnings-check
+test: deps-test fmt-check vet proto-check sdk-api-check console-check cgo-warnings-check
 	scripts/with-postgres $(GO) test $(GOFLAGS_TEST) $(PKGS)
 	cd $(SDK) && $(GO) test $(GOFLAGS_TEST) $(SDK_PKGS)
 	$(MAKE) test-ts
@@ -105,26 +110,35 @@ cgo-warnings-check:
 
 ## proto: regenerate the protobuf code with the pinned buf and plugins
 proto:
-	$(GO) tool buf lint
-	$(GO) tool buf generate
-	$(GO) tool buf generate --template buf.gen.ts.yaml --path proto/bc/api/v1
+	$(TOOL) buf lint
+	$(TOOL) buf generate
+	$(TOOL) buf generate --template buf.gen.ts.yaml --path proto/bc/api/v1
 
 ## proto-check: fail when the committed generated code is stale (both buf modules, and the TypeScript client's sdk/typescript/src/gen)
 PROTO_DIRS := proto sdk/proto
 proto-check:
 	@rm -rf .cache/proto-check
-	@$(GO) tool buf generate --template buf.gen.yaml -o .cache/proto-check >/dev/null 2>&1 || \
+	@$(TOOL) buf generate --template buf.gen.yaml -o .cache/proto-check >/dev/null 2>&1 || \
 	  { echo "buf generate failed: run 'make proto' to see why"; exit 1; }
 	@for d in $(PROTO_DIRS); do \
 	  diff -r -q --exclude='*.proto' .cache/proto-check/$$d $$d >/dev/null 2>&1 || \
 	  { diff -r --exclude='*.proto' .cache/proto-check/$$d $$d | head -20; echo "generated protobuf code is stale: run 'make proto' and commit"; rm -rf .cache/proto-check; exit 1; }; \
 	done
 	@test -x $(TS)/node_modules/.bin/protoc-gen-es || { echo "$(TS)/node_modules is missing: run make ts-deps"; exit 1; }
-	@$(GO) tool buf generate --template buf.gen.ts.yaml --path proto/bc/api/v1 -o .cache/proto-check >/dev/null 2>&1 || \
+	@$(TOOL) buf generate --template buf.gen.ts.yaml --path proto/bc/api/v1 -o .cache/proto-check >/dev/null 2>&1 || \
 	  { echo "buf generate (TypeScript) failed: run 'make proto' to see why"; exit 1; }
 	@diff -r -q .cache/proto-check/$(TS)/src/gen $(TS)/src/gen >/dev/null 2>&1 || \
 	  { diff -r .cache/proto-check/$(TS)/src/gen $(TS)/src/gen | head -20; echo "generated TypeScript code is stale: run 'make proto' and commit"; rm -rf .cache/proto-check; exit 1; }
 	@rm -rf .cache/proto-check
+
+## sdk-api: write the SDK's exported API as of kind.SDKVersion (apidiff's export data, internal/tools/sdkapi/baseline/) when sdk/vX.Y.Z is tagged; commit it (docs/sdk-guide.md, "Releasing the SDK")
+.PHONY: sdk-api sdk-api-check
+sdk-api:
+	$(GO) run ./internal/tools/sdkapi write
+
+## sdk-api-check: fail when the SDK's API breaks its last release without a new major in kind.SDKVersion, or grows without a new minor (apidiff, pinned in tools/go.mod, against the committed baseline; about 3 s)
+sdk-api-check:
+	@$(GO) run ./internal/tools/sdkapi check
 
 ## docs: regenerate the kind reference (docs/reference/kinds.md) from the manifests
 .PHONY: docs docs-check

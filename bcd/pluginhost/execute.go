@@ -13,6 +13,7 @@ import (
 	"github.com/better-compute/commands/sdk/kind"
 	pluginv1 "github.com/better-compute/commands/sdk/proto/bc/plugin/v1"
 	"github.com/better-compute/commands/sdk/wire"
+	"github.com/better-compute/commands/sdk/wire/kindpb"
 )
 
 // crashWait is how long Execute waits, after its stream broke, for the plugin
@@ -123,7 +124,7 @@ func (h *Host) Execute(ctx context.Context, cmd kind.Command, progress func(perc
 	}
 	res, err := wire.Execute(runCtx, p.Kind, req, onProgress, h.cfg.CancelGrace)
 	if err == nil {
-		return kind.ResultFromProto(res), nil
+		return kindpb.ResultFromProto(res), nil
 	}
 	return h.failure(ctx, r.inst, p, err)
 }

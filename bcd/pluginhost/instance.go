@@ -14,6 +14,7 @@ import (
 	"github.com/better-compute/commands/sdk/kind"
 	pluginv1 "github.com/better-compute/commands/sdk/proto/bc/plugin/v1"
 	"github.com/better-compute/commands/sdk/wire"
+	"github.com/better-compute/commands/sdk/wire/kindpb"
 )
 
 // instance supervises one plugin binary: one process at a time, restarted
@@ -119,7 +120,7 @@ func (in *instance) spawn(ctx context.Context) (*proc, []kind.Manifest, error) {
 		return nil, nil, err
 	}
 	p := &proc{Process: wp, started: time.Now()}
-	p.brokerID = wp.ServeHost(kind.NewHostServer(in.h.services))
+	p.brokerID = wp.ServeHost(kindpb.NewHostServer(in.h.services))
 	ms, err := in.readManifests(ctx, p)
 	if err != nil {
 		in.stop(p)
@@ -148,7 +149,7 @@ func (in *instance) readManifests(ctx context.Context, p *proc) ([]kind.Manifest
 	seen := map[string]bool{}
 	ms := make([]kind.Manifest, 0, len(resp.GetManifests()))
 	for _, pm := range resp.GetManifests() {
-		m := kind.ManifestFromProto(pm)
+		m := kindpb.ManifestFromProto(pm)
 		if err := m.Validate(); err != nil {
 			errs = append(errs, fmt.Errorf("invalid manifest: %w", err))
 			continue

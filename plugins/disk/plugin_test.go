@@ -26,6 +26,7 @@ import (
 	"github.com/better-compute/commands/sdk/kindtest"
 	pluginv1 "github.com/better-compute/commands/sdk/proto/bc/plugin/v1"
 	"github.com/better-compute/commands/sdk/wire"
+	"github.com/better-compute/commands/sdk/wire/kindpb"
 )
 
 func TestMain(m *testing.M) {
@@ -74,7 +75,7 @@ func start(t *testing.T, bin string) (*wire.Client, *lockedBuf) {
 	require.NoError(t, err)
 	got := map[string]string{}
 	for _, m := range ms.GetManifests() {
-		km := kind.ManifestFromProto(m)
+		km := kindpb.ManifestFromProto(m)
 		got[km.Kind] = km.Digest()
 	}
 	require.Equal(t, map[string]string{manifest.WipeKind: manifest.WipeManifest.Digest(), manifest.DeployKind: manifest.DeployManifest.Digest()}, got,
@@ -88,7 +89,7 @@ func execute(t *testing.T, kc *wire.Client, c *pluginv1.Command) kind.Result {
 	defer cancel()
 	res, err := wire.Execute(ctx, kc, &pluginv1.ExecuteRequest{Command: c}, nil, 5*time.Second)
 	require.NoError(t, err)
-	return kind.ResultFromProto(res)
+	return kindpb.ResultFromProto(res)
 }
 
 // The real bc-kind-disk wipes a loop device's metadata out of process and

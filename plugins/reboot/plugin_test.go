@@ -20,6 +20,7 @@ import (
 	"github.com/better-compute/commands/sdk/kindtest"
 	pluginv1 "github.com/better-compute/commands/sdk/proto/bc/plugin/v1"
 	"github.com/better-compute/commands/sdk/wire"
+	"github.com/better-compute/commands/sdk/wire/kindpb"
 )
 
 func TestMain(m *testing.M) {
@@ -93,7 +94,7 @@ func executeBinary(t *testing.T, bin string, env []string) kind.Result {
 	ms, err := kc.Manifests(ctx, &pluginv1.ManifestsRequest{})
 	require.NoError(t, err)
 	require.Len(t, ms.GetManifests(), 1)
-	require.Equal(t, manifest.Manifest.Digest(), kind.ManifestFromProto(ms.GetManifests()[0]).Digest(),
+	require.Equal(t, manifest.Manifest.Digest(), kindpb.ManifestFromProto(ms.GetManifests()[0]).Digest(),
 		"the binary serves the very manifest the control plane registers")
 
 	stream, err := kc.Execute(ctx, &pluginv1.ExecuteRequest{Command: &pluginv1.Command{
@@ -106,5 +107,5 @@ func executeBinary(t *testing.T, bin string, env []string) kind.Result {
 		require.NoError(t, err)
 		res = ev.GetResult()
 	}
-	return kind.ResultFromProto(res)
+	return kindpb.ResultFromProto(res)
 }

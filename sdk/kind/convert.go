@@ -1,5 +1,11 @@
 package kind
 
+// The converters between kind's types and bc.plugin.v1's messages. Plugins
+// need none of them (Serve converts); bcd and harnesses reach them through
+// sdk/wire/kindpb, which imports kind for its types and so cannot hold code
+// that kind's own server calls: they live here, unexported, and
+// sdk/internal/bridge hands them to kindpb.
+
 import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
@@ -12,8 +18,8 @@ var laneToProto = map[Lane]pluginv1.Lane{
 	LaneBulk:      pluginv1.Lane_LANE_BULK,
 }
 
-// ManifestToProto converts a manifest for the wire.
-func ManifestToProto(m Manifest) *pluginv1.Manifest {
+// manifestToProto converts a manifest for the wire.
+func manifestToProto(m Manifest) *pluginv1.Manifest {
 	return &pluginv1.Manifest{
 		Kind:    m.Kind,
 		Lane:    laneToProto[m.Lane],
@@ -33,9 +39,9 @@ func ManifestToProto(m Manifest) *pluginv1.Manifest {
 	}
 }
 
-// ManifestFromProto converts a manifest from the wire. The result is not
+// manifestFromProto converts a manifest from the wire. The result is not
 // validated: call Validate.
-func ManifestFromProto(p *pluginv1.Manifest) Manifest {
+func manifestFromProto(p *pluginv1.Manifest) Manifest {
 	m := Manifest{
 		Kind:               p.GetKind(),
 		Roles:              append([]string(nil), p.GetRoles()...),
@@ -68,13 +74,13 @@ var statusToProto = map[Status]pluginv1.Status{
 	StatusCancelled: pluginv1.Status_STATUS_CANCELLED,
 }
 
-// ResultToProto converts a result for the wire.
-func ResultToProto(r Result) *pluginv1.Result {
+// resultToProto converts a result for the wire.
+func resultToProto(r Result) *pluginv1.Result {
 	return &pluginv1.Result{Status: statusToProto[r.Status], Reason: r.Reason, Message: r.Message, Result: r.Data}
 }
 
-// ResultFromProto converts a result from the wire.
-func ResultFromProto(p *pluginv1.Result) Result {
+// resultFromProto converts a result from the wire.
+func resultFromProto(p *pluginv1.Result) Result {
 	r := Result{Reason: p.GetReason(), Message: p.GetMessage(), Data: p.GetResult()}
 	r.Status = StatusFailed
 	for s, ps := range statusToProto {

@@ -66,7 +66,7 @@ func FuzzManifest_JSON(f *testing.F) {
 		if _, err := NewValidator(m); err != nil {
 			t.Fatalf("valid manifest whose schema does not compile: %v", err)
 		}
-		got := ManifestFromProto(ManifestToProto(m))
+		got := manifestFromProto(manifestToProto(m))
 		if got.Digest() != m.Digest() {
 			t.Fatalf("digest changed over the wire: %+v -> %+v", m, got)
 		}

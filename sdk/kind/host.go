@@ -43,8 +43,9 @@ type lazyHost struct {
 	id uint32
 }
 
-// NewHostClient wraps a HostClient as a Host; harnesses use it.
-func NewHostClient(c pluginv1.HostClient) Host { return grpcHost{c: c} }
+// newHostClient wraps a HostClient as a Host; harnesses use it (through
+// sdk/wire/kindpb).
+func newHostClient(c pluginv1.HostClient) Host { return grpcHost{c: c} }
 
 func (h *lazyHost) client() (Host, error) {
 	c, err := h.s.hostClient(h.id)

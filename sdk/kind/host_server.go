@@ -11,11 +11,12 @@ import (
 	pluginv1 "github.com/better-compute/commands/sdk/proto/bc/plugin/v1"
 )
 
-// NewHostServer serves a Host as the bc.plugin.v1 Host service: bcd serves
+// newHostServer serves a Host as the bc.plugin.v1 Host service: bcd serves
 // its own state this way over go-plugin's broker, and harnesses serve test
-// data. A nil h answers every call with FailedPrecondition, which the plugin
-// sees as ErrNoHost's situation: no bcd behind it.
-func NewHostServer(h Host) pluginv1.HostServer {
+// data (through sdk/wire/kindpb). A nil h answers every call with
+// FailedPrecondition, which the plugin sees as ErrNoHost's situation: no bcd
+// behind it.
+func newHostServer(h Host) pluginv1.HostServer {
 	if h == nil {
 		h = noHost{}
 	}

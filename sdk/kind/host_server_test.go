@@ -36,13 +36,13 @@ func (h *memHost) Journal(_ context.Context, limit int) ([]json.RawMessage, erro
 	return []json.RawMessage{json.RawMessage(`{"id":"cmd_2"}`), json.RawMessage(`{"id":"cmd_1"}`)}, nil
 }
 
-// The Host round trip over real gRPC: NewHostServer on bcd's side,
-// NewHostClient on the plugin's.
+// The Host round trip over real gRPC: newHostServer on bcd's side,
+// newHostClient on the plugin's.
 func TestHostServer_RoundTrip(t *testing.T) {
 	serve := func(h Host) Host {
-		conn, _ := plugin.TestGRPCConn(t, func(s *grpc.Server) { pluginv1.RegisterHostServer(s, NewHostServer(h)) })
+		conn, _ := plugin.TestGRPCConn(t, func(s *grpc.Server) { pluginv1.RegisterHostServer(s, newHostServer(h)) })
 		t.Cleanup(func() { _ = conn.Close() })
-		return NewHostClient(pluginv1.NewHostClient(conn))
+		return newHostClient(pluginv1.NewHostClient(conn))
 	}
 	ctx := context.Background()
 	c := serve(&memHost{inv: json.RawMessage(`{"gpus":[]}`)})

@@ -50,7 +50,7 @@ func TestManifest_ProtoRoundTrip(t *testing.T) {
 	m.Flags = Flags{RetrySafe: true, Attested: true}
 	m.APIRunnable = true
 	m.Description = "checks"
-	got := ManifestFromProto(ManifestToProto(m))
+	got := manifestFromProto(manifestToProto(m))
 	require.Equal(t, m.Digest(), got.Digest())
 	require.Equal(t, m, got)
 }

@@ -19,9 +19,13 @@ import (
 )
 
 // SDKVersion is reported to bcd in Manifests. A release of the SDK module
-// is tagged sdk/v<SDKVersion> in the repository. 0.2.0 serves protocol
-// versions 1 and 2 (wire.ProtocolVersions); 0.1.0 served protocol 1 only.
-const SDKVersion = "0.2.0"
+// is tagged sdk/v<SDKVersion> in the repository, and make sdk-api-check
+// holds the API to it: compatible with the last release's unless the major
+// changes, and a new minor for an addition. 0.3.0 moves the wire
+// converters to sdk/wire/kindpb (kind keeps deprecated forwarders); 0.2.0
+// serves protocol versions 1 and 2 (wire.ProtocolVersions); 0.1.0 served
+// protocol 1 only.
+const SDKVersion = "0.3.0"
 
 // Serve serves kinds as a bcd plugin and never returns. It validates every
 // manifest first and exits with status 1, naming what is wrong, when one is
@@ -143,7 +147,7 @@ func (s *Server) Manifests(ctx context.Context, req *pluginv1.ManifestsRequest) 
 	sort.Strings(names)
 	resp := &pluginv1.ManifestsResponse{SdkVersion: SDKVersion, Capabilities: append([]string(nil), wire.Capabilities...)}
 	for _, n := range names {
-		resp.Manifests = append(resp.Manifests, ManifestToProto(s.kinds[n].Manifest))
+		resp.Manifests = append(resp.Manifests, manifestToProto(s.kinds[n].Manifest))
 	}
 	return resp, nil
 }
@@ -175,7 +179,7 @@ func (s *Server) Execute(req *pluginv1.ExecuteRequest, stream grpc.ServerStreami
 		return stream.Send(ev)
 	}
 	finish := func(r Result) error {
-		return send(&pluginv1.ExecuteEvent{Event: &pluginv1.ExecuteEvent_Result{Result: ResultToProto(r)}})
+		return send(&pluginv1.ExecuteEvent{Event: &pluginv1.ExecuteEvent_Result{Result: resultToProto(r)}})
 	}
 
 	k, ok := s.kinds[cmd.Kind]

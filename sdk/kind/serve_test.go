@@ -85,7 +85,7 @@ func TestServer_Manifests_SortedWithSDKVersion(t *testing.T) {
 	require.Equal(t, SDKVersion, resp.GetSdkVersion())
 	require.Len(t, resp.GetManifests(), 2)
 	require.Equal(t, "a.kind", resp.GetManifests()[0].GetKind())
-	require.Equal(t, testManifest("a.kind").Digest(), ManifestFromProto(resp.GetManifests()[0]).Digest())
+	require.Equal(t, testManifest("a.kind").Digest(), manifestFromProto(resp.GetManifests()[0]).Digest())
 }
 
 func TestServer_Execute_RefusesABadPayload_NamingTheField_AndKeepsServing(t *testing.T) {

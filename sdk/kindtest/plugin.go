@@ -19,6 +19,7 @@ import (
 	"github.com/better-compute/commands/sdk/kind"
 	pluginv1 "github.com/better-compute/commands/sdk/proto/bc/plugin/v1"
 	"github.com/better-compute/commands/sdk/wire"
+	"github.com/better-compute/commands/sdk/wire/kindpb"
 )
 
 // Plugin is a plugin binary started out of process exactly as bcd starts it:
@@ -66,7 +67,7 @@ func Launch(binary string, opts Options, t testing.TB) (*Plugin, error) {
 		return nil, err
 	}
 	p := &Plugin{proc: proc, stdout: stdout, logs: logs, grace: opts.CancelWithin, quiet: opts.QuietWindow}
-	p.brokerID = proc.ServeHost(kind.NewHostServer(opts.Host))
+	p.brokerID = proc.ServeHost(kindpb.NewHostServer(opts.Host))
 	return p, nil
 }
 
@@ -108,7 +109,7 @@ func (p *Plugin) Manifests(ctx context.Context) ([]kind.Manifest, error) {
 	}
 	var out []kind.Manifest
 	for _, m := range resp.GetManifests() {
-		out = append(out, kind.ManifestFromProto(m))
+		out = append(out, kindpb.ManifestFromProto(m))
 	}
 	return out, nil
 }
@@ -142,7 +143,7 @@ func (p *Plugin) execute(ctx context.Context, id, kindName string, payload json.
 	if err != nil {
 		return kind.Result{}, err
 	}
-	return kind.ResultFromProto(res), nil
+	return kindpb.ResultFromProto(res), nil
 }
 
 // Stdout is what the plugin has written to stdout since the handshake.

@@ -21,6 +21,7 @@ import (
 
 	"github.com/better-compute/commands/sdk/kind"
 	pluginv1 "github.com/better-compute/commands/sdk/proto/bc/plugin/v1"
+	"github.com/better-compute/commands/sdk/wire/kindpb"
 )
 
 // handshake is protocol 1's handshake as the first SDK wrote it.
@@ -46,7 +47,7 @@ type server struct {
 }
 
 func (server) Manifests(context.Context, *pluginv1.ManifestsRequest) (*pluginv1.ManifestsResponse, error) {
-	return &pluginv1.ManifestsResponse{Manifests: []*pluginv1.Manifest{kind.ManifestToProto(manifest)}, SdkVersion: "0.1.0"}, nil
+	return &pluginv1.ManifestsResponse{Manifests: []*pluginv1.Manifest{kindpb.ManifestToProto(manifest)}, SdkVersion: "0.1.0"}, nil
 }
 
 func (server) Execute(req *pluginv1.ExecuteRequest, stream grpc.ServerStreamingServer[pluginv1.ExecuteEvent]) error {
