@@ -258,7 +258,6 @@ type Flags struct {
 	maxClockSkew  time.Duration
 	pinsFile      string
 	installDir    string
-	pathSpecified bool
 }
 
 // RegisterFlags adds the config flags to fs.
