@@ -73,7 +73,6 @@ func (f *fakeBatches) Create(ctx context.Context, req *apiv1.CreateCommandBatchR
 	return b, nil
 }
 
-
 func (f *fakeBatches) Get(_ context.Context, req *apiv1.GetCommandBatchRequest) (*apiv1.CommandBatch, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
