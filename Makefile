@@ -109,6 +109,24 @@ proto:
 	$(GO) tool buf generate
 	$(GO) tool buf generate --template buf.gen.ts.yaml --path proto/bc/api/v1
 
+## proto-baseline: the release procedure's step: write buf.baseline.binpb, the buf image of the protos (both modules) at BASELINE_REF, the release's commit, which proto-breaking checks every later change against; commit it with the release
+# There is no release tag yet: the baseline is a3bbfb5, the last commit
+# before agentv1.TrustBundle dropped command_signing_roots and
+# approver_keys (the protos out-of-tree Go code was written against).
+BASELINE_REF ?= a3bbfb54aa815efae6eb2adeef7b0501b5f6fcba
+.PHONY: proto-baseline proto-breaking
+proto-baseline:
+	@rm -rf .cache/proto-baseline && mkdir -p .cache/proto-baseline
+	git archive $(BASELINE_REF) buf.yaml proto sdk/proto | tar -x -C .cache/proto-baseline
+	$(GO) tool buf build .cache/proto-baseline -o buf.baseline.binpb
+	@rm -rf .cache/proto-baseline
+
+## proto-breaking: buf breaking (FILE rules, buf.yaml) of the protos against buf.baseline.binpb, the last release's: a removed or renumbered field, a renamed message or RPC fails it
+proto-breaking:
+	@mkdir -p .cache
+	@$(GO) tool buf build . -o .cache/proto-current.binpb
+	$(GO) tool buf breaking .cache/proto-current.binpb --against buf.baseline.binpb --exclude-imports
+
 ## proto-check: fail when the committed generated code is stale (both buf modules, and the TypeScript client's sdk/typescript/src/gen)
 PROTO_DIRS := proto sdk/proto
 proto-check:
