@@ -41,6 +41,50 @@ build:
 	@for p in $$(ls -d plugins/*/cmd/* 2>/dev/null); do \
 	  $(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/plugins/ ./$$p || exit 1; done
 
+## lint: staticcheck, golangci-lint (.golangci.yml) and govulncheck on both modules, and buf breaking against the last release's protos (make proto-breaking); the linters are pinned and installed once into $(LINT_BIN)
+# Pinned linters, from the Go module proxy. Each is installed once into a
+# directory named by its version, so a machine that has it skips the build
+# (golangci-lint takes minutes on two cores) and a version bump rebuilds.
+STATICCHECK_VERSION   := v0.8.2
+GOLANGCI_LINT_VERSION := v2.15.0
+GOVULNCHECK_VERSION   := v1.9.0
+# govulncheck's database: vuln.go.dev is not reachable from CI, so the
+# database is built from the golang.org/x/vulndb module (its OSV entries,
+# through its own indexdb) as of this version; bump it to see newer entries.
+VULNDB_VERSION        := v0.0.0-20261105234957-e22db6528018
+LINT_BIN ?= $(HOME)/go/bin/bc-lint
+STATICCHECK   := $(LINT_BIN)/staticcheck-$(STATICCHECK_VERSION)/staticcheck
+GOLANGCI_LINT := $(LINT_BIN)/golangci-lint-$(GOLANGCI_LINT_VERSION)/golangci-lint
+GOVULNCHECK   := $(LINT_BIN)/govulncheck-$(GOVULNCHECK_VERSION)/govulncheck
+INDEXDB       := $(LINT_BIN)/indexdb-$(VULNDB_VERSION)/indexdb
+VULNDB_DIR    := .cache/vulndb-$(VULNDB_VERSION)
+
+$(STATICCHECK):
+	GOBIN=$(dir $@) $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
+$(GOLANGCI_LINT):
+	GOBIN=$(dir $@) $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)
+$(GOVULNCHECK):
+	GOBIN=$(dir $@) $(GO) install golang.org/x/vuln/cmd/govulncheck@$(GOVULNCHECK_VERSION)
+$(INDEXDB):
+	GOBIN=$(dir $@) GOFLAGS=-mod=mod $(GO) install golang.org/x/vulndb/cmd/indexdb@$(VULNDB_VERSION)
+$(VULNDB_DIR)/index/db.json: | $(INDEXDB)
+	@rm -rf $(VULNDB_DIR)
+	$(INDEXDB) -vulns "$$($(GO) mod download -json golang.org/x/vulndb@$(VULNDB_VERSION) | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$$/\1/p')/data/osv" -out $(VULNDB_DIR)
+
+.PHONY: lint lint-tools
+lint-tools: $(STATICCHECK) $(GOLANGCI_LINT) $(GOVULNCHECK) $(VULNDB_DIR)/index/db.json
+
+lint: lint-tools proto-breaking
+	$(STATICCHECK) ./...
+	cd $(SDK) && $(STATICCHECK) ./...
+	$(GOLANGCI_LINT) run ./...
+	cd $(SDK) && $(GOLANGCI_LINT) run --config ../.golangci.yml ./...
+	@echo "govulncheck: database golang.org/x/vulndb@$(VULNDB_VERSION) (offline; vuln.go.dev is not reachable from CI)"
+	@$(GOVULNCHECK) -db file://$(CURDIR)/$(VULNDB_DIR) -format json ./... > .cache/govulncheck.json
+	@$(GO) run ./internal/tools/vulngate .ci/govulncheck-accepted < .cache/govulncheck.json
+	@cd $(SDK) && $(GOVULNCHECK) -db file://$(CURDIR)/$(VULNDB_DIR) -format json ./... > ../.cache/govulncheck-sdk.json
+	@$(GO) run ./internal/tools/vulngate .ci/govulncheck-accepted < .cache/govulncheck-sdk.json
+
 ## deps-test, deps-demo: install what make test and make demo need beside Go
 ## and gcc (PostgreSQL's pg_virtualenv, dbus-daemon) with apt-get as root, or
 ## print the command that does
