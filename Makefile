@@ -46,6 +46,50 @@ build:
 	@for p in $$(ls -d plugins/*/cmd/* 2>/dev/null); do \
 	  $(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/plugins/ ./$$p || exit 1; done
 
+## lint: staticcheck, golangci-lint (.golangci.yml) and govulncheck on both modules, and buf breaking against the last release's protos (make proto-breaking); the linters are pinned and installed once into $(LINT_BIN)
+# Pinned linters, from the Go module proxy. Each is installed once into a
+# directory named by its version, so a machine that has it skips the build
+# (golangci-lint takes minutes on two cores) and a version bump rebuilds.
+STATICCHECK_VERSION   := v0.8.2
+GOLANGCI_LINT_VERSION := v2.15.0
+GOVULNCHECK_VERSION   := v1.9.0
+# govulncheck's database: vuln.go.dev is not reachable from CI, so the
+# database is built from the golang.org/x/vulndb module (its OSV entries,
+# through its own indexdb) as of this version; bump it to see newer entries.
+VULNDB_VERSION        := v0.0.0-20261105234957-e22db6528018
+LINT_BIN ?= $(HOME)/go/bin/bc-lint
+STATICCHECK   := $(LINT_BIN)/staticcheck-$(STATICCHECK_VERSION)/staticcheck
+GOLANGCI_LINT := $(LINT_BIN)/golangci-lint-$(GOLANGCI_LINT_VERSION)/golangci-lint
+GOVULNCHECK   := $(LINT_BIN)/govulncheck-$(GOVULNCHECK_VERSION)/govulncheck
+INDEXDB       := $(LINT_BIN)/indexdb-$(VULNDB_VERSION)/indexdb
+VULNDB_DIR    := .cache/vulndb-$(VULNDB_VERSION)
+
+$(STATICCHECK):
+	GOBIN=$(dir $@) $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
+$(GOLANGCI_LINT):
+	GOBIN=$(dir $@) $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)
+$(GOVULNCHECK):
+	GOBIN=$(dir $@) $(GO) install golang.org/x/vuln/cmd/govulncheck@$(GOVULNCHECK_VERSION)
+$(INDEXDB):
+	GOBIN=$(dir $@) GOFLAGS=-mod=mod $(GO) install golang.org/x/vulndb/cmd/indexdb@$(VULNDB_VERSION)
+$(VULNDB_DIR)/index/db.json: | $(INDEXDB)
+	@rm -rf $(VULNDB_DIR)
+	$(INDEXDB) -vulns "$$($(GO) mod download -json golang.org/x/vulndb@$(VULNDB_VERSION) | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$$/\1/p')/data/osv" -out $(VULNDB_DIR)
+
+.PHONY: lint lint-tools
+lint-tools: $(STATICCHECK) $(GOLANGCI_LINT) $(GOVULNCHECK) $(VULNDB_DIR)/index/db.json
+
+lint: lint-tools proto-breaking
+	$(STATICCHECK) ./...
+	cd $(SDK) && $(STATICCHECK) ./...
+	$(GOLANGCI_LINT) run ./...
+	cd $(SDK) && $(GOLANGCI_LINT) run --config ../.golangci.yml ./...
+	@echo "govulncheck: database golang.org/x/vulndb@$(VULNDB_VERSION) (offline; vuln.go.dev is not reachable from CI)"
+	@$(GOVULNCHECK) -db file://$(CURDIR)/$(VULNDB_DIR) -format json ./... > .cache/govulncheck.json
+	@$(GO) run ./internal/tools/vulngate .ci/govulncheck-accepted < .cache/govulncheck.json
+	@cd $(SDK) && $(GOVULNCHECK) -db file://$(CURDIR)/$(VULNDB_DIR) -format json ./... > ../.cache/govulncheck-sdk.json
+	@$(GO) run ./internal/tools/vulngate .ci/govulncheck-accepted < .cache/govulncheck-sdk.json
+
 ## deps-test, deps-demo: install what make test and make demo need beside Go
 ## and gcc (PostgreSQL's pg_virtualenv, dbus-daemon) with apt-get as root, or
 ## print the command that does
@@ -113,6 +157,24 @@ proto:
 	$(TOOL) buf lint
 	$(TOOL) buf generate
 	$(TOOL) buf generate --template buf.gen.ts.yaml --path proto/bc/api/v1
+
+## proto-baseline: the release procedure's step: write buf.baseline.binpb, the buf image of the protos (both modules) at BASELINE_REF, the release's commit, which proto-breaking checks every later change against; commit it with the release
+# There is no release tag yet: the baseline is a3bbfb5, the last commit
+# before agentv1.TrustBundle dropped command_signing_roots and
+# approver_keys (the protos out-of-tree Go code was written against).
+BASELINE_REF ?= a3bbfb54aa815efae6eb2adeef7b0501b5f6fcba
+.PHONY: proto-baseline proto-breaking
+proto-baseline:
+	@rm -rf .cache/proto-baseline && mkdir -p .cache/proto-baseline
+	git archive $(BASELINE_REF) buf.yaml proto sdk/proto | tar -x -C .cache/proto-baseline
+	$(TOOL) buf build .cache/proto-baseline -o buf.baseline.binpb
+	@rm -rf .cache/proto-baseline
+
+## proto-breaking: buf breaking (FILE rules, buf.yaml) of the protos against buf.baseline.binpb, the last release's: a removed or renumbered field, a renamed message or RPC fails it
+proto-breaking:
+	@mkdir -p .cache
+	@$(TOOL) buf build . -o .cache/proto-current.binpb
+	$(TOOL) buf breaking .cache/proto-current.binpb --against buf.baseline.binpb --exclude-imports
 
 ## proto-check: fail when the committed generated code is stale (both buf modules, and the TypeScript client's sdk/typescript/src/gen)
 PROTO_DIRS := proto sdk/proto

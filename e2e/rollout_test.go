@@ -21,14 +21,6 @@ const (
 	nodeA2      = "node_a2"
 )
 
-// status is the pool's rollout as `rollout status` shows it.
-func (c *cluster) rolloutStatus() rollout.PoolStatus {
-	c.t.Helper()
-	st, err := rollout.Status(context.Background(), c.srv.Pool, servertest.TenantA, rolloutPool)
-	require.NoError(c.t, err)
-	return st
-}
-
 func (c *cluster) waitRollout(what string, cond func(rollout.PoolStatus) bool) rollout.PoolStatus {
 	c.t.Helper()
 	var st rollout.PoolStatus

@@ -237,28 +237,27 @@ func (c Config) PluginEnvironment() []string {
 type Flags struct {
 	fs *pflag.FlagSet
 
-	Path          string
-	nodeID        string
-	role          string
-	stateDir      string
-	pluginDir     string
-	logLevel      string
-	logJSON       bool
-	controlPlane  string
-	nvml          string
-	replay        time.Duration
-	control       int
-	provision     int
-	bulk          int
-	pluginSHA256  []string
-	pluginEnv     []string
-	startTimeout  time.Duration
-	bootIDFile    string
-	trustAnchors  []string
-	maxClockSkew  time.Duration
-	pinsFile      string
-	installDir    string
-	pathSpecified bool
+	Path         string
+	nodeID       string
+	role         string
+	stateDir     string
+	pluginDir    string
+	logLevel     string
+	logJSON      bool
+	controlPlane string
+	nvml         string
+	replay       time.Duration
+	control      int
+	provision    int
+	bulk         int
+	pluginSHA256 []string
+	pluginEnv    []string
+	startTimeout time.Duration
+	bootIDFile   string
+	trustAnchors []string
+	maxClockSkew time.Duration
+	pinsFile     string
+	installDir   string
 }
 
 // RegisterFlags adds the config flags to fs.

@@ -64,7 +64,7 @@ func Listen(listen string) (net.Listener, error) {
 		return nil, fmt.Errorf("metricsListen: %w", err)
 	}
 	if network == "unix" {
-		if err := os.Chmod(addr, 0o660); err != nil {
+		if err := os.Chmod(addr, 0o660); err != nil { //nolint:gosec // the metrics socket is for the node's scraper, which runs as another user
 			_ = l.Close()
 			return nil, fmt.Errorf("metricsListen: %w", err)
 		}
@@ -78,7 +78,7 @@ func (m *Metrics) Serve(ctx context.Context, logger hclog.Logger, l net.Listener
 	mux.Handle("/metrics", promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{}))
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	done := make(chan struct{})
-	go func() {
+	go func() { //nolint:gosec // G118: this goroutine shuts the server down once ctx ends, so it needs a context of its own that ctx's end does not cut
 		defer close(done)
 		<-ctx.Done()
 		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)

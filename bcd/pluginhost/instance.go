@@ -93,7 +93,7 @@ func (in *instance) start(ctx context.Context) error {
 	close(in.ready)
 	in.procLock.Unlock()
 	in.h.cfg.event(in.bin.name, EventStart)
-	go in.supervise(p)
+	go in.supervise(p) //nolint:gosec,contextcheck // G118, contextcheck: the supervisor lives as long as the plugin, not as the start call whose ctx is in scope
 	return nil
 }
 

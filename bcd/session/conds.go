@@ -37,14 +37,6 @@ func (o *ownConditions) put(c kind.Condition) bool {
 	return !ok || old.Status != c.Status || old.Reason != c.Reason || old.Message != c.Message
 }
 
-// get returns the condition of type typ.
-func (o *ownConditions) get(typ string) (kind.Condition, bool) {
-	o.lock.Lock()
-	defer o.lock.Unlock()
-	c, ok := o.set[typ]
-	return c, ok
-}
-
 // list returns the conditions sorted by type.
 func (o *ownConditions) list() []kind.Condition {
 	o.lock.Lock()

@@ -89,7 +89,7 @@ func CheckKey(key string) error {
 	}
 	for _, seg := range strings.Split(key, "/") {
 		if seg == "" || seg == "." || seg == ".." {
-			return fmt.Errorf("%w: %q: segments must be non-empty and not . or ..", ErrInvalidKey, key)
+			return fmt.Errorf("%w: %q: segments must be non-empty and neither \".\" nor \"..\"", ErrInvalidKey, key)
 		}
 	}
 	if strings.HasPrefix(key, uploadsDir+"/") || key == uploadsDir {

@@ -193,7 +193,7 @@ func (s *DirStore) put(key string, body io.Reader, declared, maxBytes int64, sum
 	var rnd [12]byte
 	_, _ = rand.Read(rnd[:])
 	tmp := filepath.Join(s.root, uploadsDir, hex.EncodeToString(rnd[:])+".part")
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o640)
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o640) //nolint:gosec // bundles are served to operators by bc-server and read by its backups
 	if err != nil {
 		return 0, "", fmt.Errorf("creating upload file: %w", err)
 	}

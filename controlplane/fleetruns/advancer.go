@@ -144,7 +144,7 @@ func (a *Advancer) pass(ctx context.Context) (more bool, failed error) {
 			res, err = a.s.advance(ctx, tx, id)
 			return err
 		})
-		if err == errLostLease {
+		if errors.Is(err, errLostLease) {
 			a.leading.Store(false)
 			return false, nil
 		}

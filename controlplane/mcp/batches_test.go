@@ -9,7 +9,6 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -72,13 +71,6 @@ func (f *fakeBatches) Create(ctx context.Context, req *apiv1.CreateCommandBatchR
 	}
 	f.byKey[req.GetIdempotencyKey()], f.byID[b.Id] = b, b
 	return b, nil
-}
-
-// calls returns the Create requests and the bearer tokens they came with.
-func (f *fakeBatches) calls() ([]*apiv1.CreateCommandBatchRequest, []string) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return slices.Clone(f.creates), slices.Clone(f.tokens)
 }
 
 func (f *fakeBatches) Get(_ context.Context, req *apiv1.GetCommandBatchRequest) (*apiv1.CommandBatch, error) {

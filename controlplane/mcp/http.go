@@ -216,6 +216,6 @@ func (s *Server) ServeHTTP(ctx context.Context, cfg HTTPConfig, ready func(net.A
 	if err := srv.Shutdown(shutCtx); err != nil {
 		return fmt.Errorf("shutting down HTTP: %w", err)
 	}
-	<-done
+	<-done //nolint:errcheck // what Serve returns after Shutdown is http.ErrServerClosed, the stop asked for
 	return nil
 }

@@ -78,7 +78,7 @@ func LoadOrCreateCA(dir string) (*CA, error) {
 		if err := os.WriteFile(keyPath, pemBlock("PRIVATE KEY", keyDER), 0o600); err != nil {
 			return nil, fmt.Errorf("writing CA key: %w", err)
 		}
-		if err := os.WriteFile(certPath, ca.CertPEM, 0o644); err != nil {
+		if err := os.WriteFile(certPath, ca.CertPEM, 0o644); err != nil { //nolint:gosec // the CA certificate is public: nodes and operators read it
 			return nil, fmt.Errorf("writing CA cert: %w", err)
 		}
 		return ca, nil

@@ -33,29 +33,6 @@ func scanCommand(row pgx.Row, extra ...any) (Command, error) {
 	return c, nil
 }
 
-// commandColumnCount is how many columns commandColumns selects, counted
-// from the list itself so that it cannot drift from it.
-var commandColumnCount = countColumns(commandColumns("c"))
-
-// countColumns counts the items of a select list: its commas outside
-// parentheses, plus one.
-func countColumns(list string) int {
-	n, depth := 1, 0
-	for _, r := range list {
-		switch r {
-		case '(':
-			depth++
-		case ')':
-			depth--
-		case ',':
-			if depth == 0 {
-				n++
-			}
-		}
-	}
-	return n
-}
-
 // scanCommandInto reads commandColumns into *c, plus any extra
 // destinations after them. A caller filling a slice scans straight into
 // its element: a fan-out's gateway reads tens of thousands of rows, and a

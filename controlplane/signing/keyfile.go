@@ -88,11 +88,11 @@ func CreateRoot(path string) (string, error) {
 	}
 	// The public half is derived: an old one left beside a new root (the
 	// caller refuses that case first) would be wrong, so it is replaced.
-	if err := os.WriteFile(path+".pub.tmp", pubPEM, 0o644); err != nil {
+	if err := os.WriteFile(path+".pub.tmp", pubPEM, 0o644); err != nil { //nolint:gosec // a public key: the approvers and nodes read it
 		return "", fmt.Errorf("writing %s.pub: %w", path, err)
 	}
 	// Readable by all whatever the umask: it is what nodes are given.
-	if err := os.Chmod(path+".pub.tmp", 0o644); err != nil {
+	if err := os.Chmod(path+".pub.tmp", 0o644); err != nil { //nolint:gosec // a public key: the approvers and nodes read it
 		return "", fmt.Errorf("writing %s.pub: %w", path, err)
 	}
 	if err := os.Rename(path+".pub.tmp", path+".pub"); err != nil {

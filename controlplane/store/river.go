@@ -32,6 +32,10 @@ func migrateRiver(ctx context.Context, pool *pgxpool.Pool, logger hclog.Logger) 
 			if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, migrationLockKey); err != nil {
 				return fmt.Errorf("taking the migration lock for river: %w", err)
 			}
+			// MigrateTx is deprecated because some river migrations cannot
+			// share a transaction; MaxSteps: 1 runs one per transaction,
+			// under the advisory lock that serialises bc-server replicas.
+			//lint:ignore SA1019 one migration a transaction, under our lock (see above)
 			res, err := migrator.MigrateTx(ctx, tx, rivermigrate.DirectionUp, &rivermigrate.MigrateOpts{MaxSteps: 1})
 			if err != nil {
 				return err

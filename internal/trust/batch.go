@@ -197,13 +197,13 @@ func DecodeBatchStatement(b []byte) (BatchStatement, error) {
 		return s, fmt.Errorf("%w: batch statement of %d bytes", ErrMalformed, len(b))
 	}
 	if err := strictJSON(b, &s); err != nil {
-		return s, fmt.Errorf("%w: batch statement: %v", ErrMalformed, err)
+		return s, fmt.Errorf("%w: batch statement: %w", ErrMalformed, err)
 	}
 	if s.BatchID == "" || s.TreeSize == 0 || len(s.RootHash) != 64 || s.NotAfter.IsZero() {
 		return s, fmt.Errorf("%w: batch statement %+v", ErrMalformed, s)
 	}
 	if _, err := hex.DecodeString(s.RootHash); err != nil {
-		return s, fmt.Errorf("%w: batch statement root hash: %v", ErrMalformed, err)
+		return s, fmt.Errorf("%w: batch statement root hash: %w", ErrMalformed, err)
 	}
 	return s, nil
 }
@@ -294,7 +294,7 @@ func VerifyBatch(b *Bundle, c BatchCheck, now time.Time) (BatchStatement, error)
 			return st, nil
 		}
 	}
-	return st, fmt.Errorf("%w: %v", ErrNotInBatch, lastErr)
+	return st, fmt.Errorf("%w: %v", ErrNotInBatch, lastErr) //nolint:errorlint // the outcome is ErrNotInBatch alone: the last candidate's error is detail, not a second sentinel to match
 }
 
 // proofRoot is the root an inclusion proof leads to (the library's).

@@ -108,7 +108,7 @@ func DecodeBundle(b []byte) (Bundle, Signed, error) {
 	}
 	var bd Bundle
 	if err := strictJSON(s.Body, &bd); err != nil {
-		return bd, s, fmt.Errorf("%w: trust bundle body: %v", ErrMalformed, err)
+		return bd, s, fmt.Errorf("%w: trust bundle body: %w", ErrMalformed, err)
 	}
 	if bd.Version < 1 {
 		return bd, s, fmt.Errorf("%w: trust bundle version %d", ErrMalformed, bd.Version)

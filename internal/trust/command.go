@@ -37,7 +37,7 @@ func verifyCommand(b *Bundle, env *agentv1.CommandEnvelope, nodeID string, now t
 	}
 	var c agentv1.Command
 	if err := proto.Unmarshal(env.GetCommand(), &c); err != nil {
-		return nil, fmt.Errorf("%w: signed command bytes: %v", ErrMalformed, err)
+		return nil, fmt.Errorf("%w: signed command bytes: %w", ErrMalformed, err)
 	}
 	if c.GetNodeId() != nodeID {
 		return nil, fmt.Errorf("%w: signed for node %q, this is %q", ErrBadSignature, c.GetNodeId(), nodeID)

@@ -54,7 +54,7 @@ func DecodeRelease(b []byte) (Release, Signed, error) {
 	}
 	var r Release
 	if err := strictJSON(s.Body, &r); err != nil {
-		return r, s, fmt.Errorf("%w: release body: %v", ErrMalformed, err)
+		return r, s, fmt.Errorf("%w: release body: %w", ErrMalformed, err)
 	}
 	if r.Version == "" {
 		return r, s, fmt.Errorf("%w: release without a version", ErrMalformed)

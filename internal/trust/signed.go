@@ -36,7 +36,7 @@ func DecodeSigned(b []byte) (Signed, error) {
 		return s, fmt.Errorf("%w: signed document of %d bytes (limit %d)", ErrMalformed, len(b), maxSignedBytes)
 	}
 	if err := strictJSON(b, &s); err != nil {
-		return s, fmt.Errorf("%w: signed document: %v", ErrMalformed, err)
+		return s, fmt.Errorf("%w: signed document: %w", ErrMalformed, err)
 	}
 	if len(s.Body) == 0 {
 		return s, fmt.Errorf("%w: signed document without a body", ErrMalformed)

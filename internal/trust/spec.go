@@ -34,7 +34,7 @@ func DecodeSpecStatement(b []byte) (SpecStatement, error) {
 		return s, fmt.Errorf("%w: spec statement of %d bytes", ErrMalformed, len(b))
 	}
 	if err := strictJSON(b, &s); err != nil {
-		return s, fmt.Errorf("%w: spec statement: %v", ErrMalformed, err)
+		return s, fmt.Errorf("%w: spec statement: %w", ErrMalformed, err)
 	}
 	if s.NodeID == "" || s.Generation < 1 {
 		return s, fmt.Errorf("%w: spec statement for node %q generation %d", ErrMalformed, s.NodeID, s.Generation)
@@ -85,7 +85,7 @@ func DecodeAllocationBound(b []byte) (AllocationBound, error) {
 		return a, fmt.Errorf("%w: allocation-bound statement of %d bytes", ErrMalformed, len(b))
 	}
 	if err := strictJSON(b, &a); err != nil {
-		return a, fmt.Errorf("%w: allocation-bound statement: %v", ErrMalformed, err)
+		return a, fmt.Errorf("%w: allocation-bound statement: %w", ErrMalformed, err)
 	}
 	if a.Allocation == "" || a.NodeID == "" || len(a.GPUs) == 0 || a.Generation < 1 {
 		return a, fmt.Errorf("%w: allocation-bound statement %+v", ErrMalformed, a)

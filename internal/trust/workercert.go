@@ -63,7 +63,7 @@ func DecodeWorkerCert(b []byte) (WorkerCert, Signed, error) {
 	}
 	var c WorkerCert
 	if err := strictJSON(s.Body, &c); err != nil {
-		return c, s, fmt.Errorf("%w: worker certificate body: %v", ErrMalformed, err)
+		return c, s, fmt.Errorf("%w: worker certificate body: %w", ErrMalformed, err)
 	}
 	if len(c.PublicKey) != ed25519.PublicKeySize {
 		return c, s, fmt.Errorf("%w: worker certificate: public key of %d bytes", ErrMalformed, len(c.PublicKey))

@@ -66,6 +66,7 @@ func TestConformance(t *testing.T) {
 			manifest.SensorsKind: json.RawMessage(`{"bmc":"m1","events":-1}`),
 		},
 		LongRunning: &kindtest.Case{Kind: manifest.PowerKind, Payload: json.RawMessage(`{"bmc":"m1","action":"off"}`)},
+		InjectPanic: &kindtest.Case{Kind: manifest.PowerKind, Payload: json.RawMessage(`{"bmc":"m1","action":"off"}`)},
 		Env:         s.pluginEnv(),
 	})
 }

@@ -73,7 +73,7 @@ func (p *ipmiProvider) Name() string { return site.ProviderIPMI }
 func (p *ipmiProvider) PowerState(ctx context.Context) (PowerState, error) {
 	st, err := p.c.GetChassisStatus(ctx)
 	if err != nil {
-		return "", fmt.Errorf("Get Chassis Status: %w", err)
+		return "", fmt.Errorf("IPMI Get Chassis Status: %w", err)
 	}
 	if st.PowerIsOn {
 		return StateOn, nil
@@ -125,7 +125,7 @@ func (p *ipmiProvider) SetBoot(ctx context.Context, b BootSetting) (string, erro
 		if said, ok := refusal(err); ok {
 			return issued, &NotAllowedError{Provider: site.ProviderIPMI, What: "boot device", Requested: string(b.Device), Said: said}
 		}
-		return issued, fmt.Errorf("Set System Boot Options: %w", err)
+		return issued, fmt.Errorf("IPMI Set System Boot Options: %w", err)
 	}
 	return issued, nil
 }
@@ -133,7 +133,7 @@ func (p *ipmiProvider) SetBoot(ctx context.Context, b BootSetting) (string, erro
 func (p *ipmiProvider) Boot(ctx context.Context) (BootSetting, error) {
 	flags := &types.BootOptionParam_BootFlags{}
 	if err := p.c.GetSystemBootOptionsParamFor(ctx, flags); err != nil {
-		return BootSetting{}, fmt.Errorf("Get System Boot Options: %w", err)
+		return BootSetting{}, fmt.Errorf("IPMI Get System Boot Options: %w", err)
 	}
 	out := BootSetting{Persistent: flags.Persist, UEFI: flags.BIOSBootType == types.BIOSBootTypeEFI, Device: "none"}
 	if flags.BootFlagsValid {

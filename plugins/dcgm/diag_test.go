@@ -317,6 +317,7 @@ func TestConformance(t *testing.T) {
 		Kinds:       []string{manifest.KindName},
 		BadPayloads: map[string]json.RawMessage{manifest.KindName: json.RawMessage(`{"level":7}`)},
 		LongRunning: &kindtest.Case{Kind: manifest.KindName, Payload: json.RawMessage(`{"level":2}`)},
+		InjectPanic: &kindtest.Case{Kind: manifest.KindName, Payload: json.RawMessage(`{"level":2}`)},
 		Host:        e.host,
 		Env:         e.pluginEnv(),
 	})

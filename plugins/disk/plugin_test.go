@@ -168,9 +168,13 @@ func TestPluginConformance(t *testing.T) {
 	}))
 	defer srv.Close()
 	bin := testutil.BuildBinary(t, "./plugins/disk/cmd/bc-kind-disk")
+	deploy := kindtest.Case{Kind: manifest.DeployKind, Payload: json.RawMessage(`{"url":"` + srv.URL + `/endless","device":"` + dev +
+		`","sha256":"` + hex.EncodeToString(make([]byte, 32)) + `","compression":"none"}`)}
 	kindtest.Run(t, bin, kindtest.Options{
-		Kinds: []string{manifest.WipeKind, manifest.DeployKind},
-		LongRunning: &kindtest.Case{Kind: manifest.DeployKind, Payload: json.RawMessage(`{"url":"` + srv.URL + `/endless","device":"` + dev +
-			`","sha256":"` + hex.EncodeToString(make([]byte, 32)) + `","compression":"none"}`)},
+		Kinds:       []string{manifest.WipeKind, manifest.DeployKind},
+		LongRunning: &deploy,
+		// The injected panic replaces the handler: the loop device is
+		// never written.
+		InjectPanic: &deploy,
 	})
 }

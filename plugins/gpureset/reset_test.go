@@ -450,6 +450,7 @@ func TestConformance(t *testing.T) {
 		Kinds:       []string{manifest.KindName},
 		BadPayloads: map[string]json.RawMessage{manifest.KindName: json.RawMessage(`{"gpus":[]}`)},
 		LongRunning: &kindtest.Case{Kind: manifest.KindName, Payload: json.RawMessage(`{"gpus":["` + gpuA + `"]}`)},
+		InjectPanic: &kindtest.Case{Kind: manifest.KindName, Payload: json.RawMessage(`{"gpus":["` + gpuA + `"]}`)},
 		Host:        e.host,
 		Env: []string{
 			gpureset.EnvNvidiaSmi + "=" + e.smi.Path,

@@ -16,7 +16,7 @@ import (
 	"github.com/better-compute/commands/plugins/logs/manifest"
 )
 
-// ErrTooLarge: even with every log line dropped the bundle does not fit.
+// ErrTooLarge says that even with every log line dropped the bundle does not fit.
 var ErrTooLarge = errors.New("bundle does not fit its byte cap")
 
 // FileReport says what one file of the bundle holds.

@@ -45,6 +45,7 @@ func TestPluginBinaryOutOfProcess(t *testing.T) {
 		Host:        fakeHost{},
 		Env:         e.pluginEnv(),
 		LongRunning: &kindtest.Case{Kind: manifest.KindName, Payload: hangPayload},
+		InjectPanic: &kindtest.Case{Kind: manifest.KindName, Payload: hangPayload},
 	})
 
 	p := kindtest.Start(t, bin, kindtest.Options{Host: fakeHost{}, Env: e.pluginEnv()})

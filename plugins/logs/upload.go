@@ -35,7 +35,7 @@ func upload(ctx context.Context, client *http.Client, rawURL, path string, size 
 			select {
 			case <-time.After(time.Duration(attempt) * time.Second):
 			case <-ctx.Done():
-				return fmt.Errorf("%w (after: %v)", ctx.Err(), last)
+				return fmt.Errorf("%w (after: %v)", ctx.Err(), last) //nolint:errorlint // only the cancel is the outcome: wrapping the last attempt's failure would make kind.ResultOf report it instead of cancelled
 			}
 		}
 	}

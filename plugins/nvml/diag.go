@@ -96,9 +96,7 @@ func Diagnose(inv *gpu.Inventory, opts DiagOptions) Report {
 			checkXIDs(inv, g),
 		)
 	}
-	for _, c := range unmatchedXIDs(inv) {
-		r.Checks = append(r.Checks, c)
-	}
+	r.Checks = append(r.Checks, unmatchedXIDs(inv)...)
 	r.Status = StatusPass
 	if len(r.Failed()) > 0 {
 		r.Status = StatusFail

@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"sync"
 	"testing"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 	"github.com/hashicorp/go-plugin"
 	"github.com/stretchr/testify/require"
 
+	"github.com/better-compute/commands/internal/fakebus"
 	"github.com/better-compute/commands/internal/testutil"
 	"github.com/better-compute/commands/plugins/reboot"
 	"github.com/better-compute/commands/plugins/reboot/manifest"
@@ -59,13 +61,35 @@ func TestPluginBinaryReportsTheFailureDetail(t *testing.T) {
 // bc-kind-reboot passes the SDK's conformance harness.
 func TestPluginConformance(t *testing.T) {
 	addr := startBus(t)
-	startLogind(t, addr, nil)
+	// A logind that never answers Reboot (as one stuck on an inhibitor
+	// would not): node.reboot waits on it until cancelled.
+	unblock := make(chan struct{})
+	var unblockOnce sync.Once
+	release := func() { unblockOnce.Do(func() { close(unblock) }) }
+	t.Cleanup(release)
+	answered := make(chan struct{}, 16)
+	_, err := fakebus.ServeLogind(connect(t, addr), nil, func(bool) {
+		<-unblock
+		answered <- struct{}{}
+	})
+	require.NoError(t, err)
 	bin := testutil.BuildBinary(t, "./plugins/reboot/cmd/bc-kind-reboot")
+	rebootCase := kindtest.Case{Kind: manifest.KindName, Payload: json.RawMessage(`{}`)}
 	kindtest.Run(t, bin, kindtest.Options{
 		Kinds:       []string{manifest.KindName},
 		Env:         []string{reboot.EnvBusAddress + "=" + addr},
 		BadPayloads: map[string]json.RawMessage{manifest.KindName: json.RawMessage(`{"force":true}`)},
+		LongRunning: &rebootCase,
+		InjectPanic: &rebootCase,
 	})
+	// The cancelled call did reach the fake logind (it was the wait that
+	// was cancelled, not a failure to ask).
+	release()
+	select {
+	case <-answered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the cancelled Reboot call never reached the fake logind")
+	}
 }
 
 // executeBinary loads bin as bcd does, with env added, checks it serves the

@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/stretchr/testify/require"
@@ -212,4 +213,43 @@ func TestCapsBytesAndRedactsAnEchoedCredential(t *testing.T) {
 
 func pemOf(s *httptest.Server) []byte {
 	return pemEncode(s.Certificate().Raw)
+}
+
+// A cancel ends a request to a BMC that never answers: the handler reports
+// cancelled, and the BMC sees its request's connection go (the request is
+// not left running). The conformance harness cannot check this on the
+// binary, which refuses every address a test can serve a BMC on.
+func TestCancelStopsAHangingRequest(t *testing.T) {
+	arrived := make(chan struct{}, 1)
+	gone := make(chan struct{}, 1)
+	e, _ := newEnv(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		arrived <- struct{}{}
+		<-r.Context().Done()
+		gone <- struct{}{}
+	}))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	payload := json.RawMessage(`{"bmc":"m1","method":"GET","path":"/redfish/v1"}`)
+	done := make(chan kind.Result, 1)
+	go func() {
+		done <- kind.Run(ctx, e.p.Kind().Handler, kind.Request{
+			Command: kind.Command{ID: "cmd_1", Kind: manifest.KindName, Payload: payload}, Logger: hclog.NewNullLogger()})
+	}()
+	select {
+	case <-arrived:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the request never reached the BMC")
+	}
+	cancel()
+	select {
+	case r := <-done:
+		require.Equal(t, kind.StatusCancelled, r.Status, r.Message)
+	case <-time.After(10 * time.Second):
+		t.Fatal("no result within 10 s of the cancel")
+	}
+	select {
+	case <-gone:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the BMC's request was not ended by the cancel")
+	}
 }

@@ -31,7 +31,7 @@ func unpack(pkg, dir string, size int64) error {
 	defer f.Close()
 	zr, err := gzip.NewReader(f)
 	if err != nil {
-		return fmt.Errorf("%w: %v", ErrBadPackage, err)
+		return fmt.Errorf("%w: %w", ErrBadPackage, err)
 	}
 	tr := tar.NewReader(zr)
 	budget := size * maxExpansion
@@ -41,7 +41,7 @@ func unpack(pkg, dir string, size int64) error {
 			break
 		}
 		if err != nil {
-			return fmt.Errorf("%w: %v", ErrBadPackage, err)
+			return fmt.Errorf("%w: %w", ErrBadPackage, err)
 		}
 		name := path.Clean(strings.TrimPrefix(h.Name, "./"))
 		if name == "." {
@@ -53,7 +53,7 @@ func unpack(pkg, dir string, size int64) error {
 		dst := filepath.Join(dir, filepath.FromSlash(name))
 		switch h.Typeflag {
 		case tar.TypeDir:
-			if err := os.MkdirAll(dst, 0o755); err != nil {
+			if err := os.MkdirAll(dst, 0o755); err != nil { //nolint:gosec // an install directory: systemd and operators must read and run the staged bcd
 				return err
 			}
 		case tar.TypeReg:
@@ -61,12 +61,12 @@ func unpack(pkg, dir string, size int64) error {
 			if budget < 0 {
 				return fmt.Errorf("%w: unpacks to more than %d times its size", ErrBadPackage, maxExpansion)
 			}
-			if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+			if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil { //nolint:gosec // an install directory: systemd and operators must read and run the staged bcd
 				return err
 			}
 			out, err := os.OpenFile(dst, os.O_CREATE|os.O_EXCL|os.O_WRONLY, os.FileMode(h.Mode)&0o755)
 			if err != nil {
-				return fmt.Errorf("%w: %v", ErrBadPackage, err)
+				return fmt.Errorf("%w: %w", ErrBadPackage, err)
 			}
 			_, err = io.Copy(out, io.LimitReader(tr, h.Size))
 			if err == nil {

@@ -153,7 +153,7 @@ func run(ctx context.Context, cfg Config, req kind.Request, p Payload, logger hc
 	}
 
 	// 3. Download with the cap and the streaming digest.
-	if err := os.MkdirAll(l.Versions(), 0o755); err != nil {
+	if err := os.MkdirAll(l.Versions(), 0o755); err != nil { //nolint:gosec // an install directory: systemd and operators must read and run the staged bcd
 		return nil, fail(ReasonNotInstalled, from, to, err)
 	}
 	progress(10, "downloading "+to)

@@ -85,6 +85,11 @@ type Server struct {
 	// precancelled holds ids whose Cancel arrived before their Execute did
 	// (the two RPCs race on separate streams), with when it arrived.
 	precancelled map[string]time.Time
+
+	// injectPanic is the id of the one command whose handler panics
+	// (wire.EnvInjectPanic, set only by the conformance harness); "" when
+	// none does.
+	injectPanic string
 }
 
 // precancelTTL bounds how long a Cancel for a command not yet started is kept.
@@ -103,6 +108,7 @@ func NewServer(logger hclog.Logger, kinds ...Kind) (*Server, error) {
 
 		running:      map[string]context.CancelFunc{},
 		precancelled: map[string]time.Time{},
+		injectPanic:  os.Getenv(wire.EnvInjectPanic),
 	}
 	for _, k := range kinds {
 		if err := k.Manifest.Validate(); err != nil {
@@ -212,7 +218,11 @@ func (s *Server) Execute(req *pluginv1.ExecuteRequest, stream grpc.ServerStreami
 			logger.Debug("progress not sent", "error", err)
 		}
 	})
-	r := Run(ctx, k.Handler, Request{
+	h := k.Handler
+	if s.injectPanic != "" && cmd.ID == s.injectPanic {
+		h = injectedPanic{}
+	}
+	r := Run(ctx, h, Request{
 		Command:  cmd,
 		Progress: progress,
 		Host:     s.host(req.GetHostBrokerId()),
@@ -220,6 +230,16 @@ func (s *Server) Execute(req *pluginv1.ExecuteRequest, stream grpc.ServerStreami
 	})
 	returned.Store(true)
 	return finish(r)
+}
+
+// injectedPanic is the handler of the command the conformance harness
+// names in wire.EnvInjectPanic: it panics where the kind's handler would
+// run, under the same recover, so the harness checks the plugin's own
+// serving path on a plugin with no kind that panics of its own accord.
+type injectedPanic struct{}
+
+func (injectedPanic) Handle(context.Context, Request) (any, error) {
+	panic("panic injected by the conformance harness (" + wire.EnvInjectPanic + ")")
 }
 
 // Cancel tells a running command to stop between actions. The command's

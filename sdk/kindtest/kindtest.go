@@ -6,6 +6,7 @@
 //	func TestConformance(t *testing.T) {
 //		kindtest.Run(t, "./bin/bc-kind-acme", kindtest.Options{
 //			LongRunning: &kindtest.Case{Kind: "acme.flash", Payload: json.RawMessage(`{"image":"big"}`)},
+//			InjectPanic: &kindtest.Case{Kind: "acme.flash", Payload: json.RawMessage(`{"image":"small"}`)},
 //		})
 //	}
 //
@@ -16,6 +17,10 @@
 // cancelled, reports its own outcome, and stops its work (no progress beyond
 // the action under way at the cancel, none after its result); a panic
 // becomes a failed result; nothing is written to stdout after the handshake.
+// A plugin says how its cancellation and its panics are checked
+// (Options.LongRunning, Options.InjectPanic) or why a check cannot apply
+// (Options.CancelNotApplicable, Options.PanicNotApplicable); Run fails one
+// that says neither.
 package kindtest
 
 import (
@@ -23,6 +28,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -49,8 +55,13 @@ type Options struct {
 	// a kind listed with a nil payload is not checked.
 	BadPayloads map[string]json.RawMessage
 	// LongRunning is a command that runs until cancelled (or for much longer
-	// than CancelWithin). The cancellation check is skipped when nil.
+	// than CancelWithin). Run fails a plugin that sets neither it nor
+	// CancelNotApplicable.
 	LongRunning *Case
+	// CancelNotApplicable, when LongRunning is nil, says why no command of
+	// the plugin can be cancelled part-way (every kind answers at once from
+	// memory, say). Run logs it in place of the cancellation check.
+	CancelNotApplicable string
 	// CancelAfter is how long the long-running command runs before it is
 	// cancelled, when it reports no progress first; 200 ms when 0. With
 	// progress, it is cancelled at its first report.
@@ -58,8 +69,22 @@ type Options struct {
 	// CancelWithin bounds the time from cancel to the plugin's result;
 	// 5 s when 0.
 	CancelWithin time.Duration
-	// Panic is a command whose handler panics. The check is skipped when nil.
+	// Panic is a command whose handler panics of its own accord (a test
+	// plugin's kind). Most plugins have none: they set InjectPanic instead.
 	Panic *Case
+	// InjectPanic is a valid command of the plugin that the panic check runs
+	// with its handler made to panic: the harness starts the plugin with
+	// wire.EnvInjectPanic naming that one command's id, and the SDK's Server
+	// panics in place of the kind's handler, under the same recover. It
+	// checks that the binary serves through the SDK (a panic is a failed
+	// result, logged, and the plugin keeps serving) without a kind that
+	// panics in the binary. Run fails a plugin that sets none of Panic,
+	// InjectPanic and PanicNotApplicable.
+	InjectPanic *Case
+	// PanicNotApplicable, when Panic and InjectPanic are nil, says why the
+	// panic check cannot apply (a plugin not built on this SDK's Serve,
+	// say). Run logs it in place of the check.
+	PanicNotApplicable string
 	// Host, when set, is served to the plugin as bcd's Host service;
 	// otherwise Host calls fail with kind.ErrNoHost's message.
 	Host kind.Host
@@ -101,6 +126,14 @@ func (o Options) withDefaults() Options {
 	return o
 }
 
+// ErrNoCancelCase and ErrNoPanicCase are Run's failures for a plugin that
+// does not say how its cancellation and its panics are checked: a check
+// that was skipped in silence proved nothing.
+var (
+	ErrNoCancelCase = errors.New("kindtest: Options.LongRunning and Options.CancelNotApplicable are both unset: set LongRunning to a command that runs until cancelled (a fake tool that hangs, a server that never answers), or CancelNotApplicable to why no command of this plugin can be cancelled part-way")
+	ErrNoPanicCase  = errors.New("kindtest: Options.Panic, Options.InjectPanic and Options.PanicNotApplicable are all unset: set InjectPanic to a valid command of the plugin (the SDK makes its handler panic), Panic to a command that panics of its own accord, or PanicNotApplicable to why the check cannot apply")
+)
+
 // callTimeout bounds one harness call that should be quick.
 const callTimeout = 30 * time.Second
 
@@ -137,20 +170,37 @@ func Run(t *testing.T, binary string, opts Options) {
 			})
 		}
 	})
+	// Neither check is skipped: a plugin says how it is checked, or why
+	// the check cannot apply, and the harness says exactly what to set.
 	t.Run("cancellation honoured", func(t *testing.T) {
-		if opts.LongRunning == nil {
-			t.Skip("Options.LongRunning names no long-running command")
-		}
-		if err := p.CheckCancel(*opts.LongRunning, opts.CancelAfter, opts.CancelWithin); err != nil {
-			t.Fatal(err)
+		switch {
+		case opts.LongRunning != nil:
+			if err := p.CheckCancel(*opts.LongRunning, opts.CancelAfter, opts.CancelWithin); err != nil {
+				t.Fatal(err)
+			}
+		case opts.CancelNotApplicable != "":
+			t.Logf("not applicable: %s", opts.CancelNotApplicable)
+		default:
+			t.Fatal(ErrNoCancelCase)
 		}
 	})
 	t.Run("panic becomes a failed result", func(t *testing.T) {
-		if opts.Panic == nil {
-			t.Skip("Options.Panic names no panicking command")
+		if opts.Panic == nil && opts.InjectPanic == nil {
+			if opts.PanicNotApplicable == "" {
+				t.Fatal(ErrNoPanicCase)
+			}
+			t.Logf("not applicable: %s", opts.PanicNotApplicable)
+			return
 		}
-		if err := p.CheckPanic(*opts.Panic); err != nil {
-			t.Fatal(err)
+		if opts.Panic != nil {
+			if err := p.CheckPanic(*opts.Panic); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if opts.InjectPanic != nil {
+			if err := p.CheckInjectedPanic(*opts.InjectPanic); err != nil {
+				t.Fatal(err)
+			}
 		}
 	})
 	t.Run("nothing written to stdout after the handshake", func(t *testing.T) {
@@ -326,6 +376,34 @@ func (p *Plugin) CheckPanic(c Case) error {
 	}
 	if res.Status != kind.StatusFailed || res.Reason != kind.ReasonPanic {
 		return fmt.Errorf("%s: got %s (reason %q), want failed with reason %s", c.Kind, res.Status, res.Reason, kind.ReasonPanic)
+	}
+	return p.checkServing()
+}
+
+// CheckInjectedPanic runs c with its handler made to panic (the plugin was
+// started with Options.InjectPanic, so wire.EnvInjectPanic names the
+// command's id): the result must be failed with reason panic, and the
+// plugin must keep serving.
+func (p *Plugin) CheckInjectedPanic(c Case) error {
+	if p.injectPanicID == "" {
+		return errors.New("the plugin was started without Options.InjectPanic: the harness injects a panic only into a plugin it started with it")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
+	defer cancel()
+	resp, err := p.proc.Kind.Manifests(ctx, &pluginv1.ManifestsRequest{HostBrokerId: p.brokerID})
+	if err != nil {
+		return fmt.Errorf("Manifests: %w", err)
+	}
+	if !slices.Contains(resp.GetCapabilities(), wire.CapabilityInjectedPanic) {
+		return fmt.Errorf("%s: the plugin's SDK (%s) cannot inject a panic (capabilities %v): build it on a newer SDK, or name a command that panics in Options.Panic", c.Kind, resp.GetSdkVersion(), resp.GetCapabilities())
+	}
+	res, err := p.execute(ctx, p.injectPanicID, c.Kind, c.Payload, nil)
+	if err != nil {
+		return fmt.Errorf("%s: %w", c.Kind, err)
+	}
+	if res.Status != kind.StatusFailed || res.Reason != kind.ReasonPanic {
+		return fmt.Errorf("%s with an injected panic: got %s (reason %q: %s), want failed with reason %s; Options.InjectPanic must be a payload the kind's schema accepts",
+			c.Kind, res.Status, res.Reason, res.Message, kind.ReasonPanic)
 	}
 	return p.checkServing()
 }

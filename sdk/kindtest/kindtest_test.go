@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"os"
+	"os/exec"
 	"testing"
 	"time"
 
@@ -29,7 +30,60 @@ func TestRun_ExamplePlugin(t *testing.T) {
 		Kinds:       []string{"example.echo", "example.noop"},
 		BadPayloads: map[string]json.RawMessage{"example.echo": json.RawMessage(`{"message":""}`)},
 		LongRunning: &kindtest.Case{Kind: "example.echo", Payload: json.RawMessage(`{"message":"hi","sleepMs":60000}`)},
+		InjectPanic: &kindtest.Case{Kind: "example.noop", Payload: json.RawMessage(`{}`)},
 	})
+}
+
+// envUndeclared makes TestRun_UndeclaredChecks run Run on a plugin that
+// declares neither its cancellation nor its panics; the parent test reads
+// what the child printed.
+const envUndeclared = "KINDTEST_TEST_UNDECLARED"
+
+// A plugin that says neither how its cancellation and its panics are
+// checked nor why they cannot be fails Run, and the failure names what to
+// set; one that gives its reasons passes with the reasons logged. Run
+// fails through t, so the failing case runs in a child test process.
+func TestRun_UndeclaredChecks(t *testing.T) {
+	bin := sdktest.BuildBinary(t, "./example/cmd/bc-kind-example")
+	if os.Getenv(envUndeclared) != "" {
+		kindtest.Run(t, bin, kindtest.Options{})
+		return
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestRun_UndeclaredChecks$", "-test.v")
+	cmd.Env = append(os.Environ(), envUndeclared+"=1")
+	out, err := cmd.CombinedOutput()
+	require.Error(t, err, "Run passed a plugin that declares neither check:\n%s", out)
+	require.Contains(t, string(out), "--- FAIL: TestRun_UndeclaredChecks/cancellation_honoured")
+	require.Contains(t, string(out), kindtest.ErrNoCancelCase.Error())
+	require.Contains(t, string(out), "--- FAIL: TestRun_UndeclaredChecks/panic_becomes_a_failed_result")
+	require.Contains(t, string(out), kindtest.ErrNoPanicCase.Error())
+	require.NotContains(t, string(out), "--- SKIP")
+
+	t.Run("with reasons", func(t *testing.T) {
+		kindtest.Run(t, bin, kindtest.Options{
+			BadPayloads:         map[string]json.RawMessage{"example.echo": json.RawMessage(`{"message":""}`)},
+			CancelNotApplicable: "the test's reason",
+			PanicNotApplicable:  "the test's reason",
+		})
+	})
+}
+
+// The injected panic needs the plugin started with Options.InjectPanic: a
+// command sent to a plugin started without it runs its real handler.
+func TestCheckInjectedPanic_NeedsTheOption(t *testing.T) {
+	p := kindtest.Start(t, sdktest.BuildBinary(t, "./example/cmd/bc-kind-example"), kindtest.Options{})
+	err := p.CheckInjectedPanic(kindtest.Case{Kind: "example.noop", Payload: json.RawMessage(`{}`)})
+	require.ErrorContains(t, err, "started without Options.InjectPanic")
+}
+
+// An injected panic into a payload the schema refuses never reaches the
+// handler: the check says the payload must be valid.
+func TestCheckInjectedPanic_CatchesAnInvalidPayload(t *testing.T) {
+	p := kindtest.Start(t, sdktest.BuildBinary(t, "./example/cmd/bc-kind-example"), kindtest.Options{
+		InjectPanic: &kindtest.Case{Kind: "example.echo", Payload: json.RawMessage(`{"message":""}`)},
+	})
+	err := p.CheckInjectedPanic(kindtest.Case{Kind: "example.echo", Payload: json.RawMessage(`{"message":""}`)})
+	require.ErrorContains(t, err, "must be a payload the kind's schema accepts")
 }
 
 func TestRun_TestPlugin_WithAPanickingKind(t *testing.T) {

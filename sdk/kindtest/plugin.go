@@ -33,6 +33,9 @@ type Plugin struct {
 	grace    time.Duration
 	quiet    time.Duration
 	stopOnce sync.Once
+	// injectPanicID is the command id whose handler the plugin makes panic
+	// (wire.EnvInjectPanic); "" unless started with Options.InjectPanic.
+	injectPanicID string
 }
 
 // Start launches binary for t and stops it when t ends.
@@ -52,9 +55,15 @@ func Launch(binary string, opts Options, t testing.TB) (*Plugin, error) {
 	opts = opts.withDefaults()
 	logs := &testLogWriter{t: t, text: &lockedBuffer{}}
 	stdout := &lockedBuffer{}
+	env := append(append(wire.BaseEnv(), wire.EnvLogLevel+"=debug"), opts.Env...)
+	var injectID string
+	if opts.InjectPanic != nil {
+		injectID = newCommandID() + "_panic"
+		env = append(env, wire.EnvInjectPanic+"="+injectID)
+	}
 	proc, err := wire.Start(wire.Launch{
 		Path: binary,
-		Env:  append(append(wire.BaseEnv(), wire.EnvLogLevel+"=debug"), opts.Env...),
+		Env:  env,
 		Logger: hclog.New(&hclog.LoggerOptions{
 			Name:   "kindtest",
 			Output: logs,
@@ -66,7 +75,7 @@ func Launch(binary string, opts Options, t testing.TB) (*Plugin, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &Plugin{proc: proc, stdout: stdout, logs: logs, grace: opts.CancelWithin, quiet: opts.QuietWindow}
+	p := &Plugin{proc: proc, stdout: stdout, logs: logs, grace: opts.CancelWithin, quiet: opts.QuietWindow, injectPanicID: injectID}
 	p.brokerID = proc.ServeHost(kindpb.NewHostServer(opts.Host))
 	return p, nil
 }

@@ -59,7 +59,7 @@ type Launch struct {
 // it to mean "when bcd dies" start the plugin from a goroutine locked to its
 // OS thread for the plugin's life (golang/go#27505).
 func Command(path string, env []string) *exec.Cmd {
-	cmd := exec.Command(path)
+	cmd := exec.Command(path) //nolint:noctx // the plugin outlives any one call: go-plugin stops it (Kill, then the process group), not a context
 	cmd.Env = append([]string(nil), env...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	return cmd

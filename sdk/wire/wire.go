@@ -45,10 +45,22 @@ const (
 	// logs a report made after the handler returned, so the conformance
 	// harness can tell a handler that stopped from one that went on.
 	CapabilityProgressAfterCancel = "progress-after-cancel"
+	// CapabilityInjectedPanic: the plugin makes the handler of the command
+	// named by EnvInjectPanic panic, so the conformance harness can check
+	// that a panic becomes a failed result on a plugin with no kind that
+	// panics of its own accord.
+	CapabilityInjectedPanic = "injected-panic"
 )
 
 // Capabilities are the capabilities this SDK's plugins list.
-var Capabilities = []string{CapabilityCancel, CapabilityProgressAfterCancel}
+var Capabilities = []string{CapabilityCancel, CapabilityProgressAfterCancel, CapabilityInjectedPanic}
+
+// EnvInjectPanic names the environment variable that holds the id of one
+// command whose handler panics instead of running (the conformance
+// harness's panic check). bcd never passes it: a plugin gets only
+// BaseEnv and the variables its host allowlists, and no allowlist names
+// it; a plugin started without it never panics on purpose.
+const EnvInjectPanic = "BC_KINDTEST_INJECT_PANIC"
 
 // LateProgressMessage is the log message of a plugin whose handler reported
 // progress after it returned its result (work left running): the harness

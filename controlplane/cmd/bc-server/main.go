@@ -15,7 +15,6 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"strings"
 	"syscall"
 	"time"
 
@@ -23,6 +22,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/better-compute/commands/controlplane/server"
+	"github.com/better-compute/commands/internal/flagcompat"
 	"github.com/better-compute/commands/internal/version"
 )
 
@@ -94,27 +94,17 @@ func (c *cmdline) usage(w io.Writer) {
 	fmt.Fprintf(w, "Usage: bc-server [--config FILE] [flags]\n\nRuns the control plane. Flags override the config file's settings.\n\nFlags:\n%s", c.fs.FlagUsages())
 }
 
-// errSingleDash is a Go-style -flag: pflag would read it as a cluster of
-// one-letter flags and fail with a confusing message, so it is named.
-var errSingleDash = errors.New("flags take two dashes")
-
 // parse reads args. A long flag spelt with one dash, as the Go flag package
-// allowed (-config), is refused with its -- spelling, so that an old unit
-// file or script fails with the fix in the message.
-func (c *cmdline) parse(args []string) error {
-	for _, a := range args {
-		if a == "--" {
-			break
-		}
-		if !strings.HasPrefix(a, "-") || strings.HasPrefix(a, "--") || len(a) <= 2 {
-			continue
-		}
-		name, _, _ := strings.Cut(a[1:], "=")
-		if c.fs.Lookup(name) != nil {
-			return fmt.Errorf("%s: %w: --%s", a, errSingleDash, strings.TrimPrefix(a, "-"))
-		}
+// allowed (-config), still works for this release: it is read as its --
+// spelling and warnings holds one line per such flag, naming the new form,
+// so that an old unit file or script keeps starting bc-server and says the
+// fix.
+func (c *cmdline) parse(args []string) (warnings []string, err error) {
+	args, rewrites := flagcompat.SingleDash(c.fs, args)
+	for _, r := range rewrites {
+		warnings = append(warnings, r.Warning())
 	}
-	return c.fs.Parse(args)
+	return warnings, c.fs.Parse(args)
 }
 
 // apply sets on cfg what the flags given say; flags not given leave the
@@ -165,7 +155,11 @@ func (c *cmdline) apply(cfg *server.Config) {
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	c := newCmdline()
 	c.fs.SetOutput(io.Discard)
-	if err := c.parse(args); err != nil {
+	warnings, err := c.parse(args)
+	for _, w := range warnings {
+		fmt.Fprintf(stderr, "bc-server: warning: %s\n", w)
+	}
+	if err != nil {
 		if errors.Is(err, pflag.ErrHelp) {
 			c.usage(stdout)
 			return 0

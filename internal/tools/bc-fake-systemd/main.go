@@ -140,7 +140,7 @@ func serve(ctx context.Context, dir, unit string, argv []string, start bool, log
 	logger.Info("systemd's manager is on the private bus", "address", bus.Addr, "unit", unit, "exec", strings.Join(argv, " "))
 	if start {
 		if _, derr := mgr.StartUnit(unit, "replace"); derr != nil {
-			return fmt.Errorf("starting %s: %v", unit, derr)
+			return fmt.Errorf("starting %s: %w", unit, derr)
 		}
 	}
 	select {

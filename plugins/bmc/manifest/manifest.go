@@ -23,7 +23,7 @@ const (
 // machine that powers itself off cannot report that it did).
 const RoleSite = "site"
 
-// Power actions.
+// PowerActions are the actions bmc.power takes.
 var PowerActions = []string{"on", "off", "soft", "cycle", "reset"}
 
 // Power is bmc.power's manifest.

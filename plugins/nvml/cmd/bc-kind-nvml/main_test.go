@@ -64,11 +64,18 @@ func (h *memHost) Journal(context.Context, int) ([]json.RawMessage, error)  { re
 
 func TestConformance(t *testing.T) {
 	bin := testutil.BuildBinary(t, pkg)
+	// nvidia-smi hangs (a fake whose queries wait until killed), so a
+	// refresh runs until cancelled, as on a node whose driver is wedged.
+	smi := gputest.NewSmi(t, gputest.SmiAnswer{Hang: true})
+	refresh := kindtest.Case{Kind: manifest.KindInventoryRefresh, Payload: json.RawMessage(`{}`)}
 	kindtest.Run(t, bin, kindtest.Options{
-		Kinds: []string{manifest.KindInventoryRefresh, manifest.KindDiagNVML},
-		Env:   env(t, ""),
-		Host:  &memHost{puts: make(chan json.RawMessage, 4)},
+		Kinds:       []string{manifest.KindInventoryRefresh, manifest.KindDiagNVML},
+		Env:         append(env(t, ""), nvml.EnvNvidiaSmi+"="+smi.Path),
+		Host:        &memHost{puts: make(chan json.RawMessage, 4)},
+		LongRunning: &refresh,
+		InjectPanic: &refresh,
 	})
+	testutil.WaitFor(t, 10*time.Second, "the cancelled refresh's nvidia-smi to be killed", func() bool { return gputest.Gone(smi.HangChild()) })
 }
 
 // The plugin binary, out of process as bcd runs it, on go-nvml's dgxh200

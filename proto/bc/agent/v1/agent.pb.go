@@ -699,6 +699,16 @@ type TrustBundle struct {
 	// version is the bundle's version, as its signed body says (for logs and
 	// the API; the node reads the signed body).
 	Version int64 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
+	// command_signing_roots and approver_keys were the bundle's roots and
+	// approver keys before the bundle travelled signed. Deprecated and
+	// ignored: no side sets or reads them (the signed body holds both). They
+	// stay, with their numbers, so that Go code written against them still
+	// compiles; a field is never removed (the repository's proto rule).
+	//
+	// Deprecated: Marked as deprecated in bc/agent/v1/agent.proto.
+	CommandSigningRoots [][]byte `protobuf:"bytes,2,rep,name=command_signing_roots,json=commandSigningRoots,proto3" json:"command_signing_roots,omitempty"`
+	// Deprecated: Marked as deprecated in bc/agent/v1/agent.proto.
+	ApproverKeys [][]byte `protobuf:"bytes,3,rep,name=approver_keys,json=approverKeys,proto3" json:"approver_keys,omitempty"`
 	// signed is the bundle's wire form (a JSON document holding the body and
 	// the roots' signatures over it), exactly as the control plane signed it.
 	Signed        []byte `protobuf:"bytes,4,opt,name=signed,proto3" json:"signed,omitempty"`
@@ -741,6 +751,22 @@ func (x *TrustBundle) GetVersion() int64 {
 		return x.Version
 	}
 	return 0
+}
+
+// Deprecated: Marked as deprecated in bc/agent/v1/agent.proto.
+func (x *TrustBundle) GetCommandSigningRoots() [][]byte {
+	if x != nil {
+		return x.CommandSigningRoots
+	}
+	return nil
+}
+
+// Deprecated: Marked as deprecated in bc/agent/v1/agent.proto.
+func (x *TrustBundle) GetApproverKeys() [][]byte {
+	if x != nil {
+		return x.ApproverKeys
+	}
+	return nil
 }
 
 func (x *TrustBundle) GetSigned() []byte {
@@ -1846,10 +1872,12 @@ const file_bc_agent_v1_agent_proto_rawDesc = "" +
 	"\tin_flight\x18\b \x03(\tR\binFlight\x12#\n" +
 	"\rtrust_version\x18\t \x01(\x03R\ftrustVersion\x12C\n" +
 	"\x0frefused_plugins\x18\n" +
-	" \x03(\v2\x1a.bc.agent.v1.PluginRefusalR\x0erefusedPlugins\"q\n" +
+	" \x03(\v2\x1a.bc.agent.v1.PluginRefusalR\x0erefusedPlugins\"\xa0\x01\n" +
 	"\vTrustBundle\x12\x18\n" +
-	"\aversion\x18\x01 \x01(\x03R\aversion\x12\x16\n" +
-	"\x06signed\x18\x04 \x01(\fR\x06signedJ\x04\b\x02\x10\x03J\x04\b\x03\x10\x04R\x15command_signing_rootsR\rapprover_keys\"\xa8\x01\n" +
+	"\aversion\x18\x01 \x01(\x03R\aversion\x126\n" +
+	"\x15command_signing_roots\x18\x02 \x03(\fB\x02\x18\x01R\x13commandSigningRoots\x12'\n" +
+	"\rapprover_keys\x18\x03 \x03(\fB\x02\x18\x01R\fapproverKeys\x12\x16\n" +
+	"\x06signed\x18\x04 \x01(\fR\x06signed\"\xa8\x01\n" +
 	"\aWelcome\x12;\n" +
 	"\vserver_time\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"serverTime\x12#\n" +
