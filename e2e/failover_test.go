@@ -125,6 +125,18 @@ func TestFailover(t *testing.T) {
 		defer lock.Unlock()
 		return len(acks) >= 50
 	})
+	// A fleet run in flight across the failover (issue 34: "It also checks
+	// ... the fleet runs across the failover"): one node at a time, its
+	// first command holding until after the kill.
+	runHold := newHold(t)
+	runPayload, err := structpb.NewStruct(runHold.payload())
+	require.NoError(t, err)
+	fleetRuns := apiv1.NewFleetRunsClient(c.conn)
+	run, err := fleetRuns.Create(c.ctx(), &apiv1.CreateFleetRunRequest{TenantId: servertest.TenantA, Kind: kindHold, Payload: runPayload,
+		Targets: &apiv1.FleetRunTargets{NodeIds: ids}, MaxConcurrency: "1", IdempotencyKey: "ha-run"})
+	require.NoError(t, err)
+	runHold.waitStarted(t)
+
 	before, ok := c.lease(t)
 	require.True(t, ok, "the sweeper holds its lease before the kill")
 	sessionsBefore := map[string]int{}
@@ -141,6 +153,7 @@ func TestFailover(t *testing.T) {
 	ackedBefore := len(acks)
 	lock.Unlock()
 	t.Logf("ha: killed the primary on port %s after %d acknowledged commands", strings.TrimSpace(string(out)), ackedBefore)
+	runHold.releaseNow(t)
 
 	select {
 	case <-enoughKill:
@@ -262,4 +275,17 @@ func TestFailover(t *testing.T) {
 	require.Zero(t, lost, "every acknowledged commands.run survives the failover")
 	require.Equal(t, len(all), terminal)
 	require.Zero(t, notOnce, "every command reaches exactly one terminal state")
+
+	// The fleet run carried on over the new primary: it ends succeeded,
+	// one command per node, each exactly once, and the limit of one held.
+	got := c.waitRun(run.GetId(), "succeeded", "failed", "cancelled")
+	require.Equal(t, "succeeded", got.GetState(), "%s %s", got.GetStateReason(), got.GetStateMessage())
+	require.Equal(t, uint32(3), got.GetCounts().GetSucceeded())
+	var perNode, runRuns int
+	require.NoError(t, c.srv.Pool.QueryRow(ctx, `SELECT count(DISTINCT node_id), count(*) FROM commands WHERE idempotency_key LIKE 'run:' || $1 || ':%'`,
+		run.GetId()).Scan(&perNode, &runRuns))
+	require.Equal(t, 3, perNode)
+	require.Equal(t, 3, runRuns, "no node started twice across the failover")
+	require.Equal(t, 3, runHold.runs(t), "each node ran the run's command once")
+	t.Logf("ha: fleet run %s across the failover: %s, %d of 3 succeeded, one command per node", run.GetId(), got.GetState(), got.GetCounts().GetSucceeded())
 }

@@ -95,6 +95,8 @@ type Config struct {
 
 // Server holds the three services.
 type Server struct {
+	// workers are the goroutines Start begins (Wait waits for them).
+	workers sync.WaitGroup
 	// secrets is the secret store behind the Secrets service; nil serves
 	// none (UNIMPLEMENTED).
 	secrets   secrets.Store
@@ -185,12 +187,17 @@ func New(cfg Config) *Server {
 // Start runs the one outbox listener that wakes every watch, until ctx ends.
 func (s *Server) Start(ctx context.Context) {
 	wake := events.Listen(ctx, s.pool, s.poll, s.logger)
-	go s.hub.run(wake)
-	go func() {
+	s.workers.Go(func() { s.hub.run(wake) }) // ends when the listener closes wake
+	s.workers.Go(func() {
 		<-ctx.Done()
 		close(s.done)
-	}()
+	})
 }
+
+// Wait returns once the goroutines Start began have ended (after its
+// context did): the event listener's connection is back in the pool, which
+// the caller may close then.
+func (s *Server) Wait() { s.workers.Wait() }
 
 // Register adds the Commands, Events and Nodes services to g.
 func (s *Server) Register(g grpc.ServiceRegistrar) {

@@ -184,9 +184,11 @@ func New(pool *pgxpool.Pool, q *queue.Queue, logger hclog.Logger, opts Options) 
 // Run listens for dispatch wake-ups, sweeps the idle sessions every
 // IdlePoll, and looks for a newer trust bundle every Poll, until ctx ends.
 func (g *Gateway) Run(ctx context.Context) {
-	go g.sweepIdle(ctx)
-	go g.watchTrust(ctx)
+	var wg sync.WaitGroup
+	wg.Go(func() { g.sweepIdle(ctx) })
+	wg.Go(func() { g.watchTrust(ctx) })
 	g.hub.listen(ctx, g.pool, g.logger, g.outage)
+	wg.Wait() // nothing of the gateway's runs on once Run returned
 }
 
 // MaxOutstanding reports the most commands the gateway ever had outstanding

@@ -12,6 +12,7 @@ import (
 	"os"
 	"runtime"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -19,6 +20,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.opentelemetry.io/otel/trace"
+	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
@@ -353,7 +355,10 @@ func (s *Server) newGateway(gc GatewayConfig) error {
 	s.gwGRPC = grpc.NewServer(append([]grpc.ServerOption{grpc.Creds(credentials.NewTLS(&tls.Config{
 		Certificates: []tls.Certificate{pair}, ClientCAs: ca.Pool(),
 		ClientAuth: tls.VerifyClientCertIfGiven, MinVersion: tls.VersionTLS12,
-	})), grpc.ChainStreamInterceptor(s.sessions.interceptor())}, sessiongrpc.ServerOptions()...)...)
+	})), grpc.ChainStreamInterceptor(s.sessions.interceptor()),
+		// Stop returns only once every session's handler did: nothing of a
+		// session touches the pool after Run closes it.
+		grpc.WaitForHandlers(true)}, sessiongrpc.ServerOptions()...)...)
 	agentv1.RegisterSessionServer(s.gwGRPC, s.gateway)
 	agentv1.RegisterJoinServer(s.gwGRPC, s.join)
 	if s.gwLis, err = net.Listen("tcp", gc.Listen); err != nil {
@@ -457,33 +462,32 @@ func (s *Server) Run(ctx context.Context) error {
 	s.api.Start(apiCtx)
 	s.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 
+	// Every goroutine Run starts is waited for before the pool closes:
+	// the background workers (bg) once the API's context ends, the
+	// listeners (serving) once their servers stopped.
 	errc := make(chan error, 3)
-	go func() { errc <- s.grpc.Serve(s.grpcLis) }()
-	sweeperDone := make(chan struct{})
+	var bg errgroup.Group
+	var serving sync.WaitGroup
+	serving.Go(func() { errc <- s.grpc.Serve(s.grpcLis) })
 	if s.sweeper != nil {
-		go func() { defer close(sweeperDone); s.sweeper.Run(apiCtx) }()
-	} else {
-		close(sweeperDone)
+		bg.Go(func() error { s.sweeper.Run(apiCtx); return nil })
 	}
-	advancerDone := make(chan struct{})
 	if s.advancer != nil {
-		go func() { defer close(advancerDone); s.advancer.Run(apiCtx) }()
-	} else {
-		close(advancerDone)
+		bg.Go(func() error { s.advancer.Run(apiCtx); return nil })
 	}
 	modulesDone := s.runModules(apiCtx)
 	if s.gwGRPC != nil {
-		go s.gateway.Run(apiCtx)
-		go s.sessions.run(apiCtx)
-		go s.sessions.touch(apiCtx, s.pool)
-		go func() { errc <- s.gwGRPC.Serve(s.gwLis) }()
+		bg.Go(func() error { s.gateway.Run(apiCtx); return nil })
+		bg.Go(func() error { s.sessions.run(apiCtx); return nil })
+		bg.Go(func() error { s.sessions.touch(apiCtx, s.pool); return nil })
+		serving.Go(func() { errc <- s.gwGRPC.Serve(s.gwLis) })
 	}
 	if s.http != nil {
-		go func() {
+		serving.Go(func() {
 			if err := s.http.Serve(s.httpLis); !errors.Is(err, http.ErrServerClosed) {
 				errc <- err
 			}
-		}()
+		})
 	}
 	s.logger.Info("serving", "grpc", s.GRPCAddr().String(), "http", fmt.Sprint(s.HTTPAddr()), "gateway", fmt.Sprint(s.GatewayAddr()),
 		"http_tls", s.cfg.HTTPTLS.Cert != "")
@@ -524,14 +528,15 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	// The sweeper resigns its lease before the pool closes, so another
 	// replica takes over at once.
-	<-sweeperDone
-	<-advancerDone
+	_ = bg.Wait() // the workers return no error: they log their own
 	<-modulesDone
 	if s.http != nil {
 		hctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		_ = s.http.Shutdown(hctx)
 		cancel()
 	}
+	serving.Wait()
+	s.api.Wait()
 	s.pool.Close()
 	fctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	if err := s.flushTraces(fctx); err != nil {

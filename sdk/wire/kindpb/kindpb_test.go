@@ -1,3 +1,5 @@
+//lint:file-ignore SA1019 TestDeprecatedForwardersAgree calls kind's deprecated forwarders on purpose: they must agree with kindpb
+
 package kindpb_test
 
 import (
