@@ -5,6 +5,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
@@ -69,7 +70,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stdout, "  %s\n", f)
 	}
 	if !*noTidy {
-		tidy := exec.Command("go", "mod", "tidy")
+		tidy := exec.CommandContext(context.Background(), "go", "mod", "tidy")
 		tidy.Dir = o.Dir
 		tidy.Stdout, tidy.Stderr = stderr, stderr
 		if err := tidy.Run(); err != nil {

@@ -120,10 +120,10 @@ func Write(o Options) ([]string, error) {
 	var written []string
 	for path, b := range files {
 		dst := filepath.Join(o.Dir, filepath.FromSlash(path))
-		if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+		if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil { //nolint:gosec // a source tree the vendor shares and commits: 0755 like git's checkouts
 			return written, fmt.Errorf("creating %s: %w", filepath.Dir(dst), err)
 		}
-		if err := os.WriteFile(dst, b, 0o644); err != nil {
+		if err := os.WriteFile(dst, b, 0o644); err != nil { //nolint:gosec // source files, not secrets: 0644 like git's checkouts
 			return written, fmt.Errorf("writing %s: %w", dst, err)
 		}
 		written = append(written, path)
