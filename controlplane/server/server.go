@@ -165,13 +165,19 @@ func New(ctx context.Context, cfg Config, reg *kinds.Registry, logger hclog.Logg
 		pool.Close()
 		return nil, err
 	}
+	// closeOnErr undoes what New did so far: a failed New leaves no
+	// listener bound, no connection open and no span unflushed.
 	closeOnErr := func(err error) (*Server, error) {
-		pool.Close()
-		if s.grpcLis != nil {
-			_ = s.grpcLis.Close()
+		for _, l := range []net.Listener{s.grpcLis, s.gwLis, s.httpLis} {
+			if l != nil {
+				_ = l.Close()
+			}
 		}
-		if s.gwLis != nil {
-			_ = s.gwLis.Close()
+		pool.Close()
+		if s.flushTraces != nil {
+			fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			_ = s.flushTraces(fctx)
+			cancel()
 		}
 		return nil, err
 	}
