@@ -279,9 +279,24 @@ func (d *Daemon) Run(ctx context.Context, conn grpc.ClientConnInterface) error {
 			d.mu.Lock()
 			d.welcome = m.Welcome
 			hook := d.OnWelcome
+			// As bcd does, a new session resends every terminal report the
+			// gateway has not acknowledged: the acknowledgement may have
+			// died with the last session (its gateway with it). The
+			// gateway answers a report it already holds with an ack.
+			var resend []*agentv1.CommandUpdate
+			for id := range d.terminalSeq {
+				if u, ok := d.journal[id]; ok {
+					resend = append(resend, proto.Clone(u).(*agentv1.CommandUpdate))
+				}
+			}
 			d.mu.Unlock()
 			if hook != nil {
 				hook(m.Welcome)
+			}
+			for _, u := range resend {
+				if err := send(&agentv1.NodeMessage{Msg: &agentv1.NodeMessage_Update{Update: u}}); err != nil {
+					return fmt.Errorf("resending the report of %s: %w", u.GetCommandId(), err)
+				}
 			}
 		case *agentv1.GatewayMessage_Command:
 			var cmd agentv1.Command

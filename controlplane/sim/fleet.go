@@ -98,6 +98,17 @@ func IssueCerts(ca *pki.CA, nodeIDs []string) ([]tls.Certificate, error) {
 type FleetConfig struct {
 	// Addr is the gateway's address (host:port).
 	Addr string
+	// Addrs, when set, are several gateways' addresses (Addr is then
+	// ignored): node i starts on Addrs[i % len], as a load balancer would
+	// spread them.
+	Addrs []string
+	// Rehome makes a node whose session ends reconnect, to the next
+	// gateway of Addrs (a load balancer's choice once a connection broke),
+	// after RehomeDelay (default 250 ms) with up to as much again of
+	// jitter, until the fleet closes. Without it a session that ends stays
+	// ended (Ended counts it).
+	Rehome      bool
+	RehomeDelay time.Duration
 	// ServerName is the name the gateway's certificate carries; the host of
 	// Addr when empty.
 	ServerName string
@@ -126,6 +137,10 @@ type Fleet struct {
 	conns  []*grpc.ClientConn
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
+	// dial opens node i's connection to gateway k (of addrs).
+	dial  func(i, k int) (*grpc.ClientConn, error)
+	addrs []string
+	cfg   FleetConfig
 
 	// mu guards receipts, settles and ended.
 	mu sync.Mutex
@@ -134,6 +149,11 @@ type Fleet struct {
 	receipts, settles arrivals
 	// ended counts sessions that ended before Close.
 	ended int
+	// homes is each node's gateway (an index of addrs); rehomes how long
+	// each re-homed session took from its old session's end to the new
+	// Welcome.
+	homes   []int
+	rehomes []time.Duration
 }
 
 // StartFleet opens one session per node and returns once every node holds a
@@ -152,9 +172,22 @@ func StartFleet(ctx context.Context, cfg FleetConfig) (*Fleet, error) {
 		cfg.Logger = hclog.NewNullLogger()
 	}
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	addrs := cfg.Addrs
+	if len(addrs) == 0 {
+		addrs = []string{cfg.Addr}
+	}
+	if cfg.RehomeDelay <= 0 {
+		cfg.RehomeDelay = 250 * time.Millisecond
+	}
 	f := &Fleet{
 		logger: cfg.Logger.Named("fleet"), cancel: cancel,
 		receipts: newArrivals(), settles: newArrivals(),
+		addrs: addrs, cfg: cfg, homes: make([]int, len(cfg.NodeIDs)),
+	}
+	f.dial = func(i, k int) (*grpc.ClientConn, error) {
+		return grpc.NewClient(addrs[k%len(addrs)], append([]grpc.DialOption{grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{
+			Certificates: []tls.Certificate{cfg.Certs[i]}, RootCAs: cfg.RootCAs, ServerName: cfg.ServerName, MinVersion: tls.VersionTLS13,
+		}))}, sessiongrpc.DialOptions()...)...)
 	}
 	start := time.Now()
 	sem := make(chan struct{}, cfg.Connecting)
@@ -163,9 +196,8 @@ func StartFleet(ctx context.Context, cfg FleetConfig) (*Fleet, error) {
 	cctx, ccancel := context.WithTimeout(ctx, cfg.ConnectTimeout)
 	defer ccancel()
 	for i, id := range cfg.NodeIDs {
-		conn, err := grpc.NewClient(cfg.Addr, append([]grpc.DialOption{grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{
-			Certificates: []tls.Certificate{cfg.Certs[i]}, RootCAs: cfg.RootCAs, ServerName: cfg.ServerName, MinVersion: tls.VersionTLS13,
-		}))}, sessiongrpc.DialOptions()...)...)
+		f.homes[i] = i % len(addrs)
+		conn, err := f.dial(i, f.homes[i])
 		if err != nil {
 			f.Close()
 			return nil, fmt.Errorf("fleet: client for %s: %w", id, err)
@@ -186,14 +218,7 @@ func StartFleet(ctx context.Context, cfg FleetConfig) (*Fleet, error) {
 		ended := make(chan error, 1)
 		go func() {
 			defer f.wg.Done()
-			err := d.Run(runCtx, conn)
-			if runCtx.Err() == nil {
-				f.mu.Lock()
-				f.ended++
-				f.mu.Unlock()
-				f.logger.Warn("session ended", "node_id", id, "error", err)
-			}
-			ended <- err
+			f.runNode(runCtx, i, d, conn, ended)
 		}()
 		go func() {
 			defer connecting.Done()

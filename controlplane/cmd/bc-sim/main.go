@@ -29,6 +29,7 @@ import (
 	"runtime/debug"
 	"runtime/pprof"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -82,7 +83,7 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	var o options
 	fs := flag.NewFlagSet("bc-sim", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.StringVar(&o.gateway, "gateway", "", "gateway address host:port (required)")
+	fs.StringVar(&o.gateway, "gateway", "", "gateway address host:port, or several, comma-separated: the nodes spread across them round-robin and a node whose gateway goes away reconnects to the next (required)")
 	fs.StringVar(&o.caDir, "ca", "", "node CA directory holding ca.pem and ca-key.pem, to issue the simulated nodes' certificates (required)")
 	fs.StringVar(&o.serverCA, "server-ca", "", "PEM file that verifies the gateway's certificate (default: the node CA's ca.pem)")
 	fs.StringVar(&o.serverName, "server-name", "", "name in the gateway's certificate (default: the host of --gateway)")
@@ -215,7 +216,7 @@ func simulate(ctx context.Context, o options, stdin io.Reader, stderr io.Writer,
 		return rep, err
 	}
 	fleet, err := sim.StartFleet(ctx, sim.FleetConfig{
-		Addr: o.gateway, ServerName: o.serverName, RootCAs: roots, NodeIDs: nodeIDs, Certs: certs, Logger: logger,
+		Addrs: gateways(o.gateway), Rehome: len(gateways(o.gateway)) > 1, ServerName: o.serverName, RootCAs: roots, NodeIDs: nodeIDs, Certs: certs, Logger: logger,
 	})
 	if err != nil {
 		return rep, err
@@ -297,4 +298,15 @@ func printReport(w io.Writer, r Report) {
 			i+1, f.Nodes, f.Enqueue.Round(time.Millisecond), f.Received.Round(time.Millisecond), ms(f.Receipt.P50), ms(f.Receipt.P99),
 			f.Settled.Round(time.Millisecond), f.Succeeded)
 	}
+}
+
+// gateways splits --gateway's comma-separated addresses.
+func gateways(flag string) []string {
+	var out []string
+	for _, a := range strings.Split(flag, ",") {
+		if a = strings.TrimSpace(a); a != "" {
+			out = append(out, a)
+		}
+	}
+	return out
 }
