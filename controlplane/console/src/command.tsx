@@ -1,4 +1,5 @@
-// One command: its fields (cancel requested, who requested it, progress),
+// One command: what holds it back (blockedBy, kept once it ended), its
+// fields (cancel requested, who requested it, progress, what it waits for),
 // diag.nvml's check table, the payload and result, the signatures, and for
 // a logs.collect its support bundle, downloaded with the tab's token from
 // bc-server's bundle endpoint and saved through a blob URL.
@@ -7,8 +8,10 @@ import { useState } from "preact/hooks";
 
 import { jsonOf } from "../../../sdk/typescript/src/web.js";
 import type { Command } from "../../../sdk/typescript/src/web.js";
+import { BlockedBy } from "./blocked.js";
 import { CancelButton, CommandState, progressText, requesterText } from "./commands.js";
 import { Ago, ErrorLine, LiveBadge, State, api, currentSession, errorText, tenant, terminal, useFollow } from "./core.js";
+import { kindHref } from "./kinds.js";
 
 interface Check {
   check: string;
@@ -108,12 +111,15 @@ export function CommandPage({ nodeId, commandId }: { nodeId: string; commandId: 
       : null;
     body = (
       <div>
+        <BlockedBy c={c} />
         <table class="fields" id="command">
           <tbody>
-            {row("Kind", c.kind, c.kindVersion ? ` v${c.kindVersion}` : "")}
+            {row("Kind", <a href={kindHref(c.kind, c.kindVersion)}>{c.kind}</a>, c.kindVersion ? ` v${c.kindVersion}` : "")}
             {row("State", <span id="command-state"><CommandState c={c} /></span>, " ", <CancelButton c={c} onDone={(x, e) => (x ? setC(x) : setErr(e))} />)}
             {row("Reason", c.reason || "—")}
-            {row("Message", c.message || c.waitingMessage || "—")}
+            {row("Message", c.message || "—")}
+            {c.waitingReason || c.waitingMessage ? row(terminal.has(c.state) ? "Waited for" : "Waiting for",
+              <span id="waiting"><code>{c.waitingReason}</code> {c.blockedBy?.reason ? "(what blocks it, and the fix, are above)" : c.waitingMessage}</span>) : null}
             {row("Progress", <span id="progress">{progressText(c) || "—"}</span>)}
             {row("Requested by", <span id="requester">{requesterText(c)}</span>, c.runId ? <span> — <a href={`#/runs/${c.runId}`}>{c.runId}</a></span> : null)}
             {row("Queued", <Ago t={c.createdAt} />)}

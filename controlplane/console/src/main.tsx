@@ -13,6 +13,7 @@ import { BatchPage, BatchesPage } from "./batches.js";
 import { CommandPage } from "./command.js";
 import { api, clearSession, currentSession, errorText, parseHash, saveSession } from "./core.js";
 import type { Route } from "./core.js";
+import { KindPage, KindsPage } from "./kinds.js";
 import { NodePage } from "./node.js";
 import { NodesPage } from "./nodes.js";
 import { OverviewPage } from "./overview.js";
@@ -76,6 +77,7 @@ function Nav({ onSignOut }: { onSignOut: () => void }): JSX.Element {
       <a href="#/nodes">Nodes</a>
       <a href="#/runs">Fleet runs</a>
       <a href="#/batches">Batches</a>
+      <a href="#/kinds">Kinds</a>
       <span class="muted">tenant {currentSession()!.tenantId}</span>
       <button type="button" onClick={onSignOut}>Sign out</button>
     </nav>
@@ -107,6 +109,12 @@ function Page({ route }: { route: Route }): JSX.Element {
   }
   if (a === "batches") {
     return <BatchesPage />;
+  }
+  if (a === "kinds" && b) {
+    return <KindPage name={b} version={c ?? ""} key={`${b}@${c ?? ""}`} />;
+  }
+  if (a === "kinds") {
+    return <KindsPage />;
   }
   return <OverviewPage />;
 }

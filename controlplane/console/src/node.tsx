@@ -1,11 +1,14 @@
 // A node's page: its session and health, its GPUs (from its inventory), its
-// conditions, an action for every kind commands.run accepts (the payload
-// form generated from the kind's schema and checked in the browser against
-// it), and its commands, newest first, live through events.watch.
+// conditions, the kinds its last Hello reported (against the registry) and
+// the plugin files its bcd refused, an action for every kind commands.run
+// accepts (the payload form generated from the kind's schema and checked in
+// the browser against it), and its commands, newest first, live through
+// events.watch.
 import type { JSX } from "preact";
 import { useEffect, useState } from "preact/hooks";
 
 import type { Command, Kind, Node } from "../../../sdk/typescript/src/web.js";
+import { NodeKinds, RefusedPlugins } from "./blocked.js";
 import { CommandsTable, mergeCommand } from "./commands.js";
 import { Ago, Conditions, ErrorLine, HealthBadge, LiveBadge, SessionBadge, api, errorText, href, newKey, tenant, useFollow } from "./core.js";
 import { GPUTable } from "./gpus.js";
@@ -142,6 +145,8 @@ export function NodePage({ nodeId }: { nodeId: string }): JSX.Element {
       {node ? <GPUTable inventory={node.inventory} /> : <p class="muted">loading…</p>}
       <h2>Conditions</h2>
       {node ? <Conditions n={node} /> : null}
+      <h2>Kinds (its last Hello)</h2>
+      {node ? <><RefusedPlugins n={node} /><NodeKinds n={node} /></> : null}
       <Actions nodeId={nodeId} onQueued={put} />
       <h2>Commands (newest first)</h2>
       {commands === undefined ? <p class="muted">loading…</p> : (
