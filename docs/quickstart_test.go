@@ -176,6 +176,10 @@ func TestSDKGuide_QuickStartAsWritten(t *testing.T) {
 	start = time.Now()
 	dev := sh(blocks[1])
 	dev.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// A grandchild outside the group (PostgreSQL's, under pg_virtualenv)
+	// may hold the output pipe: Wait must not wait for it once the dev
+	// loop itself exited, or a failure hangs in the cleanup.
+	dev.WaitDelay = 10 * time.Second
 	pr, pw := io.Pipe()
 	dev.Stdout, dev.Stderr = pw, pw
 	require.NoError(t, dev.Start())

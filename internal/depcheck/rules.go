@@ -83,8 +83,10 @@ const (
 
 // SDKModules is the SDK's declared dependency set: what a vendor's `go get`
 // of the SDK brings, beside the standard library. go-plugin and its
-// transitive set, gRPC and protobuf, hclog and the JSON Schema validator.
+// transitive set, gRPC and protobuf, hclog, the JSON Schema validator and
+// Masterminds/semver (a manifest's compatibleVersions).
 var SDKModules = []string{
+	"github.com/Masterminds/semver/v3",
 	"github.com/hashicorp/go-plugin",
 	"github.com/hashicorp/go-hclog",
 	"github.com/hashicorp/yamux",

@@ -35,7 +35,9 @@ func copySDK(t *testing.T) string {
 			}
 			return os.MkdirAll(filepath.Join(dst, rel), 0o755)
 		}
-		if !strings.HasSuffix(p, ".go") && rel != "go.mod" && rel != "go.sum" {
+		// Go files, the module files and what go:embed patterns name
+		// (the scaffold's templates).
+		if !strings.HasSuffix(p, ".go") && !strings.HasSuffix(p, ".tmpl") && rel != "go.mod" && rel != "go.sum" {
 			return nil
 		}
 		b, err := os.ReadFile(p)
