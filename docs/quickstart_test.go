@@ -207,7 +207,7 @@ func TestSDKGuide_QuickStartAsWritten(t *testing.T) {
 		}
 		step("commands run --wait", start)
 	}
-	run(`result: {"greeting":"hello, world", "version":"0.1.0"}`, "succeeded")
+	run(`result: {"greeting":"hello, world","version":"0.1.0"}`, "succeeded")
 
 	// Change the handler: a new version, a new greeting.
 	src := filepath.Join(top, "acme", "hello.go")
@@ -222,7 +222,7 @@ func TestSDKGuide_QuickStartAsWritten(t *testing.T) {
 	require.NoError(t, os.WriteFile(src, []byte(next), 0o644))
 	_, at = log.waitFor(t, at, "kind-dev: upgraded: acme.hello 0.2.0", 5*time.Minute)
 	step("a change to upgraded (rebuild, register, live upgrade)", start)
-	run(`result: {"greeting":"hello, world!", "version":"0.2.0"}`, "succeeded")
+	run(`result: {"greeting":"hello, world!","version":"0.2.0"}`, "succeeded")
 
 	// Ctrl-C: INT to the foreground process group, as a terminal sends it.
 	start = time.Now()

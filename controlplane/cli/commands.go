@@ -1,6 +1,8 @@
 package cli
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
 	"io"
 	"strings"
@@ -293,6 +295,12 @@ func (a *app) commandTable(cs []*apiv1.Command, detail bool) {
 		}
 		if c.GetResult() != nil {
 			b, _ := protojson.Marshal(c.GetResult())
+			// protojson varies its spacing on purpose from build to build;
+			// what a person (or a script) reads must not.
+			var compact bytes.Buffer
+			if json.Compact(&compact, b) == nil {
+				b = compact.Bytes()
+			}
 			if !checkreport.Write(a.env.Stdout, b) {
 				fmt.Fprintf(a.env.Stdout, "result: %s\n", b)
 			}
