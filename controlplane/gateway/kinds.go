@@ -138,10 +138,18 @@ func (s *session) notLoaded(k string) *queue.Blocked {
 // hold records why c waits, once per change, and logs it once per kind and
 // session.
 func (s *session) hold(ctx context.Context, c queue.Command, b *queue.Blocked) error {
-	wrote, err := s.g.queue.SetWaiting(ctx, s.g.pool, s.id.NodeID, c.ID, b.Reason, b.Message+": "+b.Fix, b)
+	msg := b.Message + ": " + b.Fix
+	if s.waitingSaid[c.ID] == b.Reason+"\x00"+msg {
+		return nil // recorded already, by this session
+	}
+	wrote, err := s.g.queue.SetWaiting(ctx, s.g.pool, s.id.NodeID, c.ID, b.Reason, msg, b)
 	if err != nil {
 		return s.dbErr(ctx, "recording why a command waits", err)
 	}
+	if len(s.waitingSaid) >= 4096 {
+		clear(s.waitingSaid) // settled ones linger here; forgetting costs one idle write each
+	}
+	s.waitingSaid[c.ID] = b.Reason + "\x00" + msg
 	if wrote && !s.mismatchLogged[c.Kind] {
 		s.mismatchLogged[c.Kind] = true
 		s.logger.Warn("holding the node's commands of a kind until a person acts", "kind", c.Kind, "reason", b.Reason, "why", b.Message, "fix", b.Fix)

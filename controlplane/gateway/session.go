@@ -48,6 +48,9 @@ type session struct {
 	trustSent int64
 	// mismatchLogged holds the kinds whose manifest mismatch was logged.
 	mismatchLogged map[string]bool
+	// waitingSaid is what this session last recorded of why each held command
+	// waits: a poll that finds the same says nothing to the database.
+	waitingSaid map[string]string
 	// progressAt is when each running command's progress was last written;
 	// progressDue holds the newest step not yet written (throttled).
 	progressAt  map[string]time.Time
@@ -159,6 +162,7 @@ func (g *Gateway) Connect(stream grpc.BidiStreamingServer[agentv1.NodeMessage, a
 		cancelSent:  map[string]time.Time{},
 
 		mismatchLogged: map[string]bool{},
+		waitingSaid:    map[string]string{},
 		progressAt:     map[string]time.Time{},
 		progressDue:    map[string][]byte{},
 	}
