@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
 
 	"github.com/better-compute/commands/bcd/accept"
 	"github.com/better-compute/commands/bcd/journal"
@@ -24,6 +26,13 @@ var pluginDir string
 
 func TestMain(m *testing.M) {
 	code := m.Run()
+	// Issue 32: no goroutine outlives the tests (goleak).
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintf(os.Stderr, "goleak: goroutines outlived the tests: %v\n", err)
+			code = 1
+		}
+	}
 	if pluginDir != "" {
 		_ = os.RemoveAll(pluginDir)
 	}

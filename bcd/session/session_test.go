@@ -4,11 +4,13 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/json"
+	"fmt"
 	"os"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/better-compute/commands/bcd/conditions"
@@ -21,6 +23,13 @@ import (
 
 func TestMain(m *testing.M) {
 	code := m.Run()
+	// Issue 32: no goroutine outlives the tests (goleak).
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintf(os.Stderr, "goleak: goroutines outlived the tests: %v\n", err)
+			code = 1
+		}
+	}
 	testutil.CleanupBuilds()
 	os.Exit(code)
 }
