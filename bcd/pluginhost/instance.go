@@ -11,6 +11,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/better-compute/commands/internal/backoff"
 	"github.com/better-compute/commands/sdk/kind"
 	pluginv1 "github.com/better-compute/commands/sdk/proto/bc/plugin/v1"
 	"github.com/better-compute/commands/sdk/wire"
@@ -242,7 +243,7 @@ func (in *instance) supervise(p *proc) {
 			attempt = 0
 		}
 		for {
-			delay := backoff(in.h.cfg.RestartBackoffMin, in.h.cfg.RestartBackoffMax, attempt)
+			delay := restartWait(in.h.cfg.RestartBackoffMin, in.h.cfg.RestartBackoffMax, attempt)
 			attempt++
 			timer := time.NewTimer(delay)
 			select {
@@ -257,7 +258,7 @@ func (in *instance) supervise(p *proc) {
 				err = fmt.Errorf("%w: the restarted binary serves other kinds or manifests than at start; reload bcd (bcd reload, or SIGHUP) to load it", ErrRefused)
 			}
 			if err != nil {
-				in.logger.Error("plugin restart failed", "attempt", attempt, "next_in", backoff(in.h.cfg.RestartBackoffMin, in.h.cfg.RestartBackoffMax, attempt), "error", err)
+				in.logger.Error("plugin restart failed", "attempt", attempt, "next_in", restartWait(in.h.cfg.RestartBackoffMin, in.h.cfg.RestartBackoffMax, attempt), "error", err)
 				in.procLock.Lock()
 				in.downErr = refusal(err)
 				in.procLock.Unlock()
@@ -280,13 +281,10 @@ func (in *instance) supervise(p *proc) {
 	}
 }
 
-// backoff is min doubled attempt times, capped at max.
-func backoff(lo, hi time.Duration, attempt int) time.Duration {
-	d := lo
-	for i := 0; i < attempt && d < hi; i++ {
-		d *= 2
-	}
-	return min(d, hi)
+// restartWait is the wait before restart attempt+1: internal/backoff's,
+// from min doubled attempt times, capped at max.
+func restartWait(lo, hi time.Duration, attempt int) time.Duration {
+	return backoff.Nth(lo, hi, attempt+1)
 }
 
 // get returns the running process, waiting for a restart while ctx allows.

@@ -35,6 +35,7 @@ import (
 	"github.com/better-compute/commands/bcd/daemon"
 	"github.com/better-compute/commands/bcd/secrets"
 	"github.com/better-compute/commands/bcd/truststore"
+	"github.com/better-compute/commands/internal/backoff"
 	"github.com/better-compute/commands/internal/sessiongrpc"
 	agentv1 "github.com/better-compute/commands/proto/bc/agent/v1"
 	"github.com/better-compute/commands/sdk/kind"
@@ -258,7 +259,7 @@ func (c *Client) Run(ctx context.Context) error {
 	if c.cfg.TLS != nil {
 		opts = append(opts, creds)
 	}
-	backoff := c.cfg.BackoffMin
+	wait := backoff.New(c.cfg.BackoffMin, c.cfg.BackoffMax)
 	for {
 		conn, err := grpc.NewClient(c.cfg.Address, opts...)
 		if err != nil {
@@ -270,15 +271,14 @@ func (c *Client) Run(ctx context.Context) error {
 			return nil
 		}
 		if welcomed {
-			backoff = c.cfg.BackoffMin
+			wait.Reset() // a session that opened: the next loss waits the minimum again
 		}
-		wait := Jitter(backoff)
-		c.logger.Warn("session ended; reconnecting", "error", err, "in", wait)
-		c.waitOut(ctx, wait)
+		next := wait.NextBackOff()
+		c.logger.Warn("session ended; reconnecting", "error", err, "in", next)
+		c.waitOut(ctx, next)
 		if ctx.Err() != nil {
 			return nil
 		}
-		backoff = min(backoff*2, c.cfg.BackoffMax)
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/better-compute/commands/internal/backoff"
 	apiv1 "github.com/better-compute/commands/proto/bc/api/v1"
 )
 
@@ -76,7 +77,7 @@ var errStop = errors.New("stop")
 // that is once it has fixed the cursor: every event after that reaches fn.
 func followEvents(ctx context.Context, client apiv1.EventsClient, req *apiv1.WatchEventsRequest, progress io.Writer,
 	started func(), fn func(*apiv1.Event) error) error {
-	backoff := 200 * time.Millisecond
+	wait := backoff.New(200*time.Millisecond, 5*time.Second)
 	for {
 		stream, err := client.Watch(ctx, req)
 		if err == nil {
@@ -97,7 +98,7 @@ func followEvents(ctx context.Context, client apiv1.EventsClient, req *apiv1.Wat
 				if err != nil {
 					break
 				}
-				backoff = 200 * time.Millisecond
+				wait.Reset() // the stream got going: a later loss waits the minimum again
 				req.Cursor = e.GetCursor()
 				if ferr := fn(e); ferr != nil {
 					if errors.Is(ferr, errStop) {
@@ -113,15 +114,15 @@ func followEvents(ctx context.Context, client apiv1.EventsClient, req *apiv1.Wat
 		if c := status.Code(err); c != codes.Unavailable && c != codes.Internal && c != codes.Unknown && !errors.Is(err, io.EOF) {
 			return err
 		}
-		writeLine(progress, "watch: %v; resuming after %q in %s", err, req.GetCursor(), backoff)
-		t := time.NewTimer(backoff)
+		next := wait.NextBackOff()
+		writeLine(progress, "watch: %v; resuming after %q in %s", err, req.GetCursor(), next.Round(time.Millisecond))
+		t := time.NewTimer(next)
 		select {
 		case <-ctx.Done():
 			t.Stop()
 			return nil
 		case <-t.C:
 		}
-		backoff = min(backoff*2, 5*time.Second)
 	}
 }
 

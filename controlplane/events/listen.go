@@ -8,6 +8,8 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/better-compute/commands/internal/backoff"
 )
 
 // DefaultPoll is how often Listen wakes without a notification. NOTIFY is a
@@ -37,39 +39,30 @@ func Listen(ctx context.Context, pool *pgxpool.Pool, poll time.Duration, logger 
 	}
 	go func() {
 		defer close(wake)
-		backoff := 100 * time.Millisecond
-		for ctx.Err() == nil {
-			err := listenOnce(ctx, pool, poll, signal)
-			if ctx.Err() != nil {
-				return
-			}
-			logger.Warn("listen connection lost; polling until it is back", "error", err, "retry_in", backoff)
-			t := time.NewTimer(backoff)
-			select {
-			case <-ctx.Done():
-				t.Stop()
-				return
-			case <-t.C:
-			}
-			signal()
-			backoff = min(backoff*2, 5*time.Second)
-		}
+		// Waits double from 100 ms to 5 s and start again at 100 ms once
+		// a connection listened (before, they never did).
+		backoff.Loop(ctx, 100*time.Millisecond, 5*time.Second, func(ctx context.Context) (bool, error) {
+			return listenOnce(ctx, pool, poll, signal)
+		}, func(err error, wait time.Duration) {
+			logger.Warn("listen connection lost; polling until it is back", "error", err, "retry_in", wait)
+			signal() // the listener is down: whoever waits reads now
+		})
 	}()
 	return wake
 }
 
 // listenOnce listens on one connection until it fails or ctx ends.
-func listenOnce(ctx context.Context, pool *pgxpool.Pool, poll time.Duration, signal func()) error {
+func listenOnce(ctx context.Context, pool *pgxpool.Pool, poll time.Duration, signal func()) (listened bool, err error) {
 	conn, err := pool.Acquire(ctx)
 	if err != nil {
-		return fmt.Errorf("acquiring a connection: %w", err)
+		return false, fmt.Errorf("acquiring a connection: %w", err)
 	}
 	// A connection that has LISTENed must not go back to the pool to serve
 	// other queries with notifications queued on it.
 	pc := conn.Hijack()
 	defer pc.Close(context.Background())
 	if _, err := pc.Exec(ctx, "LISTEN "+Channel); err != nil {
-		return fmt.Errorf("listen: %w", err)
+		return false, fmt.Errorf("listen: %w", err)
 	}
 	// Anything committed before LISTEN took effect sent no notification to us.
 	signal()
@@ -81,11 +74,11 @@ func listenOnce(ctx context.Context, pool *pgxpool.Pool, poll time.Duration, sig
 		case err == nil:
 			signal()
 		case ctx.Err() != nil:
-			return ctx.Err()
+			return true, ctx.Err()
 		case errors.Is(err, context.DeadlineExceeded):
 			signal()
 		default:
-			return fmt.Errorf("waiting for notification: %w", err)
+			return true, fmt.Errorf("waiting for notification: %w", err)
 		}
 	}
 }

@@ -3,10 +3,10 @@ package gateway
 import (
 	"context"
 	"errors"
-	"math/rand/v2"
 	"time"
 
 	"github.com/better-compute/commands/controlplane/queue"
+	"github.com/better-compute/commands/internal/backoff"
 	agentv1 "github.com/better-compute/commands/proto/bc/agent/v1"
 )
 
@@ -38,15 +38,8 @@ func (s *session) requeueBusy(ctx context.Context, u *agentv1.CommandUpdate) (ou
 }
 
 // BusyBackoff is BUSY's backoff: exponential from min to max over the
-// command's attempts, with full jitter in its upper half.
+// command's attempts (kept in PostgreSQL, so any gateway continues it),
+// with internal/backoff's jitter.
 func BusyBackoff(attempts int, min, max time.Duration) time.Duration {
-	d := min
-	for i := 1; i < attempts && d < max; i++ {
-		d *= 2
-	}
-	if d > max {
-		d = max
-	}
-	half := d / 2
-	return half + time.Duration(rand.Int64N(int64(half)+1))
+	return backoff.Nth(min, max, attempts)
 }

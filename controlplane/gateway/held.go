@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/better-compute/commands/internal/backoff"
 	agentv1 "github.com/better-compute/commands/proto/bc/agent/v1"
 )
 
@@ -26,7 +27,9 @@ type held struct {
 	reports []report
 	status  *agentv1.NodeStatus
 	timer   *time.Timer
-	backoff time.Duration
+	// wait backs the retries off from heldRetryMin to heldRetryMax; nil
+	// while nothing is held.
+	wait *backoff.Exponential
 }
 
 // waiting reports whether reports wait for the database.
@@ -42,17 +45,15 @@ func (h *held) due() <-chan time.Time {
 
 // arm schedules the next retry, backing off from the last one.
 func (h *held) arm() {
-	switch {
-	case h.backoff == 0:
-		h.backoff = heldRetryMin
-	case h.backoff < heldRetryMax:
-		h.backoff = min(2*h.backoff, heldRetryMax)
+	if h.wait == nil {
+		h.wait = backoff.New(heldRetryMin, heldRetryMax)
 	}
+	next := h.wait.NextBackOff()
 	if h.timer == nil {
-		h.timer = time.NewTimer(h.backoff)
+		h.timer = time.NewTimer(next)
 		return
 	}
-	h.timer.Reset(h.backoff)
+	h.timer.Reset(next)
 }
 
 // stop drops the timer once nothing is held (and when the session ends).
@@ -61,7 +62,7 @@ func (h *held) stop() {
 		h.timer.Stop()
 		h.timer = nil
 	}
-	h.backoff = 0
+	h.wait = nil
 }
 
 // holdReport keeps r for a retry. A report the node sent again while the

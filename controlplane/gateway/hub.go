@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/better-compute/commands/controlplane/queue"
+	"github.com/better-compute/commands/internal/backoff"
 )
 
 // hub fans one LISTEN connection out to the sessions it holds, by node id.
@@ -150,33 +151,16 @@ func (h *hub) signalAll(mark func(w *waker)) {
 // reconnect every session is woken, since notifications may have been lost.
 // A listener lost with the database counts towards the outage, logged once.
 func (h *hub) listen(ctx context.Context, pool *pgxpool.Pool, logger hclog.Logger, o *outage) {
-	const minBackoff = 100 * time.Millisecond
-	backoff := minBackoff
-	for ctx.Err() == nil {
-		listened, err := h.listenOnce(ctx, pool, o)
-		if ctx.Err() != nil {
-			return
-		}
-		if listened {
-			backoff = minBackoff
-		}
+	backoff.Loop(ctx, 100*time.Millisecond, 5*time.Second, func(ctx context.Context) (bool, error) {
+		return h.listenOnce(ctx, pool, o)
+	}, func(err error, wait time.Duration) {
 		if unreachable(err) {
 			o.failed("listening for dispatch wake-ups", err)
-			logger.Debug("dispatch listener lost; reconnecting", "error", err, "backoff", backoff)
+			logger.Debug("dispatch listener lost; reconnecting", "error", err, "backoff", wait)
 		} else {
-			logger.Warn("dispatch listener lost; reconnecting", "error", err, "backoff", backoff)
+			logger.Warn("dispatch listener lost; reconnecting", "error", err, "backoff", wait)
 		}
-		t := time.NewTimer(backoff)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return
-		case <-t.C:
-		}
-		if backoff < 5*time.Second {
-			backoff *= 2
-		}
-	}
+	})
 }
 
 // listenOnce holds one LISTEN connection until it fails; listened says

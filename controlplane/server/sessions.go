@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/better-compute/commands/controlplane/queue"
+	"github.com/better-compute/commands/internal/backoff"
 	"github.com/better-compute/commands/internal/trust"
 	agentv1 "github.com/better-compute/commands/proto/bc/agent/v1"
 )
@@ -145,26 +146,9 @@ func (n *nodeSessions) held() []string {
 // backoff; each (re)connect first closes the sessions of nodes deleted
 // while it was not listening.
 func (n *nodeSessions) run(ctx context.Context) {
-	const minBackoff = 100 * time.Millisecond
-	backoff := minBackoff
-	for ctx.Err() == nil {
-		listened, err := n.listenOnce(ctx)
-		if ctx.Err() != nil {
-			return
-		}
-		if listened {
-			backoff = minBackoff
-		}
-		n.logger.Debug("node deletion listener lost; reconnecting", "error", err, "backoff", backoff)
-		t := time.NewTimer(backoff)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return
-		case <-t.C:
-		}
-		backoff = min(backoff*2, 5*time.Second)
-	}
+	backoff.Loop(ctx, 100*time.Millisecond, 5*time.Second, n.listenOnce, func(err error, wait time.Duration) {
+		n.logger.Debug("node deletion listener lost; reconnecting", "error", err, "backoff", wait)
+	})
 }
 
 func (n *nodeSessions) listenOnce(ctx context.Context) (listened bool, err error) {
