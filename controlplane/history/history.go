@@ -30,7 +30,7 @@ import (
 )
 
 // FleetDir is the archive's directory for rows of no tenant: the fleet's
-// events (tenant_id ”) and River's jobs. Tenant ids never start with "_".
+// events (an empty tenant_id) and River's jobs. Tenant ids never start with "_".
 const FleetDir = "_fleet"
 
 // ManifestName is the manifest's file name under history/{tenant}/.
