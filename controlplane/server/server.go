@@ -32,6 +32,7 @@ import (
 	"github.com/better-compute/commands/controlplane/batches"
 	"github.com/better-compute/commands/controlplane/bundles"
 	"github.com/better-compute/commands/controlplane/fleetruns"
+	"github.com/better-compute/commands/controlplane/history"
 	"github.com/better-compute/commands/controlplane/gateway"
 	"github.com/better-compute/commands/controlplane/join"
 	"github.com/better-compute/commands/controlplane/kinds"
@@ -88,6 +89,9 @@ type Server struct {
 	// sweeper is nil when cfg.Sweeper.Disabled; nodeWakers and
 	// workflowWakers are what it wakes when it settles a command.
 	sweeper *sweeper.Sweeper
+	// history is the history archiver; nil when retention is off or this
+	// process does not run the sweeper component.
+	history *history.Runner
 	// fleet holds the fleet runs; advancer advances them where the
 	// sweeper runs.
 	fleet                      *fleetruns.Service
@@ -177,6 +181,7 @@ func New(ctx context.Context, cfg Config, reg *kinds.Registry, logger hclog.Logg
 	var (
 		support *bundles.Bundles
 		dir     *bundles.DirStore
+		blob    bundles.BlobStore
 	)
 	if cfg.SupportBundles != nil {
 		store, err := bundles.Open(*cfg.SupportBundles)
@@ -184,6 +189,7 @@ func New(ctx context.Context, cfg Config, reg *kinds.Registry, logger hclog.Logg
 			return closeOnErr(err)
 		}
 		support = bundles.New(store, cfg.SupportBundles.EffectiveMaxBytes())
+		blob = store
 		dir, _ = store.(*bundles.DirStore)
 		if dir != nil && cfg.HTTPListen == "" {
 			return closeOnErr(errors.New("supportBundles with driver dir needs httpListen, which serves the uploads"))
@@ -228,6 +234,9 @@ func New(ctx context.Context, cfg Config, reg *kinds.Registry, logger hclog.Logg
 		// The fleet runs' advancer is a singleton like the sweeper, and
 		// runs where it runs.
 		s.advancer = fleetruns.NewAdvancer(s.fleet, fleetruns.AdvancerOptions{})
+	}
+	if err := s.newHistory(ctx, cfg, blob); err != nil {
+		return closeOnErr(err)
 	}
 	if err := s.startModules(cfg, reg); err != nil {
 		return closeOnErr(err)
@@ -465,6 +474,12 @@ func (s *Server) Run(ctx context.Context) error {
 	} else {
 		close(sweeperDone)
 	}
+	historyDone := make(chan struct{})
+	if s.history != nil {
+		go func() { defer close(historyDone); s.history.Run(apiCtx) }()
+	} else {
+		close(historyDone)
+	}
 	advancerDone := make(chan struct{})
 	if s.advancer != nil {
 		go func() { defer close(advancerDone); s.advancer.Run(apiCtx) }()
@@ -525,6 +540,7 @@ func (s *Server) Run(ctx context.Context) error {
 	// The sweeper resigns its lease before the pool closes, so another
 	// replica takes over at once.
 	<-sweeperDone
+	<-historyDone
 	<-advancerDone
 	<-modulesDone
 	if s.http != nil {
