@@ -11,12 +11,12 @@ import (
 	"github.com/better-compute/commands/controlplane/kinds"
 	"github.com/better-compute/commands/controlplane/metal"
 	"github.com/better-compute/commands/controlplane/modules"
-	"github.com/better-compute/commands/controlplane/wakes"
 	"github.com/better-compute/commands/controlplane/reconciler"
 	"github.com/better-compute/commands/controlplane/remediation"
 	"github.com/better-compute/commands/controlplane/rollout"
 	"github.com/better-compute/commands/controlplane/serverconfig"
 	"github.com/better-compute/commands/controlplane/signing"
+	"github.com/better-compute/commands/controlplane/wakes"
 	"github.com/better-compute/commands/internal/trust"
 )
 

@@ -174,11 +174,11 @@ func New(pool *pgxpool.Pool, reg *Registry, opts Options) (*Service, error) {
 		CancelledJobRetentionPeriod: keep,
 		DiscardedJobRetentionPeriod: keep,
 		Queues:                      queues,
-		Workers:              workers,
-		JobTimeout:           opts.JobTimeout,
-		RescueStuckJobsAfter: opts.RescueAfter,
-		FetchPollInterval:    opts.FetchPollInterval,
-		Logger:               hclogslog.New(s.logger.Named("river")),
+		Workers:                     workers,
+		JobTimeout:                  opts.JobTimeout,
+		RescueStuckJobsAfter:        opts.RescueAfter,
+		FetchPollInterval:           opts.FetchPollInterval,
+		Logger:                      hclogslog.New(s.logger.Named("river")),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("river client: %w", err)
