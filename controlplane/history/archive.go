@@ -147,21 +147,35 @@ func (a *Archiver) Pass(ctx context.Context) (Stats, error) {
 	return total, nil
 }
 
-// Tenant archives tenant's hours before cutoff, one after another.
+// hoursPerManifest is how many hours share one manifest write.
+const hoursPerManifest = 24
+
+// Tenant archives tenant's hours before cutoff, oldest first, a day of
+// hours at a time.
 func (a *Archiver) Tenant(ctx context.Context, tenant string, cutoff time.Time) (Stats, error) {
 	var total Stats
 	after := time.Time{}
 	for {
-		hour, ok, err := a.nextHour(ctx, tenant, after, cutoff)
-		if err != nil || !ok {
-			return total, err
+		var group []time.Time
+		for len(group) < hoursPerManifest {
+			hour, ok, err := a.nextHour(ctx, tenant, after, cutoff)
+			if err != nil {
+				return total, err
+			}
+			if !ok {
+				break
+			}
+			group = append(group, hour)
+			after = hour.Add(time.Hour)
 		}
-		st, err := a.Hour(ctx, tenant, hour)
+		if len(group) == 0 {
+			return total, nil
+		}
+		st, err := a.hours(ctx, tenant, group)
 		total.add(st)
 		if err != nil {
 			return total, err
 		}
-		after = hour.Add(time.Hour)
 	}
 }
 

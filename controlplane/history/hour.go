@@ -96,21 +96,59 @@ func (a *Archiver) readHour(ctx context.Context, tenant string, hour time.Time) 
 	return h, nil
 }
 
-// Hour archives tenant's hour: the object (the old one's lines, then the
-// rows not in it), then the manifest, then the rows deleted in batches.
+// Hour archives one hour of tenant's: see hours.
 func (a *Archiver) Hour(ctx context.Context, tenant string, hour time.Time) (Stats, error) {
-	log := a.logger.With("tenant", tenant, "hour", hour.Format(time.RFC3339))
-	h, err := a.readHour(ctx, tenant, hour)
-	if err != nil {
-		return Stats{}, fmt.Errorf("archiving %q %s: %w", tenant, hour.Format(time.RFC3339), err)
-	}
-	st := Stats{Held: h.held}
-	if len(h.lines) == 0 {
-		return st, nil
-	}
+	return a.hours(ctx, tenant, []time.Time{hour})
+}
+
+// hours archives tenant's hours: each hour's object (the old one's lines,
+// then the rows not in it), then the manifest once for them all, then
+// their rows deleted in batches. One manifest write for a day of hours
+// keeps a catch-up over a year of history from rewriting a growing
+// manifest eight thousand times.
+func (a *Archiver) hours(ctx context.Context, tenant string, hours []time.Time) (Stats, error) {
+	var st Stats
 	m, err := ReadManifest(ctx, a.sink, tenant)
 	if err != nil {
 		return st, err
+	}
+	var todo []hourRows
+	changed := false
+	for _, hour := range hours {
+		h, ch, err := a.writeHour(ctx, tenant, hour, &m)
+		if err != nil {
+			return st, fmt.Errorf("archiving %q %s: %w", tenant, hour.Format(time.RFC3339), err)
+		}
+		st.Held += h.held
+		changed = changed || ch
+		todo = append(todo, h)
+	}
+	if changed {
+		if err := writeManifest(ctx, a.sink, m); err != nil {
+			return st, fmt.Errorf("writing the manifest of %q: %w", tenant, err)
+		}
+		if err := a.step("manifest"); err != nil {
+			return st, err
+		}
+	}
+	for i, h := range todo {
+		if len(h.commands)+len(h.events)+len(h.job) == 0 {
+			continue
+		}
+		if err := a.deleteRows(ctx, h, &st); err != nil {
+			return st, fmt.Errorf("deleting %q %s: %w", tenant, hours[i].Format(time.RFC3339), err)
+		}
+		st.Hours++
+	}
+	return st, nil
+}
+
+// writeHour writes hour's object when rows not yet in it remain, and sets
+// its entry in m. It returns the rows to delete and whether m changed.
+func (a *Archiver) writeHour(ctx context.Context, tenant string, hour time.Time, m *Manifest) (hourRows, bool, error) {
+	h, err := a.readHour(ctx, tenant, hour)
+	if err != nil || len(h.lines) == 0 {
+		return h, false, err
 	}
 	entry := ObjectEntry{Key: ObjectKey(tenant, hour), Hour: hour}
 	old, listed := m.entry(hour)
@@ -124,14 +162,14 @@ func (a *Archiver) Hour(ctx context.Context, tenant string, hour time.Time) (Sta
 		lines, err = nil, nil
 	}
 	if err != nil {
-		return st, fmt.Errorf("archiving %q %s: the object already there: %w", tenant, hour.Format(time.RFC3339), err)
+		return h, false, fmt.Errorf("the object already there: %w", err)
 	}
 	seen := make(map[string]bool, len(lines)+len(h.lines))
 	counts := map[string]int{}
 	for _, l := range lines {
 		typ, k, err := recordKey(l)
 		if err != nil {
-			return st, err
+			return h, false, err
 		}
 		seen[k] = true
 		counts[typ]++
@@ -140,7 +178,7 @@ func (a *Archiver) Hour(ctx context.Context, tenant string, hour time.Time) (Sta
 	for _, l := range h.lines {
 		typ, k, err := recordKey(l)
 		if err != nil {
-			return st, err
+			return h, false, err
 		}
 		if !seen[k] {
 			seen[k] = true
@@ -149,33 +187,25 @@ func (a *Archiver) Hour(ctx context.Context, tenant string, hour time.Time) (Sta
 			added++
 		}
 	}
-	if added > 0 || !listed {
-		body, sum, err := encodeObject(lines)
-		if err != nil {
-			return st, err
-		}
-		if err := a.sink.Put(ctx, entry.Key, bytes.NewReader(body), int64(len(body))); err != nil {
-			return st, fmt.Errorf("writing %s: %w", entry.Key, err)
-		}
-		if err := a.step("object"); err != nil {
-			return st, err
-		}
-		entry.Commands, entry.Events, entry.Jobs = counts[TypeCommand], counts[TypeEvent], counts[TypeJob]
-		entry.Bytes, entry.SHA256 = int64(len(body)), sum
-		m.set(entry)
-		if err := writeManifest(ctx, a.sink, m); err != nil {
-			return st, fmt.Errorf("writing the manifest of %q: %w", tenant, err)
-		}
-		if err := a.step("manifest"); err != nil {
-			return st, err
-		}
+	h.lines = nil
+	if added == 0 && listed {
+		return h, false, nil
 	}
-	if err := a.deleteRows(ctx, h, &st); err != nil {
-		return st, fmt.Errorf("deleting %q %s: %w", tenant, hour.Format(time.RFC3339), err)
+	body, sum, err := encodeObject(lines)
+	if err != nil {
+		return h, false, err
 	}
-	st.Hours = 1
-	log.Debug("archived", "commands", st.Commands, "events", st.Events, "jobs", st.Jobs, "held", st.Held, "key", entry.Key)
-	return st, nil
+	if err := a.sink.Put(ctx, entry.Key, bytes.NewReader(body), int64(len(body))); err != nil {
+		return h, false, fmt.Errorf("writing %s: %w", entry.Key, err)
+	}
+	if err := a.step("object"); err != nil {
+		return h, false, err
+	}
+	entry.Commands, entry.Events, entry.Jobs = counts[TypeCommand], counts[TypeEvent], counts[TypeJob]
+	entry.Bytes, entry.SHA256 = int64(len(body)), sum
+	m.set(entry)
+	a.logger.Debug("archived an hour", "tenant", tenant, "hour", hour.Format(time.RFC3339), "records", len(lines), "key", entry.Key)
+	return h, true, nil
 }
 
 func (a *Archiver) step(name string) error {
