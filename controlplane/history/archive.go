@@ -57,6 +57,12 @@ type Options struct {
 	Logger hclog.Logger
 	// Now is the clock (time.Now).
 	Now func() time.Time
+	// Duty is the share of wall time the archiver works (0.5): after each
+	// delete batch and each hour's object it rests for as long again as the
+	// work took times (1-Duty)/Duty, so that on a small database server the
+	// archive leaves the hot path its CPU (BenchmarkHistory: enqueue p99
+	// during the archive).
+	Duty float64
 	// Renew, when set, runs in each delete's transaction first; false or an
 	// error stops the archiver, so an old leader deletes nothing (Runner
 	// passes its lease's renewal).
@@ -109,7 +115,26 @@ func NewArchiver(pool *pgxpool.Pool, sink Sink, policy Policy, opts Options) *Ar
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
+	if opts.Duty <= 0 || opts.Duty > 1 {
+		opts.Duty = 0.5
+	}
 	return &Archiver{pool: pool, sink: sink, policy: policy, opts: opts, logger: opts.Logger.Named("history")}
+}
+
+// rest waits (since start) * (1-Duty)/Duty, or until ctx ends.
+func (a *Archiver) rest(ctx context.Context, start time.Time) error {
+	d := time.Duration(float64(time.Since(start)) * (1 - a.opts.Duty) / a.opts.Duty)
+	if d <= 0 {
+		return nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
 }
 
 // Cutoff is the end of the last whole hour older than days: rows settled

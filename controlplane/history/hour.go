@@ -115,7 +115,11 @@ func (a *Archiver) hours(ctx context.Context, tenant string, hours []time.Time) 
 	var todo []hourRows
 	changed := false
 	for _, hour := range hours {
+		start := time.Now()
 		h, ch, err := a.writeHour(ctx, tenant, hour, &m)
+		if err == nil {
+			err = a.rest(ctx, start)
+		}
 		if err != nil {
 			return st, fmt.Errorf("archiving %q %s: %w", tenant, hour.Format(time.RFC3339), err)
 		}
@@ -234,6 +238,7 @@ func (a *Archiver) deleteRows(ctx context.Context, h hourRows, st *Stats) error 
 	}{{deleteCommandsSQL, h.commands, &st.Commands}, {deleteEventsSQL, h.events, &st.Events}, {deleteJobsSQL, h.job, &st.Jobs}} {
 		for lo := 0; lo < len(part.ids); lo += a.opts.Batch {
 			ids := part.ids[lo:min(len(part.ids), lo+a.opts.Batch)]
+			start := time.Now()
 			err := pgx.BeginFunc(ctx, a.pool, func(tx pgx.Tx) error {
 				if a.opts.Renew != nil {
 					ok, err := a.opts.Renew(ctx, tx)
@@ -252,6 +257,9 @@ func (a *Archiver) deleteRows(ctx context.Context, h hourRows, st *Stats) error 
 				return err
 			}
 			if err := a.step("delete"); err != nil {
+				return err
+			}
+			if err := a.rest(ctx, start); err != nil {
 				return err
 			}
 		}
