@@ -136,7 +136,7 @@ failed or cancelled.`,
 	pf.StringVar(&a.flags.Key, "key", "", "PEM client key for mTLS [BC_KEY]")
 	pf.BoolVar(&a.flags.Plaintext, "plaintext", false, "connect without TLS (loopback only) [BC_PLAINTEXT]")
 	pf.StringVar(&a.configPath, "config", "", "config file [BC_CONFIG]")
-	root.AddCommand(a.apiCommand(), a.commandsCommand(), a.nodesCommand(), a.bundlesCommand(), a.pkiCommand(), a.batchCommand(), a.metalCommand())
+	root.AddCommand(a.apiCommand(), a.commandsCommand(), a.nodesCommand(), a.bundlesCommand(), a.historyCommand(), a.pkiCommand(), a.batchCommand(), a.metalCommand())
 	root.AddCommand(a.poolsCommand(), a.locksCommand(), a.reconcilerCommand(), a.secretsCommand(), a.rolloutCommand(), a.runsCommand())
 	root.AddCommand(a.kindsCommand(), a.fleetCommand())
 	return root

@@ -16,6 +16,7 @@ import (
 	"github.com/better-compute/commands/controlplane/rollout"
 	"github.com/better-compute/commands/controlplane/serverconfig"
 	"github.com/better-compute/commands/controlplane/signing"
+	"github.com/better-compute/commands/controlplane/wakes"
 	"github.com/better-compute/commands/internal/trust"
 )
 
@@ -27,7 +28,10 @@ func (s *Server) startModules(cfg Config, reg *kinds.Registry) error {
 	if err != nil {
 		return fmt.Errorf("modules: %w", err)
 	}
-	h, err := modules.NewHost(s.pool, s.queue, reg, modules.HostOptions{Logger: s.logger}, ms...)
+	h, err := modules.NewHost(s.pool, s.queue, reg, modules.HostOptions{Logger: s.logger,
+		// With the fleet's history archived, the archiver deletes River's
+		// finished jobs after archiving them; River's cleaner would first.
+		Wakes: wakes.Options{KeepFinishedJobs: cfg.History.RetentionDays > 0}}, ms...)
 	if err != nil {
 		return fmt.Errorf("modules: %w", err)
 	}

@@ -35,6 +35,7 @@ import (
 	"github.com/better-compute/commands/controlplane/bundles"
 	"github.com/better-compute/commands/controlplane/fleetruns"
 	"github.com/better-compute/commands/controlplane/gateway"
+	"github.com/better-compute/commands/controlplane/history"
 	"github.com/better-compute/commands/controlplane/join"
 	"github.com/better-compute/commands/controlplane/kinds"
 	"github.com/better-compute/commands/controlplane/metal"
@@ -90,6 +91,9 @@ type Server struct {
 	// sweeper is nil when cfg.Sweeper.Disabled; nodeWakers and
 	// workflowWakers are what it wakes when it settles a command.
 	sweeper *sweeper.Sweeper
+	// history is the history archiver; nil when retention is off or this
+	// process does not run the sweeper component.
+	history *history.Runner
 	// fleet holds the fleet runs; advancer advances them where the
 	// sweeper runs.
 	fleet                      *fleetruns.Service
@@ -185,6 +189,7 @@ func New(ctx context.Context, cfg Config, reg *kinds.Registry, logger hclog.Logg
 	var (
 		support *bundles.Bundles
 		dir     *bundles.DirStore
+		blob    bundles.BlobStore
 	)
 	if cfg.SupportBundles != nil {
 		store, err := bundles.Open(*cfg.SupportBundles)
@@ -192,6 +197,7 @@ func New(ctx context.Context, cfg Config, reg *kinds.Registry, logger hclog.Logg
 			return closeOnErr(err)
 		}
 		support = bundles.New(store, cfg.SupportBundles.EffectiveMaxBytes())
+		blob = store
 		dir, _ = store.(*bundles.DirStore)
 		if dir != nil && cfg.HTTPListen == "" {
 			return closeOnErr(errors.New("supportBundles with driver dir needs httpListen, which serves the uploads"))
@@ -236,6 +242,9 @@ func New(ctx context.Context, cfg Config, reg *kinds.Registry, logger hclog.Logg
 		// The fleet runs' advancer is a singleton like the sweeper, and
 		// runs where it runs.
 		s.advancer = fleetruns.NewAdvancer(s.fleet, fleetruns.AdvancerOptions{})
+	}
+	if err := s.newHistory(ctx, cfg, blob); err != nil {
+		return closeOnErr(err)
 	}
 	if err := s.startModules(cfg, reg); err != nil {
 		return closeOnErr(err)
@@ -477,6 +486,9 @@ func (s *Server) Run(ctx context.Context) error {
 	serving.Go(func() { errc <- s.grpc.Serve(s.grpcLis) })
 	if s.sweeper != nil {
 		bg.Go(func() error { s.sweeper.Run(apiCtx); return nil })
+	}
+	if s.history != nil {
+		bg.Go(func() error { s.history.Run(apiCtx); return nil })
 	}
 	if s.advancer != nil {
 		bg.Go(func() error { s.advancer.Run(apiCtx); return nil })

@@ -65,6 +65,10 @@ type Config struct {
 	Gateway GatewayConfig `yaml:"gateway"`
 	// Sweeper enforces the commands' deadlines (once in the fleet).
 	Sweeper SweeperConfig `yaml:"sweeper"`
+	// History is the command history's retention: settled commands, their
+	// events and River's finished jobs past it are archived to the
+	// supportBundles store, then deleted (off unless retentionDays is set).
+	History HistoryConfig `yaml:"history"`
 	// PKI is command signing and the destructive-batch quorum's keys.
 	PKI PKIConfig `yaml:"pki"`
 	// MaxWatchesPerIdentity bounds the event watches one identity holds open
@@ -273,6 +277,41 @@ type SweeperConfig struct {
 	Interval Duration `yaml:"interval"`
 	// Disabled keeps this replica out of the election.
 	Disabled bool `yaml:"disabled"`
+}
+
+// HistoryConfig is the history retention (controlplane/history). It runs
+// in the processes that run the sweeper component, one at a time under the
+// history-archiver lease, and needs supportBundles: the archive goes there.
+type HistoryConfig struct {
+	// RetentionDays keeps settled history this many days in the database;
+	// 0 (the default) keeps it forever and archives nothing.
+	RetentionDays int `yaml:"retentionDays"`
+	// Tenants overrides RetentionDays per tenant id (0: keep forever).
+	Tenants map[string]TenantHistory `yaml:"tenants"`
+	// Interval is how often the archiver looks for expired hours ("10m").
+	Interval Duration `yaml:"interval"`
+	// Batch bounds the rows of one DELETE (500).
+	Batch int `yaml:"batch"`
+}
+
+// TenantHistory is one tenant's retention.
+type TenantHistory struct {
+	RetentionDays int `yaml:"retentionDays"`
+}
+
+// Policy is the retention per tenant, checked.
+func (h HistoryConfig) Policy() (days int, tenants map[string]int, err error) {
+	if h.RetentionDays < 0 || h.Batch < 0 {
+		return 0, nil, errors.New("history: retentionDays and batch must not be negative")
+	}
+	tenants = map[string]int{}
+	for id, t := range h.Tenants {
+		if t.RetentionDays < 0 {
+			return 0, nil, fmt.Errorf("history.tenants.%s.retentionDays: must not be negative", id)
+		}
+		tenants[id] = t.RetentionDays
+	}
+	return h.RetentionDays, tenants, nil
 }
 
 // HTTPTLSConfig names the HTTP listener's certificate and key (PEM files);

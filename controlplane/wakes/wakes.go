@@ -123,6 +123,11 @@ type Options struct {
 	FetchPollInterval time.Duration
 	// Logger logs; null when nil.
 	Logger hclog.Logger
+	// KeepFinishedJobs turns River's own job cleaner off (it deletes
+	// finished jobs after a day, discarded ones after a week, archiving
+	// nothing): with history retention on, the history archiver archives
+	// them, then deletes them.
+	KeepFinishedJobs bool
 }
 
 // Service records wakes in settling transactions and runs the wakers.
@@ -160,13 +165,20 @@ func New(pool *pgxpool.Pool, reg *Registry, opts Options) (*Service, error) {
 	for name, q := range opts.Queues {
 		queues[name] = q
 	}
+	keep := time.Duration(0)
+	if opts.KeepFinishedJobs {
+		keep = -1 // River: never delete
+	}
 	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
-		Queues:               queues,
-		Workers:              workers,
-		JobTimeout:           opts.JobTimeout,
-		RescueStuckJobsAfter: opts.RescueAfter,
-		FetchPollInterval:    opts.FetchPollInterval,
-		Logger:               hclogslog.New(s.logger.Named("river")),
+		CompletedJobRetentionPeriod: keep,
+		CancelledJobRetentionPeriod: keep,
+		DiscardedJobRetentionPeriod: keep,
+		Queues:                      queues,
+		Workers:                     workers,
+		JobTimeout:                  opts.JobTimeout,
+		RescueStuckJobsAfter:        opts.RescueAfter,
+		FetchPollInterval:           opts.FetchPollInterval,
+		Logger:                      hclogslog.New(s.logger.Named("river")),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("river client: %w", err)
