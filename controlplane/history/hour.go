@@ -47,6 +47,8 @@ ORDER BY j.id`
 
 // hourRows are the rows of one tenant hour still in the database.
 type hourRows struct {
+	// hour is the hour the rows settled in.
+	hour                  time.Time
 	lines                 [][]byte
 	commands, events, job []string
 	held                  int
@@ -125,6 +127,7 @@ func (a *Archiver) hours(ctx context.Context, tenant string, hours []time.Time) 
 		}
 		st.Held += h.held
 		changed = changed || ch
+		h.hour = hour
 		todo = append(todo, h)
 	}
 	if changed {
@@ -135,12 +138,12 @@ func (a *Archiver) hours(ctx context.Context, tenant string, hours []time.Time) 
 			return st, err
 		}
 	}
-	for i, h := range todo {
+	for _, h := range todo {
 		if len(h.commands)+len(h.events)+len(h.job) == 0 {
 			continue
 		}
 		if err := a.deleteRows(ctx, h, &st); err != nil {
-			return st, fmt.Errorf("deleting %q %s: %w", tenant, hours[i].Format(time.RFC3339), err)
+			return st, fmt.Errorf("deleting %q %s: %w", tenant, h.hour.Format(time.RFC3339), err)
 		}
 		st.Hours++
 	}

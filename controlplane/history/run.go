@@ -59,7 +59,8 @@ func (r *Runner) Run(ctx context.Context) {
 		r.tick(ctx)
 		select {
 		case <-ctx.Done():
-			rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			// Resign after ctx ended: its values, a deadline of its own.
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 			if err := r.lease.Resign(rctx); err != nil {
 				r.logger.Warn("resigning", "error", err)
 			}
