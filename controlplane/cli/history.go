@@ -11,7 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/better-compute/commands/controlplane/bundles"
-	"github.com/better-compute/commands/controlplane/history"
+	"github.com/better-compute/commands/controlplane/history/archive"
 	"github.com/better-compute/commands/controlplane/serverconfig"
 )
 
@@ -32,8 +32,8 @@ func (f *historyFlags) add(cmd *cobra.Command) {
 }
 
 // query opens the archive and builds the query's tenant and hours.
-func (a *app) historyQuery(f *historyFlags) (history.Source, history.Query, error) {
-	var q history.Query
+func (a *app) historyQuery(f *historyFlags) (archive.Source, archive.Query, error) {
+	var q archive.Query
 	switch {
 	case (f.serverConfig == "") == (f.dir == ""):
 		return nil, q, usageErr("name the archive with exactly one of --server-config (bc-server's config) and --archive-dir")
@@ -46,7 +46,7 @@ func (a *app) historyQuery(f *historyFlags) (history.Source, history.Query, erro
 		if q.Tenant == "" {
 			return nil, q, usageErr("--tenant (or BC_TENANT) is required: the archive is kept per tenant (--fleet for the fleet's)")
 		}
-		if err := history.CheckTenant(q.Tenant); err != nil {
+		if err := archive.CheckTenant(q.Tenant); err != nil {
 			return nil, q, usageErr("%v", err)
 		}
 	}
@@ -70,7 +70,7 @@ func (a *app) historyQuery(f *historyFlags) (history.Source, history.Query, erro
 		if err != nil || !st.IsDir() {
 			return nil, q, usageErr("--archive-dir %s: not a directory", f.dir)
 		}
-		return history.DirSource(f.dir), q, nil
+		return archive.DirSource(f.dir), q, nil
 	}
 	cfg, err := serverconfig.LoadConfig(f.serverConfig)
 	if err != nil {
@@ -127,7 +127,7 @@ prints the commands that match every filter given, with their events under
 				return err
 			}
 			q.ID, q.Node, q.Kind, q.Requester, q.Limit = id, node, kind, requester, limit
-			found, err := history.Search(cmd.Context(), src, q)
+			found, err := archive.Search(cmd.Context(), src, q)
 			if err != nil {
 				return err
 			}
@@ -143,9 +143,9 @@ prints the commands that match every filter given, with their events under
 			tw := tabwriter.NewWriter(a.env.Stdout, 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "ID\tNODE\tKIND\tSTATE\tREASON\tREQUESTER\tSETTLED\tEVENTS")
 			for _, x := range found {
-				var c history.CommandRow
+				var c archive.CommandRow
 				if err := json.Unmarshal(x.Command, &c); err != nil {
-					return fmt.Errorf("%w: %s: %w", history.ErrIntegrity, x.Object, err)
+					return fmt.Errorf("%w: %s: %w", archive.ErrIntegrity, x.Object, err)
 				}
 				settled := "-"
 				if c.SettledAt != nil {
@@ -196,7 +196,7 @@ to standard output or -o, after checking each object against its manifest.
 				out = file
 			}
 			w := bufio.NewWriter(out)
-			n, err := history.Export(cmd.Context(), src, q, w)
+			n, err := archive.Export(cmd.Context(), src, q, w)
 			if ferr := w.Flush(); err == nil {
 				err = ferr
 			}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/better-compute/commands/controlplane/bundles"
 	"github.com/better-compute/commands/controlplane/history"
+	"github.com/better-compute/commands/controlplane/history/archive"
 	"github.com/better-compute/commands/internal/pgtest"
 )
 
@@ -76,7 +77,7 @@ func TestHistorySearchAndExport(t *testing.T) {
 	}
 	code, out, errOut := runHistory("history", "search", "--tenant", "acme", "--archive-dir", blobs, "--id", "cmd_old1", "--json")
 	require.Equal(t, ExitOK, code, errOut)
-	var found history.Found
+	var found archive.Found
 	require.NoError(t, json.Unmarshal([]byte(out), &found))
 	require.Len(t, found.Events, 1)
 	require.Contains(t, string(found.Command), `"requester":"alice"`)
@@ -112,7 +113,7 @@ func TestHistoryBadInput(t *testing.T) {
 		require.Equal(t, ExitUsage, code, "%v: %s", c.args, errOut)
 		require.Contains(t, errOut, c.want, c.args)
 	}
-	m, err := history.ReadManifest(context.Background(), history.DirSource(blobs), "acme")
+	m, err := archive.ReadManifest(context.Background(), archive.DirSource(blobs), "acme")
 	require.NoError(t, err)
 	path := filepath.Join(blobs, filepath.FromSlash(m.Objects[0].Key))
 	raw, err := os.ReadFile(path)

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/better-compute/commands/controlplane/history/archive"
 	"github.com/better-compute/commands/controlplane/store"
 )
 
@@ -72,7 +73,7 @@ type Options struct {
 // Archiver archives and deletes expired history.
 type Archiver struct {
 	pool   *pgxpool.Pool
-	sink   Sink
+	sink   archive.Sink
 	policy Policy
 	opts   Options
 	logger hclog.Logger
@@ -105,7 +106,7 @@ func (s *Stats) add(o Stats) {
 }
 
 // NewArchiver returns an archiver writing to sink.
-func NewArchiver(pool *pgxpool.Pool, sink Sink, policy Policy, opts Options) *Archiver {
+func NewArchiver(pool *pgxpool.Pool, sink archive.Sink, policy Policy, opts Options) *Archiver {
 	if opts.Batch <= 0 {
 		opts.Batch = DefaultBatch
 	}
@@ -159,7 +160,7 @@ func (a *Archiver) Pass(ctx context.Context) (Stats, error) {
 		if days <= 0 {
 			continue
 		}
-		if err := CheckTenant(t); err != nil {
+		if err := archive.CheckTenant(t); err != nil {
 			a.logger.Warn("not archiving a tenant", "error", err)
 			continue
 		}
@@ -240,7 +241,7 @@ func recordKey(line []byte) (string, string, error) {
 		} `json:"row"`
 	}
 	if err := json.Unmarshal(line, &rec); err != nil {
-		return "", "", fmt.Errorf("%w: a record: %w", ErrIntegrity, err)
+		return "", "", fmt.Errorf("%w: a record: %w", archive.ErrIntegrity, err)
 	}
 	return rec.Type, rec.Type + ":" + string(bytes.Trim(rec.Row.ID, `"`)), nil
 }

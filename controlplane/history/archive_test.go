@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/better-compute/commands/controlplane/history"
+	"github.com/better-compute/commands/controlplane/history/archive"
 )
 
 // Settled commands, their events and River's finished jobs past 90 days are
@@ -30,26 +31,26 @@ func TestArchiveThenDelete(t *testing.T) {
 	require.Equal(t, 2, b.count(t, `SELECT count(*) FROM outbox`), "the recent command's two events: events go by their own age")
 	require.Zero(t, b.count(t, `SELECT count(*) FROM river_job`))
 
-	m, err := history.ReadManifest(b.ctx, b.store, "t1")
+	m, err := archive.ReadManifest(b.ctx, b.store, "t1")
 	require.NoError(t, err)
 	require.Len(t, m.Objects, 2, "t1's two hours")
-	require.Equal(t, history.ObjectKey("t1", base), m.Objects[0].Key)
+	require.Equal(t, archive.ObjectKey("t1", base), m.Objects[0].Key)
 	require.Equal(t, 2, m.Objects[0].Commands)
 	require.Len(t, m.Objects[0].SHA256, 64)
-	fleet, err := history.ReadManifest(b.ctx, b.store, "")
+	fleet, err := archive.ReadManifest(b.ctx, b.store, "")
 	require.NoError(t, err)
 	require.Len(t, fleet.Objects, 1)
 	require.Equal(t, 1, fleet.Objects[0].Jobs)
 
-	src := history.DirSource(b.root)
-	for name, q := range map[string]history.Query{
+	src := archive.DirSource(b.root)
+	for name, q := range map[string]archive.Query{
 		"id": {Tenant: "t1", ID: "cmd_b"}, "node": {Tenant: "t1", Node: "n2"},
 		"kind": {Tenant: "t1", Kind: "node.reboot"}, "requester": {Tenant: "t1", Requester: "bob", Kind: "node.reboot"},
 	} {
-		found, err := history.Search(b.ctx, src, q)
+		found, err := archive.Search(b.ctx, src, q)
 		require.NoError(t, err, name)
 		require.Len(t, found, 1, name)
-		var c history.CommandRow
+		var c archive.CommandRow
 		require.NoError(t, json.Unmarshal(found[0].Command, &c))
 		require.Equal(t, "cmd_b", c.ID, name)
 		require.Equal(t, "failed", c.State)
@@ -57,12 +58,12 @@ func TestArchiveThenDelete(t *testing.T) {
 		require.Equal(t, "done", c.Message)
 		require.Len(t, found[0].Events, 2, "%s: queued and settled", name)
 	}
-	found, err := history.Search(b.ctx, src, history.Query{Tenant: "t1", Requester: "bob"})
+	found, err := archive.Search(b.ctx, src, archive.Query{Tenant: "t1", Requester: "bob"})
 	require.NoError(t, err)
 	require.Len(t, found, 2, "cmd_b and cmd_c, across two objects")
 
 	var out bytes.Buffer
-	n, err := history.Export(b.ctx, src, history.Query{Tenant: "t1"}, &out)
+	n, err := archive.Export(b.ctx, src, archive.Query{Tenant: "t1"}, &out)
 	require.NoError(t, err)
 	require.Equal(t, 3+9, n, "three commands; the events of the 100-day-old hours, the held and open commands' too")
 
@@ -88,11 +89,11 @@ func TestHeldCommandJoinsItsHourLater(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 1, st.Commands)
 	require.Equal(t, []string{"cmd_open", "cmd_recent"}, b.ids(t))
-	m, err := history.ReadManifest(b.ctx, b.store, "t1")
+	m, err := archive.ReadManifest(b.ctx, b.store, "t1")
 	require.NoError(t, err)
 	require.Equal(t, 3, m.Objects[0].Commands, "cmd_a, cmd_b and now cmd_held")
 	require.Equal(t, 7, m.Objects[0].Events, "unchanged: cmd_held's events were archived by their age")
-	found, err := history.Search(b.ctx, history.DirSource(b.root), history.Query{Tenant: "t1", ID: "cmd_held"})
+	found, err := archive.Search(b.ctx, archive.DirSource(b.root), archive.Query{Tenant: "t1", ID: "cmd_held"})
 	require.NoError(t, err)
 	require.Len(t, found, 1)
 }
@@ -127,14 +128,14 @@ func TestCrashBetweenSteps(t *testing.T) {
 			_, err := a.Pass(b.ctx)
 			require.ErrorIs(t, err, killed)
 			require.Contains(t, b.ids(t), "cmd_c", "the later hour was not reached")
-			key := history.ObjectKey("t1", base)
+			key := archive.ObjectKey("t1", base)
 			want := b.object(t, key)
 			_, err = b.archiver(history.Policy{Days: 90}).Pass(b.ctx)
 			require.NoError(t, err)
 			require.Equal(t, []string{"cmd_held", "cmd_open", "cmd_recent"}, b.ids(t))
 			require.Equal(t, want, b.object(t, key), "the rerun wrote the same object")
 			var out bytes.Buffer
-			n, err := history.Export(b.ctx, history.DirSource(b.root), history.Query{Tenant: "t1"}, &out)
+			n, err := archive.Export(b.ctx, archive.DirSource(b.root), archive.Query{Tenant: "t1"}, &out)
 			require.NoError(t, err)
 			require.Equal(t, 12, n, "each record once")
 		})
@@ -147,17 +148,17 @@ func TestSearchChecksTheDigest(t *testing.T) {
 	b.seed(t)
 	_, err := b.archiver(history.Policy{Days: 90}).Pass(b.ctx)
 	require.NoError(t, err)
-	m, err := history.ReadManifest(b.ctx, b.store, "t1")
+	m, err := archive.ReadManifest(b.ctx, b.store, "t1")
 	require.NoError(t, err)
 	path := filepath.Join(b.root, filepath.FromSlash(m.Objects[1].Key))
 	raw, err := os.ReadFile(path)
 	require.NoError(t, err)
 	raw[len(raw)/2] ^= 0xff
 	require.NoError(t, os.WriteFile(path, raw, 0o600))
-	_, err = history.Search(b.ctx, history.DirSource(b.root), history.Query{Tenant: "t1", Requester: "bob"})
-	require.ErrorIs(t, err, history.ErrIntegrity)
+	_, err = archive.Search(b.ctx, archive.DirSource(b.root), archive.Query{Tenant: "t1", Requester: "bob"})
+	require.ErrorIs(t, err, archive.ErrIntegrity)
 	// The hour before it still reads: bound the search to it.
-	found, err := history.Search(b.ctx, history.DirSource(b.root), history.Query{Tenant: "t1", ID: "cmd_a", Until: m.Objects[1].Hour})
+	found, err := archive.Search(b.ctx, archive.DirSource(b.root), archive.Query{Tenant: "t1", ID: "cmd_a", Until: m.Objects[1].Hour})
 	require.NoError(t, err)
 	require.Len(t, found, 1)
 }

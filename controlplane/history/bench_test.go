@@ -19,6 +19,7 @@ import (
 
 	"github.com/better-compute/commands/controlplane/bundles"
 	"github.com/better-compute/commands/controlplane/history"
+	"github.com/better-compute/commands/controlplane/history/archive"
 	"github.com/better-compute/commands/controlplane/kinds"
 	"github.com/better-compute/commands/controlplane/queue"
 	"github.com/better-compute/commands/internal/pgtest"
@@ -231,7 +232,7 @@ func BenchmarkHistory(b *testing.B) {
 	b.ReportMetric(float64(pct(during, 99).Nanoseconds()), "run-p99-during-archive-ns")
 	b.ReportMetric(float64(pct(before, 99).Nanoseconds()), "run-p99-before-ns")
 	b.ReportMetric(float64(pct(during, 99))/float64(pct(before, 99)), "ratio-run-p99-archive")
-	m, err := history.ReadManifest(ctx, store, "tenant_h")
+	m, err := archive.ReadManifest(ctx, store, "tenant_h")
 	require.NoError(b, err)
 	var bytesOut int64
 	for _, e := range m.Objects {

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/better-compute/commands/controlplane/bundles"
+	"github.com/better-compute/commands/controlplane/history/archive"
 )
 
 // heldSQL is true for a command that something still open references: a
@@ -110,7 +111,7 @@ func (a *Archiver) Hour(ctx context.Context, tenant string, hour time.Time) (Sta
 // manifest eight thousand times.
 func (a *Archiver) hours(ctx context.Context, tenant string, hours []time.Time) (Stats, error) {
 	var st Stats
-	m, err := ReadManifest(ctx, a.sink, tenant)
+	m, err := archive.ReadManifest(ctx, a.sink, tenant)
 	if err != nil {
 		return st, err
 	}
@@ -131,7 +132,7 @@ func (a *Archiver) hours(ctx context.Context, tenant string, hours []time.Time) 
 		todo = append(todo, h)
 	}
 	if changed {
-		if err := writeManifest(ctx, a.sink, m); err != nil {
+		if err := archive.WriteManifest(ctx, a.sink, m); err != nil {
 			return st, fmt.Errorf("writing the manifest of %q: %w", tenant, err)
 		}
 		if err := a.step("manifest"); err != nil {
@@ -152,19 +153,19 @@ func (a *Archiver) hours(ctx context.Context, tenant string, hours []time.Time) 
 
 // writeHour writes hour's object when rows not yet in it remain, and sets
 // its entry in m. It returns the rows to delete and whether m changed.
-func (a *Archiver) writeHour(ctx context.Context, tenant string, hour time.Time, m *Manifest) (hourRows, bool, error) {
+func (a *Archiver) writeHour(ctx context.Context, tenant string, hour time.Time, m *archive.Manifest) (hourRows, bool, error) {
 	h, err := a.readHour(ctx, tenant, hour)
 	if err != nil || len(h.lines) == 0 {
 		return h, false, err
 	}
-	entry := ObjectEntry{Key: ObjectKey(tenant, hour), Hour: hour}
-	old, listed := m.entry(hour)
+	entry := archive.ObjectEntry{Key: archive.ObjectKey(tenant, hour), Hour: hour}
+	old, listed := m.Entry(hour)
 	if listed {
 		entry = m.Objects[old]
 	}
 	// An object no manifest names is a crash's, between the two writes:
 	// it holds only rows still in the database, so it is read unverified.
-	lines, err := ReadObject(ctx, a.sink, entry)
+	lines, err := archive.ReadObject(ctx, a.sink, entry)
 	if errors.Is(err, bundles.ErrNotFound) && !listed {
 		lines, err = nil, nil
 	}
@@ -198,7 +199,7 @@ func (a *Archiver) writeHour(ctx context.Context, tenant string, hour time.Time,
 	if added == 0 && listed {
 		return h, false, nil
 	}
-	body, sum, err := encodeObject(lines)
+	body, sum, err := archive.EncodeObject(lines)
 	if err != nil {
 		return h, false, err
 	}
@@ -208,9 +209,9 @@ func (a *Archiver) writeHour(ctx context.Context, tenant string, hour time.Time,
 	if err := a.step("object"); err != nil {
 		return h, false, err
 	}
-	entry.Commands, entry.Events, entry.Jobs = counts[TypeCommand], counts[TypeEvent], counts[TypeJob]
+	entry.Commands, entry.Events, entry.Jobs = counts[archive.TypeCommand], counts[archive.TypeEvent], counts[archive.TypeJob]
 	entry.Bytes, entry.SHA256 = int64(len(body)), sum
-	m.set(entry)
+	m.Set(entry)
 	a.logger.Debug("archived an hour", "tenant", tenant, "hour", hour.Format(time.RFC3339), "records", len(lines), "key", entry.Key)
 	return h, true, nil
 }

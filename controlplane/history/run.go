@@ -9,6 +9,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/better-compute/commands/controlplane/history/archive"
 	"github.com/better-compute/commands/controlplane/store"
 	"github.com/better-compute/commands/controlplane/sweeper"
 )
@@ -32,7 +33,7 @@ type Runner struct {
 
 // NewRunner builds a runner for the archiver that pool, sink, policy and
 // opts make; opts.Renew is set to the lease's renewal.
-func NewRunner(pool *pgxpool.Pool, sink Sink, policy Policy, opts Options, interval time.Duration, holder string) *Runner {
+func NewRunner(pool *pgxpool.Pool, sink archive.Sink, policy Policy, opts Options, interval time.Duration, holder string) *Runner {
 	if interval <= 0 {
 		interval = DefaultInterval
 	}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/better-compute/commands/controlplane/bundles"
 	"github.com/better-compute/commands/controlplane/history"
+	"github.com/better-compute/commands/controlplane/history/archive"
 )
 
 // largeHistoryRows is the commands table's size above which bc-server,
@@ -24,7 +25,7 @@ func (s *Server) newHistory(ctx context.Context, cfg Config, blob bundles.BlobSt
 	}
 	policy := history.Policy{Days: days, Tenants: tenants}
 	for id := range tenants {
-		if err := history.CheckTenant(id); err != nil {
+		if err := archive.CheckTenant(id); err != nil {
 			return err
 		}
 	}
@@ -36,7 +37,7 @@ func (s *Server) newHistory(ctx context.Context, cfg Config, blob bundles.BlobSt
 		}
 		return nil
 	}
-	sink, ok := blob.(history.Sink)
+	sink, ok := blob.(archive.Sink)
 	if !ok {
 		return errors.New("history.retentionDays needs supportBundles: the archive is written to its blob store")
 	}

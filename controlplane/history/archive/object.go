@@ -1,4 +1,4 @@
-package history
+package archive
 
 import (
 	"bufio"
@@ -73,10 +73,14 @@ func ReadManifest(ctx context.Context, src Source, tenant string) (Manifest, err
 	if err := json.NewDecoder(r).Decode(&m); err != nil {
 		return m, fmt.Errorf("%w: the manifest of %q: %w", ErrIntegrity, tenant, err)
 	}
+	if m.Tenant != tenant {
+		return m, fmt.Errorf("%w: the manifest under %s names tenant %q", ErrIntegrity, Dir(tenant), m.Tenant)
+	}
 	return m, nil
 }
 
-func writeManifest(ctx context.Context, sink Sink, m Manifest) error {
+// WriteManifest writes m as its tenant's manifest, indented so an auditor can read it.
+func WriteManifest(ctx context.Context, sink Sink, m Manifest) error {
 	b, err := json.MarshalIndent(m, "", " ")
 	if err != nil {
 		return fmt.Errorf("marshalling the manifest: %w", err)
@@ -126,11 +130,11 @@ func ReadObject(ctx context.Context, src Source, e ObjectEntry) ([][]byte, error
 	return lines, nil
 }
 
-// encodeObject compresses lines, one a line, with settings fixed so that
+// EncodeObject compresses lines, one a line, with settings fixed so that
 // the same lines always make the same bytes (one encoder goroutine, the
 // default level, no checksum of the frame's time): a rerun of an hour
 // rewrites the same object.
-func encodeObject(lines [][]byte) ([]byte, string, error) {
+func EncodeObject(lines [][]byte) ([]byte, string, error) {
 	var buf bytes.Buffer
 	enc, err := zstd.NewWriter(&buf, zstd.WithEncoderConcurrency(1), zstd.WithEncoderLevel(zstd.SpeedDefault))
 	if err != nil {
