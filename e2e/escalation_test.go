@@ -9,7 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/better-compute/commands/controlplane/remediation"
+	"github.com/better-compute/commands/controlplane/modules/remediation"
 	"github.com/better-compute/commands/controlplane/server"
 	"github.com/better-compute/commands/controlplane/server/servertest"
 	"github.com/better-compute/commands/internal/testutil"

@@ -9,7 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
-	"github.com/better-compute/commands/controlplane/rollout"
+	"github.com/better-compute/commands/controlplane/modules/rollout"
 	"github.com/better-compute/commands/controlplane/server/servertest"
 	"github.com/better-compute/commands/internal/testhook"
 	"github.com/better-compute/commands/internal/testutil"

@@ -3,9 +3,9 @@ package api
 import (
 	"context"
 
+	"github.com/better-compute/commands/controlplane/modules/remediation"
+	"github.com/better-compute/commands/controlplane/modules/rollout"
 	"github.com/better-compute/commands/controlplane/queue"
-	"github.com/better-compute/commands/controlplane/remediation"
-	"github.com/better-compute/commands/controlplane/rollout"
 	"github.com/better-compute/commands/internal/upgrade"
 )
 

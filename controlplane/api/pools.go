@@ -11,8 +11,8 @@ import (
 	"github.com/better-compute/commands/controlplane/api/apierr"
 	"github.com/better-compute/commands/controlplane/auth"
 	"github.com/better-compute/commands/controlplane/batches"
+	"github.com/better-compute/commands/controlplane/modules/remediation"
 	"github.com/better-compute/commands/controlplane/pools"
-	"github.com/better-compute/commands/controlplane/remediation"
 	apiv1 "github.com/better-compute/commands/proto/bc/api/v1"
 )
 

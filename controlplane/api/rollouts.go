@@ -8,7 +8,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/better-compute/commands/controlplane/auth"
-	"github.com/better-compute/commands/controlplane/rollout"
+	"github.com/better-compute/commands/controlplane/modules/rollout"
 	apiv1 "github.com/better-compute/commands/proto/bc/api/v1"
 )
 

@@ -32,7 +32,7 @@ import (
 	"github.com/better-compute/commands/controlplane/kinds"
 	"github.com/better-compute/commands/controlplane/pki"
 	"github.com/better-compute/commands/controlplane/queue"
-	"github.com/better-compute/commands/controlplane/sim"
+	"github.com/better-compute/commands/controlplane/testing/sim"
 	"github.com/better-compute/commands/internal/pgtest"
 	"github.com/better-compute/commands/internal/testutil"
 	apiv1 "github.com/better-compute/commands/proto/bc/api/v1"

@@ -18,7 +18,7 @@ import (
 	"github.com/better-compute/commands/controlplane/fleetruns"
 	"github.com/better-compute/commands/controlplane/ids"
 	"github.com/better-compute/commands/controlplane/queue"
-	"github.com/better-compute/commands/controlplane/sim"
+	"github.com/better-compute/commands/controlplane/testing/sim"
 	apiv1 "github.com/better-compute/commands/proto/bc/api/v1"
 )
 

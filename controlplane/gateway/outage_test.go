@@ -3,17 +3,18 @@ package gateway_test
 import (
 	"context"
 	"encoding/json"
-	"github.com/better-compute/commands/internal/trust"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/better-compute/commands/internal/trust"
+
 	"github.com/stretchr/testify/require"
 
-	"github.com/better-compute/commands/controlplane/fakedaemon"
 	"github.com/better-compute/commands/controlplane/queue"
+	"github.com/better-compute/commands/controlplane/testing/fakedaemon"
 	"github.com/better-compute/commands/internal/testutil"
 	agentv1 "github.com/better-compute/commands/proto/bc/agent/v1"
 )

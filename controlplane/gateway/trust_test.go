@@ -20,12 +20,12 @@ import (
 
 	"github.com/better-compute/commands/controlplane/attest"
 	"github.com/better-compute/commands/controlplane/bindings"
-	"github.com/better-compute/commands/controlplane/fakedaemon"
 	"github.com/better-compute/commands/controlplane/nodecerts"
 	"github.com/better-compute/commands/controlplane/nodespecs"
 	"github.com/better-compute/commands/controlplane/queue"
 	"github.com/better-compute/commands/controlplane/serverconfig"
 	"github.com/better-compute/commands/controlplane/signing"
+	"github.com/better-compute/commands/controlplane/testing/fakedaemon"
 	"github.com/better-compute/commands/controlplane/trustbundle"
 	"github.com/better-compute/commands/internal/testutil"
 	"github.com/better-compute/commands/internal/trust"

@@ -15,7 +15,7 @@ import (
 // the GPU tools); TestFirstPartyLinksOnlyTheManifests keeps it so. The
 // built-ins are inventory.refresh, diag.nvml, logs.collect, node.reboot and
 // gpu.reset. diag.dcgm (whose plugin also ships with bcd), disk.wipe and
-// disk.deploy are the metal module's: controlplane/metal.Manifests registers
+// disk.deploy are the metal module's: controlplane/modules/metal.Manifests registers
 // them with the BMC kinds.
 //
 // EXTEND HERE when a new first-party plugin lands: import its manifest

@@ -4,10 +4,11 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
-	"github.com/better-compute/commands/internal/trust"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/better-compute/commands/internal/trust"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
@@ -16,10 +17,10 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/status"
 
-	"github.com/better-compute/commands/controlplane/fakedaemon"
 	"github.com/better-compute/commands/controlplane/queue"
 	"github.com/better-compute/commands/controlplane/server/servertest"
 	"github.com/better-compute/commands/controlplane/sweeper"
+	"github.com/better-compute/commands/controlplane/testing/fakedaemon"
 	"github.com/better-compute/commands/internal/testutil"
 	agentv1 "github.com/better-compute/commands/proto/bc/agent/v1"
 )

@@ -17,10 +17,10 @@ import (
 	"go.uber.org/goleak"
 	"google.golang.org/grpc"
 
-	"github.com/better-compute/commands/controlplane/fakedaemon"
 	"github.com/better-compute/commands/controlplane/queue"
 	"github.com/better-compute/commands/controlplane/server"
 	"github.com/better-compute/commands/controlplane/server/servertest"
+	"github.com/better-compute/commands/controlplane/testing/fakedaemon"
 	"github.com/better-compute/commands/internal/pgtest"
 	"github.com/better-compute/commands/internal/testutil"
 	agentv1 "github.com/better-compute/commands/proto/bc/agent/v1"
@@ -103,7 +103,7 @@ func TestStopMidFanOutWithTheDatabaseCutLeavesNoGoroutine(t *testing.T) {
 		if _, old := existing[id]; old || !strings.Contains(stack, "better-compute/commands/controlplane/") {
 			continue
 		}
-		if strings.Contains(stack, "controlplane/fakedaemon") || strings.Contains(stack, "lifecycle_test.go") {
+		if strings.Contains(stack, "controlplane/testing/fakedaemon") || strings.Contains(stack, "lifecycle_test.go") {
 			continue
 		}
 		t.Errorf("goroutine %s still runs after Run returned:\n%s", id, stack)

@@ -9,7 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/better-compute/commands/controlplane/rollout"
+	"github.com/better-compute/commands/controlplane/modules/rollout"
 	"github.com/better-compute/commands/controlplane/server"
 )
 

@@ -39,8 +39,8 @@ import (
 	"github.com/better-compute/commands/controlplane/kinds"
 	"github.com/better-compute/commands/controlplane/pki"
 	"github.com/better-compute/commands/controlplane/queue"
-	"github.com/better-compute/commands/controlplane/sim"
 	"github.com/better-compute/commands/controlplane/store"
+	"github.com/better-compute/commands/controlplane/testing/sim"
 )
 
 // options are the command line.

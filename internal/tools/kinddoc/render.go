@@ -9,8 +9,8 @@ import (
 	"strings"
 
 	"github.com/better-compute/commands/controlplane/kinds"
-	"github.com/better-compute/commands/controlplane/metal"
-	"github.com/better-compute/commands/controlplane/rollout"
+	"github.com/better-compute/commands/controlplane/modules/metal"
+	"github.com/better-compute/commands/controlplane/modules/rollout"
 	"github.com/better-compute/commands/sdk/example"
 	"github.com/better-compute/commands/sdk/kind"
 )
@@ -34,12 +34,12 @@ func Sections() []Section {
 		},
 		{
 			Title:     "Metal module kinds",
-			Intro:     "Registered by the control plane's metal module (`controlplane/metal.Manifests`) from the plugins' own manifest values: the BMC kinds and `site.httpProxy`, which run on a site agent (`bc-kind-bmc`, `bc-kind-siteproxy`), and the kinds that run on the machine itself (the disk kinds, and `diag.dcgm`, whose `bc-kind-dcgm` ships with bcd). See [the metal module](../metal.md).",
+			Intro:     "Registered by the control plane's metal module (`controlplane/modules/metal.Manifests`) from the plugins' own manifest values: the BMC kinds and `site.httpProxy`, which run on a site agent (`bc-kind-bmc`, `bc-kind-siteproxy`), and the kinds that run on the machine itself (the disk kinds, and `diag.dcgm`, whose `bc-kind-dcgm` ships with bcd). See [the metal module](../metal.md).",
 			Manifests: metal.Manifests(),
 		},
 		{
 			Title:     "Rollout module kinds",
-			Intro:     "Registered by the control plane's rollout module (`controlplane/rollout`), which converges each pool to its desired daemon version with it; served by `bc-kind-upgrade`, which ships with bcd. See [upgrading bcd in place](../operator-guide.md#10-upgrading-bcd-in-place-daemonupgrade).",
+			Intro:     "Registered by the control plane's rollout module (`controlplane/modules/rollout`), which converges each pool to its desired daemon version with it; served by `bc-kind-upgrade`, which ships with bcd. See [upgrading bcd in place](../operator-guide.md#10-upgrading-bcd-in-place-daemonupgrade).",
 			Manifests: (&rollout.Module{}).Kinds(),
 		},
 		{

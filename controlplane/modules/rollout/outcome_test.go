@@ -8,8 +8,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/better-compute/commands/controlplane/modules/rollout"
 	"github.com/better-compute/commands/controlplane/queue"
-	"github.com/better-compute/commands/controlplane/rollout"
 	"github.com/better-compute/commands/controlplane/wakes"
 	"github.com/better-compute/commands/internal/upgrade"
 )

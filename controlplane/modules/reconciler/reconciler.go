@@ -9,7 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/better-compute/commands/controlplane/modules"
-	"github.com/better-compute/commands/controlplane/remediation"
+	"github.com/better-compute/commands/controlplane/modules/remediation"
 	"github.com/better-compute/commands/controlplane/wakes"
 )
 

@@ -14,9 +14,9 @@ import (
 
 	"github.com/better-compute/commands/controlplane/kinds"
 	"github.com/better-compute/commands/controlplane/modules"
+	"github.com/better-compute/commands/controlplane/modules/rollout"
 	"github.com/better-compute/commands/controlplane/pools"
 	"github.com/better-compute/commands/controlplane/queue"
-	"github.com/better-compute/commands/controlplane/rollout"
 	"github.com/better-compute/commands/controlplane/wakes"
 	"github.com/better-compute/commands/internal/pgtest"
 	"github.com/better-compute/commands/internal/upgrade"

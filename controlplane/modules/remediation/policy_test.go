@@ -10,8 +10,8 @@ import (
 	"github.com/better-compute/commands/controlplane/batches"
 	"github.com/better-compute/commands/controlplane/kinds"
 	"github.com/better-compute/commands/controlplane/modules"
+	"github.com/better-compute/commands/controlplane/modules/remediation"
 	"github.com/better-compute/commands/controlplane/queue"
-	"github.com/better-compute/commands/controlplane/remediation"
 	"github.com/better-compute/commands/internal/pgtest"
 	"github.com/better-compute/commands/internal/trust"
 )

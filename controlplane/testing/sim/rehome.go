@@ -7,7 +7,7 @@ import (
 
 	"google.golang.org/grpc"
 
-	"github.com/better-compute/commands/controlplane/fakedaemon"
+	"github.com/better-compute/commands/controlplane/testing/fakedaemon"
 )
 
 // runNode holds node i's sessions until ctx ends: the first on conn, and,

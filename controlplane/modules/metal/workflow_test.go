@@ -15,7 +15,7 @@ import (
 	"github.com/better-compute/commands/controlplane/batches"
 	"github.com/better-compute/commands/controlplane/errcode"
 	"github.com/better-compute/commands/controlplane/kinds"
-	"github.com/better-compute/commands/controlplane/metal"
+	"github.com/better-compute/commands/controlplane/modules/metal"
 	"github.com/better-compute/commands/controlplane/queue"
 	"github.com/better-compute/commands/controlplane/wakes"
 	"github.com/better-compute/commands/internal/pgtest"

@@ -14,10 +14,10 @@ import (
 
 	"github.com/better-compute/commands/controlplane/kinds"
 	"github.com/better-compute/commands/controlplane/modules"
+	"github.com/better-compute/commands/controlplane/modules/remediation"
 	"github.com/better-compute/commands/controlplane/nodespecs"
 	"github.com/better-compute/commands/controlplane/pools"
 	"github.com/better-compute/commands/controlplane/queue"
-	"github.com/better-compute/commands/controlplane/remediation"
 	"github.com/better-compute/commands/internal/pgtest"
 )
 

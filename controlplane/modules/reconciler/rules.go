@@ -18,7 +18,7 @@ import (
 	"strings"
 
 	"github.com/better-compute/commands/controlplane/modules"
-	"github.com/better-compute/commands/controlplane/remediation"
+	"github.com/better-compute/commands/controlplane/modules/remediation"
 )
 
 // TriggerRebootRequired is the condition bcd reports when a host setting

@@ -7,8 +7,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/better-compute/commands/controlplane/modules"
-	"github.com/better-compute/commands/controlplane/reconciler"
-	"github.com/better-compute/commands/controlplane/remediation"
+	"github.com/better-compute/commands/controlplane/modules/reconciler"
+	"github.com/better-compute/commands/controlplane/modules/remediation"
 )
 
 func view(conds string, inv string) modules.NodeView {
