@@ -15,7 +15,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	bcdconfig "github.com/better-compute/commands/bcd/config"
-	"github.com/better-compute/commands/controlplane/serverconfig"
+	"github.com/better-compute/commands/controlplane/server/serverconfig"
 	"github.com/better-compute/commands/internal/testutil"
 )
 
@@ -58,8 +58,8 @@ func yamlBlocks(t *testing.T) []yamlBlock {
 // elsewhere are the blocks for other programs, each with the test that
 // loads it. The key is the block's first line.
 var elsewhere = map[string]string{
-	"# ~/.config/better-compute/config.yaml": "controlplane/cli TestCLIReferenceConfigFileWorksAsWritten",
-	"identities:":                            "controlplane/mcp (bc-mcp's identities file)",
+	"# ~/.config/better-compute/config.yaml": "controlplane/front/cli TestCLIReferenceConfigFileWorksAsWritten",
+	"identities:":                            "controlplane/front/mcp (bc-mcp's identities file)",
 	"bmcs:":                                  "e2e/metal_test.go reads docs/metal.md's site agent blocks",
 	"grants:":                                "a fragment of an identity in auth (secrets.md), shown inside one",
 	"    s3:":                                "a fragment of supportBundles.blob, shown with the whole one above it",

@@ -29,9 +29,9 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/better-compute/commands/bcd/pluginhost"
-	"github.com/better-compute/commands/controlplane/api"
-	"github.com/better-compute/commands/controlplane/cli"
-	"github.com/better-compute/commands/controlplane/kinds"
+	"github.com/better-compute/commands/controlplane/commands/kinds"
+	"github.com/better-compute/commands/controlplane/front/api"
+	"github.com/better-compute/commands/controlplane/front/cli"
 	"github.com/better-compute/commands/controlplane/server"
 	"github.com/better-compute/commands/controlplane/server/servertest"
 	"github.com/better-compute/commands/internal/testutil"

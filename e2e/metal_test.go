@@ -20,8 +20,8 @@ import (
 
 	"github.com/better-compute/commands/controlplane/modules/metal"
 	"github.com/better-compute/commands/controlplane/server"
+	"github.com/better-compute/commands/controlplane/server/serverconfig"
 	"github.com/better-compute/commands/controlplane/server/servertest"
-	"github.com/better-compute/commands/controlplane/serverconfig"
 	"github.com/better-compute/commands/internal/bmctest"
 	"github.com/better-compute/commands/internal/testutil"
 	"github.com/better-compute/commands/internal/trust"

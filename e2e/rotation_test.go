@@ -14,10 +14,10 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/better-compute/commands/bcd/truststore"
-	"github.com/better-compute/commands/controlplane/queue"
+	"github.com/better-compute/commands/controlplane/commands/queue"
 	"github.com/better-compute/commands/controlplane/server"
+	"github.com/better-compute/commands/controlplane/server/serverconfig"
 	"github.com/better-compute/commands/controlplane/server/servertest"
-	"github.com/better-compute/commands/controlplane/serverconfig"
 	"github.com/better-compute/commands/controlplane/testing/fakedaemon"
 	"github.com/better-compute/commands/internal/testutil"
 	"github.com/better-compute/commands/internal/trust"

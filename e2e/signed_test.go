@@ -42,7 +42,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/better-compute/commands/bcd/conditions"
-	"github.com/better-compute/commands/controlplane/queue"
+	"github.com/better-compute/commands/controlplane/commands/queue"
 	"github.com/better-compute/commands/controlplane/server"
 	"github.com/better-compute/commands/controlplane/server/servertest"
 	"github.com/better-compute/commands/internal/testutil"

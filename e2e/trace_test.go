@@ -17,8 +17,8 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/better-compute/commands/bcd/daemon"
-	"github.com/better-compute/commands/controlplane/api"
-	"github.com/better-compute/commands/controlplane/gateway"
+	"github.com/better-compute/commands/controlplane/front/api"
+	"github.com/better-compute/commands/controlplane/front/gateway"
 	"github.com/better-compute/commands/controlplane/server"
 	"github.com/better-compute/commands/internal/testutil"
 )

@@ -12,7 +12,7 @@ import (
 )
 
 // control plays the control plane's side: it seals each asked ref's value
-// to the request's one-time key, as controlplane/secrets does.
+// to the request's one-time key, as controlplane/trust/secrets does.
 func control(t *testing.T, x *Exchanger, values map[string]string, refuse string) {
 	x.SetSender(func(m *agentv1.NodeMessage) bool {
 		req := m.GetSecretRequest()

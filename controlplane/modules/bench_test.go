@@ -12,10 +12,10 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
-	"github.com/better-compute/commands/controlplane/kinds"
+	"github.com/better-compute/commands/controlplane/commands/kinds"
+	"github.com/better-compute/commands/controlplane/commands/queue"
+	"github.com/better-compute/commands/controlplane/internal/storetest"
 	"github.com/better-compute/commands/controlplane/modules"
-	"github.com/better-compute/commands/controlplane/queue"
-	"github.com/better-compute/commands/internal/pgtest"
 )
 
 func p50(d []time.Duration) time.Duration {
@@ -31,7 +31,7 @@ func p50(d []time.Duration) time.Duration {
 // It reports both p50s and ratio = wake p50 / floor p50.
 func BenchmarkSettleWithDurableWake(b *testing.B) {
 	ctx := context.Background()
-	pool := pgtest.DB(b)
+	pool := storetest.DB(b)
 	reg, err := kinds.NewRegistry(stepKind)
 	require.NoError(b, err)
 	hooked, plain := queue.New(reg, hclog.NewNullLogger()), queue.New(reg, hclog.NewNullLogger())

@@ -11,9 +11,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 
-	"github.com/better-compute/commands/controlplane/kinds"
-	"github.com/better-compute/commands/controlplane/queue"
-	"github.com/better-compute/commands/controlplane/wakes"
+	"github.com/better-compute/commands/controlplane/commands/kinds"
+	"github.com/better-compute/commands/controlplane/commands/queue"
+	"github.com/better-compute/commands/controlplane/commands/wakes"
 )
 
 // HostOptions configure a Host.

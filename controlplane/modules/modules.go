@@ -13,7 +13,7 @@
 //
 // "Each transition wakes … the owner named by the idempotency key
 // (wf:<workflowId>:… wakes that workflow)": the settling transaction records
-// the wake (controlplane/wakes, on River), delivered at least once to the
+// the wake (controlplane/commands/wakes, on River), delivered at least once to the
 // module's waker, across restarts.
 package modules
 
@@ -23,8 +23,8 @@ import (
 
 	"github.com/riverqueue/river"
 
-	"github.com/better-compute/commands/controlplane/queue"
-	"github.com/better-compute/commands/controlplane/wakes"
+	"github.com/better-compute/commands/controlplane/commands/queue"
+	"github.com/better-compute/commands/controlplane/commands/wakes"
 	"github.com/better-compute/commands/sdk/kind"
 )
 

@@ -11,9 +11,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
-	"github.com/better-compute/commands/controlplane/kinds"
-	"github.com/better-compute/commands/controlplane/queue"
-	"github.com/better-compute/commands/internal/pgtest"
+	"github.com/better-compute/commands/controlplane/commands/kinds"
+	"github.com/better-compute/commands/controlplane/commands/queue"
+	"github.com/better-compute/commands/controlplane/internal/storetest"
 	"github.com/better-compute/commands/sdk/kind"
 )
 
@@ -44,7 +44,7 @@ func setup(t *testing.T) *bundle {
 	t.Helper()
 	t.Parallel()
 	ctx := context.Background()
-	pool := pgtest.DB(t)
+	pool := storetest.DB(t)
 	var name string
 	require.NoError(t, pool.QueryRow(ctx, `SELECT current_database()`).Scan(&name))
 	reg, err := kinds.NewRegistry(stepKind)

@@ -18,10 +18,10 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
-	"github.com/better-compute/commands/controlplane/kinds"
+	"github.com/better-compute/commands/controlplane/commands/kinds"
+	"github.com/better-compute/commands/controlplane/commands/queue"
+	"github.com/better-compute/commands/controlplane/commands/wakes"
 	"github.com/better-compute/commands/controlplane/modules"
-	"github.com/better-compute/commands/controlplane/queue"
-	"github.com/better-compute/commands/controlplane/wakes"
 )
 
 // The subprocess that plays the control plane killed with kill -9: the test

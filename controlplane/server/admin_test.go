@@ -9,7 +9,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/types/known/structpb"
 
-	"github.com/better-compute/commands/controlplane/api/apierr"
+	"github.com/better-compute/commands/controlplane/front/api/apierr"
 	"github.com/better-compute/commands/controlplane/server/servertest"
 	agentv1 "github.com/better-compute/commands/proto/bc/agent/v1"
 	apiv1 "github.com/better-compute/commands/proto/bc/api/v1"

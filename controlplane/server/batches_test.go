@@ -14,10 +14,10 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/types/known/structpb"
 
-	"github.com/better-compute/commands/controlplane/cli"
+	"github.com/better-compute/commands/controlplane/front/cli"
 	"github.com/better-compute/commands/controlplane/server"
+	"github.com/better-compute/commands/controlplane/server/serverconfig"
 	"github.com/better-compute/commands/controlplane/server/servertest"
-	"github.com/better-compute/commands/controlplane/serverconfig"
 	"github.com/better-compute/commands/controlplane/testing/fakedaemon"
 	"github.com/better-compute/commands/internal/testutil"
 	"github.com/better-compute/commands/internal/trust"

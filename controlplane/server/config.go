@@ -1,6 +1,6 @@
 package server
 
-import "github.com/better-compute/commands/controlplane/serverconfig"
+import "github.com/better-compute/commands/controlplane/server/serverconfig"
 
 // The server's configuration is serverconfig's, a leaf package that operator
 // tools read without linking the server; these names keep server.Config the

@@ -5,9 +5,9 @@ import (
 	"errors"
 	"time"
 
-	"github.com/better-compute/commands/controlplane/bundles"
-	"github.com/better-compute/commands/controlplane/history"
-	"github.com/better-compute/commands/controlplane/history/archive"
+	"github.com/better-compute/commands/controlplane/commands/bundles"
+	"github.com/better-compute/commands/controlplane/commands/history"
+	"github.com/better-compute/commands/controlplane/commands/history/archive"
 )
 
 // largeHistoryRows is the commands table's size above which bc-server,

@@ -8,9 +8,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/better-compute/commands/controlplane/gateway"
-	"github.com/better-compute/commands/controlplane/queue"
-	"github.com/better-compute/commands/controlplane/sweeper"
+	"github.com/better-compute/commands/controlplane/commands/queue"
+	"github.com/better-compute/commands/controlplane/commands/sweeper"
+	"github.com/better-compute/commands/controlplane/front/gateway"
 	"github.com/better-compute/commands/sdk/kind"
 )
 

@@ -8,15 +8,15 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/better-compute/commands/controlplane/kinds"
+	"github.com/better-compute/commands/controlplane/commands/kinds"
+	"github.com/better-compute/commands/controlplane/commands/wakes"
 	"github.com/better-compute/commands/controlplane/modules"
 	"github.com/better-compute/commands/controlplane/modules/metal"
 	"github.com/better-compute/commands/controlplane/modules/reconciler"
 	"github.com/better-compute/commands/controlplane/modules/remediation"
 	"github.com/better-compute/commands/controlplane/modules/rollout"
-	"github.com/better-compute/commands/controlplane/serverconfig"
-	"github.com/better-compute/commands/controlplane/signing"
-	"github.com/better-compute/commands/controlplane/wakes"
+	"github.com/better-compute/commands/controlplane/server/serverconfig"
+	"github.com/better-compute/commands/controlplane/trust/signing"
 	"github.com/better-compute/commands/internal/trust"
 )
 

@@ -6,7 +6,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/better-compute/commands/controlplane/serverconfig"
+	"github.com/better-compute/commands/controlplane/server/serverconfig"
 )
 
 // Issue 35: the modules' passes and waits are configuration; a negative

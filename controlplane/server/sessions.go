@@ -15,7 +15,7 @@ import (
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
-	"github.com/better-compute/commands/controlplane/queue"
+	"github.com/better-compute/commands/controlplane/commands/queue"
 	"github.com/better-compute/commands/internal/backoff"
 	"github.com/better-compute/commands/internal/trust"
 	agentv1 "github.com/better-compute/commands/proto/bc/agent/v1"

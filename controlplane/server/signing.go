@@ -3,13 +3,13 @@ package server
 import (
 	"context"
 	"fmt"
-	"github.com/better-compute/commands/controlplane/batches"
+	"github.com/better-compute/commands/controlplane/commands/batches"
 	"github.com/better-compute/commands/internal/trust"
 	"time"
 
-	"github.com/better-compute/commands/controlplane/serverconfig"
-	"github.com/better-compute/commands/controlplane/signing"
-	"github.com/better-compute/commands/controlplane/trustbundle"
+	"github.com/better-compute/commands/controlplane/server/serverconfig"
+	"github.com/better-compute/commands/controlplane/trust/signing"
+	"github.com/better-compute/commands/controlplane/trust/trustbundle"
 )
 
 // The components, as the config names them.

@@ -7,8 +7,8 @@ import (
 	"io/fs"
 	"os"
 
-	"github.com/better-compute/commands/controlplane/signing"
-	"github.com/better-compute/commands/controlplane/trustbundle"
+	"github.com/better-compute/commands/controlplane/trust/signing"
+	"github.com/better-compute/commands/controlplane/trust/trustbundle"
 )
 
 // createRootIfMissing is pki.createCommandSigning: the packaged config's

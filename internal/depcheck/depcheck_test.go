@@ -61,13 +61,13 @@ func TestAWrongImportBreaksItsWall(t *testing.T) {
 	root := testutil.RepoRoot(t)
 	base := load(t, "")
 	cases := []wrongImport{
-		{into: "bcd/session", imports: Module + "/controlplane/queue", rule: Rules[0].Name},
+		{into: "bcd/session", imports: Module + "/controlplane/commands/queue", rule: Rules[0].Name},
 		{into: "plugins/logs", imports: Module + "/plugins/reboot", rule: Rules[1].Name},
 		{into: "plugins/internal/gpu/xid", imports: Module + "/plugins/reboot", rule: Rules[1].Name},
 		{into: "plugins/nvml/manifest", imports: Module + "/plugins/internal/gpu/smi", rule: ruleNamed(t, "a first-party manifest")},
-		{into: "controlplane/kinds", imports: Module + "/plugins/logs", rule: ruleNamed(t, "bc-server's kind registry")},
-		{into: "controlplane/cli", imports: "github.com/jackc/pgx/v5/pgxpool", rule: ruleNamed(t, "better-compute links")},
-		{into: "controlplane/mcp", imports: "github.com/jackc/pgx/v5/pgxpool", rule: ruleNamed(t, "bc-mcp links")},
+		{into: "controlplane/commands/kinds", imports: Module + "/plugins/logs", rule: ruleNamed(t, "bc-server's kind registry")},
+		{into: "controlplane/front/cli", imports: "github.com/jackc/pgx/v5/pgxpool", rule: ruleNamed(t, "better-compute links")},
+		{into: "controlplane/front/mcp", imports: "github.com/jackc/pgx/v5/pgxpool", rule: ruleNamed(t, "bc-mcp links")},
 		{into: "controlplane/server", imports: "github.com/godbus/dbus/v5", rule: ruleNamed(t, "bc-server links")},
 		{into: "sdk/kind", imports: Module + "/internal/version", rule: ruleNamed(t, "the SDK links")},
 		{into: "sdk/wire", imports: "github.com/jackc/pgx/v5", rule: ruleNamed(t, "the SDK links")},

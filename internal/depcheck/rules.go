@@ -129,7 +129,7 @@ var Rules = []Rule{
 	},
 	{
 		Name: "bc-server's kind registry links only the plugins' manifest packages",
-		From: func(p string) bool { return p == Module+"/controlplane/kinds" },
+		From: func(p string) bool { return p == Module+"/controlplane/commands/kinds" },
 		Forbid: func(_ string, p *Package) bool {
 			return under(p.ImportPath, "plugins") && !strings.HasSuffix(p.ImportPath, "/manifest")
 		},

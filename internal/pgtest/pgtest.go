@@ -1,7 +1,9 @@
-// Package pgtest gives each test its own fresh PostgreSQL database with the
-// control plane's migrations applied. It reads the server from the PG*
-// variables that scripts/with-postgres sets, and fails (never skips) when they
-// are missing: CI always has them.
+// Package pgtest gives each test its own fresh, empty PostgreSQL database
+// (Create, Config) and a proxy that can cut its connections (Proxy). It reads
+// the server from the PG* variables that scripts/with-postgres sets, and fails
+// (never skips) when they are missing: CI always has them. It knows nothing of
+// the control plane's schema: controlplane/internal/storetest migrates a
+// database for the control plane's tests.
 package pgtest
 
 import (
@@ -12,41 +14,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/better-compute/commands/controlplane/store"
-	"github.com/hashicorp/go-hclog"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
-
-// DB creates a database for t, migrates it, and returns a pool on it. The
-// pool is closed and the database dropped when the test ends.
-func DB(t testing.TB) *pgxpool.Pool {
-	t.Helper()
-	return DBConfig(t, nil)
-}
-
-// DBConfig is DB with a hook that may adjust the pool configuration (size,
-// connection hooks) before it connects.
-func DBConfig(t testing.TB, adjust func(*pgxpool.Config)) *pgxpool.Pool {
-	t.Helper()
-	name := Create(t)
-	cfg, err := pgxpool.ParseConfig("")
-	if err != nil {
-		t.Fatalf("pgtest: parsing PG* environment: %v", err)
-	}
-	cfg.ConnConfig.Database = name
-	if adjust != nil {
-		adjust(cfg)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	pool, err := store.OpenConfig(ctx, cfg, hclog.NewNullLogger())
-	if err != nil {
-		t.Fatalf("pgtest: opening %s: %v", name, err)
-	}
-	t.Cleanup(pool.Close)
-	return pool
-}
 
 // Create makes an empty database (no migrations) for t and returns its name;
 // it is dropped when the test ends. Tests of the migrations use it directly.

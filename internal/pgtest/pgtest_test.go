@@ -9,21 +9,25 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// Each call gets its own migrated database: a row written in one is absent
+// Each call gets its own empty database: a table made in one is absent
 // from the other.
-func TestDBIsolated(t *testing.T) {
+func TestCreateIsolated(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	a, b := pgtest.DB(t), pgtest.DB(t)
-	var nameA, nameB string
-	require.NoError(t, a.QueryRow(ctx, `SELECT current_database()`).Scan(&nameA))
-	require.NoError(t, b.QueryRow(ctx, `SELECT current_database()`).Scan(&nameB))
-	require.NotEqual(t, nameA, nameB)
-	_, err := a.Exec(ctx, `INSERT INTO tenants (id) VALUES ('tenant_x')`)
+	open := func() *pgxpool.Pool {
+		pool, err := pgxpool.NewWithConfig(ctx, pgtest.Config(t, pgtest.Create(t)))
+		require.NoError(t, err)
+		t.Cleanup(pool.Close)
+		return pool
+	}
+	a, b := open(), open()
+	_, err := a.Exec(ctx, `CREATE TABLE only_in_a (id int)`)
 	require.NoError(t, err)
 	var n int
-	require.NoError(t, b.QueryRow(ctx, `SELECT count(*) FROM tenants`).Scan(&n))
+	require.NoError(t, b.QueryRow(ctx, `SELECT count(*) FROM pg_tables WHERE tablename = 'only_in_a'`).Scan(&n))
 	require.Zero(t, n)
+	require.NoError(t, a.QueryRow(ctx, `SELECT count(*) FROM pg_tables WHERE tablename = 'only_in_a'`).Scan(&n))
+	require.Equal(t, 1, n)
 }
 
 // A cut proxy is an outage: a query through it fails, and once restored the
@@ -31,9 +35,12 @@ func TestDBIsolated(t *testing.T) {
 func TestProxyCutAndRestore(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	direct := pgtest.DB(t)
+	name := pgtest.Create(t)
+	direct, err := pgxpool.NewWithConfig(ctx, pgtest.Config(t, name))
+	require.NoError(t, err)
+	defer direct.Close()
 	p := pgtest.NewProxy(t)
-	pool, err := pgxpool.NewWithConfig(ctx, p.Config(t, direct.Config().ConnConfig.Database))
+	pool, err := pgxpool.NewWithConfig(ctx, p.Config(t, name))
 	require.NoError(t, err)
 	defer pool.Close()
 	var one int

@@ -3,7 +3,7 @@
 // signed envelopes and trust bundles. bcd and the control plane both import
 // it; it imports neither, so the node daemon never depends on a control plane
 // package for a format both sides must agree on. The node CA that issues
-// certificates stays in controlplane/pki.
+// certificates stays in controlplane/trust/pki.
 package trust
 
 import (

@@ -21,7 +21,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/stretchr/testify/require"
 
-	"github.com/better-compute/commands/controlplane/bundles"
+	"github.com/better-compute/commands/controlplane/commands/bundles"
 	"github.com/better-compute/commands/plugins/logs"
 	"github.com/better-compute/commands/plugins/logs/manifest"
 	"github.com/better-compute/commands/sdk/kind"

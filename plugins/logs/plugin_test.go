@@ -9,7 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/better-compute/commands/controlplane/bundles"
+	"github.com/better-compute/commands/controlplane/commands/bundles"
 	"github.com/better-compute/commands/internal/testutil"
 	"github.com/better-compute/commands/plugins/logs"
 	"github.com/better-compute/commands/plugins/logs/manifest"

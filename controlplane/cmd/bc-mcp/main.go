@@ -1,4 +1,4 @@
-// Command bc-mcp is the MCP server for agents (package controlplane/mcp): an
+// Command bc-mcp is the MCP server for agents (package controlplane/front/mcp): an
 // API client of bc-server with its own agent principal. It serves over stdio
 // by default, or streamable HTTP with bearer tokens of its own:
 //
@@ -24,7 +24,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
-	"github.com/better-compute/commands/controlplane/mcp"
+	"github.com/better-compute/commands/controlplane/front/mcp"
 	"github.com/better-compute/commands/internal/version"
 )
 

@@ -9,8 +9,8 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.yaml.in/yaml/v3"
 
-	"github.com/better-compute/commands/controlplane/auth"
 	"github.com/better-compute/commands/controlplane/server"
+	"github.com/better-compute/commands/controlplane/trust/auth"
 )
 
 // shortPermissions are the words an example's comment uses for each

@@ -5,8 +5,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/better-compute/commands/controlplane/auth"
 	"github.com/better-compute/commands/controlplane/server"
+	"github.com/better-compute/commands/controlplane/trust/auth"
 )
 
 // The shipped example stays a valid configuration.

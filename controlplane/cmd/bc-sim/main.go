@@ -36,11 +36,11 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/better-compute/commands/controlplane/kinds"
-	"github.com/better-compute/commands/controlplane/pki"
-	"github.com/better-compute/commands/controlplane/queue"
-	"github.com/better-compute/commands/controlplane/store"
+	"github.com/better-compute/commands/controlplane/commands/kinds"
+	"github.com/better-compute/commands/controlplane/commands/queue"
+	"github.com/better-compute/commands/controlplane/internal/store"
 	"github.com/better-compute/commands/controlplane/testing/sim"
+	"github.com/better-compute/commands/controlplane/trust/pki"
 )
 
 // options are the command line.

@@ -12,12 +12,12 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
-	"github.com/better-compute/commands/controlplane/gateway"
-	"github.com/better-compute/commands/controlplane/kinds"
-	"github.com/better-compute/commands/controlplane/pki"
-	"github.com/better-compute/commands/controlplane/queue"
+	"github.com/better-compute/commands/controlplane/commands/kinds"
+	"github.com/better-compute/commands/controlplane/commands/queue"
+	"github.com/better-compute/commands/controlplane/front/gateway"
+	"github.com/better-compute/commands/controlplane/internal/storetest"
 	"github.com/better-compute/commands/controlplane/testing/sim"
-	"github.com/better-compute/commands/internal/pgtest"
+	"github.com/better-compute/commands/controlplane/trust/pki"
 	"github.com/better-compute/commands/internal/testutil"
 )
 
@@ -31,7 +31,7 @@ func TestMain(m *testing.M) {
 // a node CA kept in a directory, as bc-server keeps it.
 func gatewayOn(t *testing.T) (addr, caDir, dbName string) {
 	t.Helper()
-	pool := pgtest.DBConfig(t, func(c *pgxpool.Config) { c.MaxConns = 8 })
+	pool := storetest.DBConfig(t, func(c *pgxpool.Config) { c.MaxConns = 8 })
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	reg, err := kinds.NewRegistry(sim.Kind)

@@ -1,5 +1,5 @@
 // Command better-compute is the CLI of the better-compute API; see
-// `better-compute --help` and package controlplane/cli.
+// `better-compute --help` and package controlplane/front/cli.
 package main
 
 import (
@@ -8,7 +8,7 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/better-compute/commands/controlplane/cli"
+	"github.com/better-compute/commands/controlplane/front/cli"
 )
 
 func main() {

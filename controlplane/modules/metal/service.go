@@ -15,13 +15,13 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	"github.com/better-compute/commands/controlplane/api/apierr"
-	"github.com/better-compute/commands/controlplane/auth"
-	"github.com/better-compute/commands/controlplane/batches"
-	"github.com/better-compute/commands/controlplane/dbhealth"
-	"github.com/better-compute/commands/controlplane/errcode"
-	"github.com/better-compute/commands/controlplane/ids"
-	"github.com/better-compute/commands/controlplane/queue"
+	"github.com/better-compute/commands/controlplane/commands/batches"
+	"github.com/better-compute/commands/controlplane/commands/queue"
+	"github.com/better-compute/commands/controlplane/front/api/apierr"
+	"github.com/better-compute/commands/controlplane/internal/dbhealth"
+	"github.com/better-compute/commands/controlplane/internal/errcode"
+	"github.com/better-compute/commands/controlplane/internal/ids"
+	"github.com/better-compute/commands/controlplane/trust/auth"
 	apiv1 "github.com/better-compute/commands/proto/bc/api/v1"
 )
 

@@ -13,11 +13,11 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/better-compute/commands/controlplane/batches"
-	"github.com/better-compute/commands/controlplane/errcode"
-	"github.com/better-compute/commands/controlplane/ids"
-	"github.com/better-compute/commands/controlplane/queue"
-	"github.com/better-compute/commands/controlplane/store"
+	"github.com/better-compute/commands/controlplane/commands/batches"
+	"github.com/better-compute/commands/controlplane/commands/queue"
+	"github.com/better-compute/commands/controlplane/internal/errcode"
+	"github.com/better-compute/commands/controlplane/internal/ids"
+	"github.com/better-compute/commands/controlplane/internal/store"
 	"github.com/better-compute/commands/internal/trust"
 	bmc "github.com/better-compute/commands/plugins/bmc/manifest"
 )

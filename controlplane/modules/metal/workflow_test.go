@@ -12,13 +12,13 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
-	"github.com/better-compute/commands/controlplane/batches"
-	"github.com/better-compute/commands/controlplane/errcode"
-	"github.com/better-compute/commands/controlplane/kinds"
+	"github.com/better-compute/commands/controlplane/commands/batches"
+	"github.com/better-compute/commands/controlplane/commands/kinds"
+	"github.com/better-compute/commands/controlplane/commands/queue"
+	"github.com/better-compute/commands/controlplane/commands/wakes"
+	"github.com/better-compute/commands/controlplane/internal/errcode"
+	"github.com/better-compute/commands/controlplane/internal/storetest"
 	"github.com/better-compute/commands/controlplane/modules/metal"
-	"github.com/better-compute/commands/controlplane/queue"
-	"github.com/better-compute/commands/controlplane/wakes"
-	"github.com/better-compute/commands/internal/pgtest"
 	"github.com/better-compute/commands/internal/trust"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
@@ -36,7 +36,7 @@ func setup(t *testing.T) *env {
 	t.Helper()
 	t.Parallel()
 	ctx := context.Background()
-	pool := pgtest.DB(t)
+	pool := storetest.DB(t)
 	reg, err := kinds.NewRegistry(append(kinds.FirstParty(), metal.Manifests()...)...)
 	require.NoError(t, err)
 	q := queue.New(reg, hclog.NewNullLogger())

@@ -8,9 +8,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/better-compute/commands/controlplane/commands/wakes"
 	"github.com/better-compute/commands/controlplane/modules"
 	"github.com/better-compute/commands/controlplane/modules/remediation"
-	"github.com/better-compute/commands/controlplane/wakes"
 )
 
 // Name is the health module's name: its remediations' owner and id prefix.

@@ -9,13 +9,13 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/stretchr/testify/require"
 
-	"github.com/better-compute/commands/controlplane/kinds"
+	"github.com/better-compute/commands/controlplane/commands/kinds"
+	"github.com/better-compute/commands/controlplane/commands/queue"
+	"github.com/better-compute/commands/controlplane/fleet/nodespecs"
+	"github.com/better-compute/commands/controlplane/internal/storetest"
 	"github.com/better-compute/commands/controlplane/modules"
 	"github.com/better-compute/commands/controlplane/modules/reconciler"
 	"github.com/better-compute/commands/controlplane/modules/remediation"
-	"github.com/better-compute/commands/controlplane/nodespecs"
-	"github.com/better-compute/commands/controlplane/queue"
-	"github.com/better-compute/commands/internal/pgtest"
 )
 
 type bundle struct {
@@ -30,7 +30,7 @@ func setup(t *testing.T) (*bundle, func(string, ...any) int) {
 	t.Helper()
 	t.Parallel()
 	ctx := context.Background()
-	db := pgtest.DB(t)
+	db := storetest.DB(t)
 	reg, err := kinds.NewRegistry(kinds.FirstParty()...)
 	require.NoError(t, err)
 	q := queue.New(reg, hclog.NewNullLogger())

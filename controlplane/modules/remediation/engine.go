@@ -12,12 +12,12 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/better-compute/commands/controlplane/batches"
-	"github.com/better-compute/commands/controlplane/ids"
+	"github.com/better-compute/commands/controlplane/commands/batches"
+	"github.com/better-compute/commands/controlplane/commands/queue"
+	"github.com/better-compute/commands/controlplane/commands/wakes"
+	"github.com/better-compute/commands/controlplane/fleet/pools"
+	"github.com/better-compute/commands/controlplane/internal/ids"
 	"github.com/better-compute/commands/controlplane/modules"
-	"github.com/better-compute/commands/controlplane/pools"
-	"github.com/better-compute/commands/controlplane/queue"
-	"github.com/better-compute/commands/controlplane/wakes"
 	"github.com/better-compute/commands/internal/trust"
 )
 

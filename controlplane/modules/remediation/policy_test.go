@@ -7,12 +7,12 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/stretchr/testify/require"
 
-	"github.com/better-compute/commands/controlplane/batches"
-	"github.com/better-compute/commands/controlplane/kinds"
+	"github.com/better-compute/commands/controlplane/commands/batches"
+	"github.com/better-compute/commands/controlplane/commands/kinds"
+	"github.com/better-compute/commands/controlplane/commands/queue"
+	"github.com/better-compute/commands/controlplane/internal/storetest"
 	"github.com/better-compute/commands/controlplane/modules"
 	"github.com/better-compute/commands/controlplane/modules/remediation"
-	"github.com/better-compute/commands/controlplane/queue"
-	"github.com/better-compute/commands/internal/pgtest"
 	"github.com/better-compute/commands/internal/trust"
 )
 
@@ -40,7 +40,7 @@ func TestPlatformBatchPolicy(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
-			db := pgtest.DB(t)
+			db := storetest.DB(t)
 			reg, err := kinds.NewRegistry(kinds.FirstParty()...)
 			require.NoError(t, err)
 			q := queue.New(reg, hclog.NewNullLogger())

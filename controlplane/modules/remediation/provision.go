@@ -8,8 +8,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/better-compute/commands/controlplane/commands/wakes"
 	"github.com/better-compute/commands/controlplane/modules"
-	"github.com/better-compute/commands/controlplane/wakes"
 )
 
 // TriggerRowRemapPending is the trigger of the provision module's resets.

@@ -12,13 +12,13 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
-	"github.com/better-compute/commands/controlplane/kinds"
+	"github.com/better-compute/commands/controlplane/commands/kinds"
+	"github.com/better-compute/commands/controlplane/commands/queue"
+	"github.com/better-compute/commands/controlplane/fleet/nodespecs"
+	"github.com/better-compute/commands/controlplane/fleet/pools"
+	"github.com/better-compute/commands/controlplane/internal/storetest"
 	"github.com/better-compute/commands/controlplane/modules"
 	"github.com/better-compute/commands/controlplane/modules/remediation"
-	"github.com/better-compute/commands/controlplane/nodespecs"
-	"github.com/better-compute/commands/controlplane/pools"
-	"github.com/better-compute/commands/controlplane/queue"
-	"github.com/better-compute/commands/internal/pgtest"
 )
 
 const gpu1 = "GPU-1f2e3d4c-5b6a-7988-a7b6-c5d4e3f2a1b0"
@@ -40,7 +40,7 @@ func setup(t *testing.T) *bundle {
 	t.Helper()
 	t.Parallel()
 	ctx := context.Background()
-	db := pgtest.DB(t)
+	db := storetest.DB(t)
 	reg, err := kinds.NewRegistry(kinds.FirstParty()...)
 	require.NoError(t, err)
 	q := queue.New(reg, hclog.NewNullLogger())

@@ -7,7 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/better-compute/commands/controlplane/store"
+	"github.com/better-compute/commands/controlplane/internal/store"
 )
 
 // The states of a remediation.

@@ -7,9 +7,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/better-compute/commands/controlplane/pools"
-	"github.com/better-compute/commands/controlplane/queue"
-	"github.com/better-compute/commands/controlplane/wakes"
+	"github.com/better-compute/commands/controlplane/commands/queue"
+	"github.com/better-compute/commands/controlplane/commands/wakes"
+	"github.com/better-compute/commands/controlplane/fleet/pools"
 	"github.com/better-compute/commands/internal/upgrade"
 )
 

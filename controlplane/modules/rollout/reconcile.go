@@ -8,8 +8,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/better-compute/commands/controlplane/fleet/pools"
 	"github.com/better-compute/commands/controlplane/modules"
-	"github.com/better-compute/commands/controlplane/pools"
 	"github.com/better-compute/commands/internal/upgrade"
 )
 

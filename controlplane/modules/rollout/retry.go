@@ -7,7 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/better-compute/commands/controlplane/errcode"
+	"github.com/better-compute/commands/controlplane/internal/errcode"
 )
 
 // Retry makes the nodes of the pool's current generation that failed or

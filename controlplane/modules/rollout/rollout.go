@@ -1,7 +1,7 @@
 // Package rollout is the rollout module: the daemon version is desired
 // state, set per pool, and the module converges the pool's nodes to it with
 // daemon.upgrade. It upgrades in waves within the pool's disruption budget
-// (each upgrading node holds the pool's maintenance lock, controlplane/pools,
+// (each upgrading node holds the pool's maintenance lock, controlplane/fleet/pools,
 // shared with the platform's other disruptive work), and the first node
 // that rolls back stops the wave and pauses the rollout until an operator
 // resumes it: its pending commands are cancelled, those in flight finish.
@@ -26,12 +26,12 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/better-compute/commands/controlplane/errcode"
-	"github.com/better-compute/commands/controlplane/events"
+	"github.com/better-compute/commands/controlplane/commands/events"
+	"github.com/better-compute/commands/controlplane/commands/queue"
+	"github.com/better-compute/commands/controlplane/fleet/pools"
+	"github.com/better-compute/commands/controlplane/internal/errcode"
+	"github.com/better-compute/commands/controlplane/internal/store"
 	"github.com/better-compute/commands/controlplane/modules"
-	"github.com/better-compute/commands/controlplane/pools"
-	"github.com/better-compute/commands/controlplane/queue"
-	"github.com/better-compute/commands/controlplane/store"
 	"github.com/better-compute/commands/internal/upgrade"
 	upgrademanifest "github.com/better-compute/commands/plugins/upgrade/manifest"
 	"github.com/better-compute/commands/sdk/kind"

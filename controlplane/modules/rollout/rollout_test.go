@@ -12,13 +12,13 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
-	"github.com/better-compute/commands/controlplane/kinds"
+	"github.com/better-compute/commands/controlplane/commands/kinds"
+	"github.com/better-compute/commands/controlplane/commands/queue"
+	"github.com/better-compute/commands/controlplane/commands/wakes"
+	"github.com/better-compute/commands/controlplane/fleet/pools"
+	"github.com/better-compute/commands/controlplane/internal/storetest"
 	"github.com/better-compute/commands/controlplane/modules"
 	"github.com/better-compute/commands/controlplane/modules/rollout"
-	"github.com/better-compute/commands/controlplane/pools"
-	"github.com/better-compute/commands/controlplane/queue"
-	"github.com/better-compute/commands/controlplane/wakes"
-	"github.com/better-compute/commands/internal/pgtest"
 	"github.com/better-compute/commands/internal/upgrade"
 )
 
@@ -38,7 +38,7 @@ type fleet struct {
 func newFleet(t *testing.T, n, maxConcurrent int, from string) *fleet {
 	t.Helper()
 	ctx := context.Background()
-	db := pgtest.DB(t)
+	db := storetest.DB(t)
 	reg, err := kinds.NewRegistry()
 	require.NoError(t, err)
 	q := queue.New(reg, hclog.NewNullLogger())

@@ -7,7 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/better-compute/commands/controlplane/store"
+	"github.com/better-compute/commands/controlplane/internal/store"
 )
 
 // NodeStatus is one node of a rollout as `better-compute rollout status`

@@ -10,13 +10,13 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
-	"github.com/better-compute/commands/controlplane/gateway"
-	"github.com/better-compute/commands/controlplane/kinds"
-	"github.com/better-compute/commands/controlplane/pki"
-	"github.com/better-compute/commands/controlplane/queue"
+	"github.com/better-compute/commands/controlplane/commands/kinds"
+	"github.com/better-compute/commands/controlplane/commands/queue"
+	"github.com/better-compute/commands/controlplane/front/gateway"
+	"github.com/better-compute/commands/controlplane/internal/storetest"
 	"github.com/better-compute/commands/controlplane/testing/fakedaemon"
 	"github.com/better-compute/commands/controlplane/testing/sim"
-	"github.com/better-compute/commands/internal/pgtest"
+	"github.com/better-compute/commands/controlplane/trust/pki"
 	"github.com/better-compute/commands/internal/testutil"
 	agentv1 "github.com/better-compute/commands/proto/bc/agent/v1"
 )
@@ -30,7 +30,7 @@ import (
 // second fan-out reaches every node on its new gateway.
 func TestFleet_NodesRehomeWhenTheirGatewayDies(t *testing.T) {
 	t.Parallel()
-	pool := pgtest.DBConfig(t, func(c *pgxpool.Config) { c.MaxConns = 24 })
+	pool := storetest.DBConfig(t, func(c *pgxpool.Config) { c.MaxConns = 24 })
 	reg, err := kinds.NewRegistry(sim.Kind)
 	require.NoError(t, err)
 	q := queue.New(reg, hclog.NewNullLogger())

@@ -8,7 +8,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 
-	"github.com/better-compute/commands/controlplane/pki"
+	"github.com/better-compute/commands/controlplane/trust/pki"
 	"github.com/better-compute/commands/internal/sessiongrpc"
 	agentv1 "github.com/better-compute/commands/proto/bc/agent/v1"
 )

@@ -9,12 +9,12 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
-	"github.com/better-compute/commands/controlplane/gateway"
-	"github.com/better-compute/commands/controlplane/kinds"
-	"github.com/better-compute/commands/controlplane/pki"
-	"github.com/better-compute/commands/controlplane/queue"
+	"github.com/better-compute/commands/controlplane/commands/kinds"
+	"github.com/better-compute/commands/controlplane/commands/queue"
+	"github.com/better-compute/commands/controlplane/front/gateway"
+	"github.com/better-compute/commands/controlplane/internal/storetest"
 	"github.com/better-compute/commands/controlplane/testing/sim"
-	"github.com/better-compute/commands/internal/pgtest"
+	"github.com/better-compute/commands/controlplane/trust/pki"
 )
 
 // controlPlane is a real gateway on real PostgreSQL, served over mTLS.
@@ -28,7 +28,7 @@ type controlPlane struct {
 
 func startControlPlane(t *testing.T) *controlPlane {
 	t.Helper()
-	pool := pgtest.DBConfig(t, func(c *pgxpool.Config) { c.MaxConns = 16 })
+	pool := storetest.DBConfig(t, func(c *pgxpool.Config) { c.MaxConns = 16 })
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	reg, err := kinds.NewRegistry(sim.Kind)

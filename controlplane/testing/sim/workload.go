@@ -13,7 +13,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/better-compute/commands/controlplane/queue"
+	"github.com/better-compute/commands/controlplane/commands/queue"
 )
 
 // Target is the control plane the workload enqueues into.

@@ -11,7 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/better-compute/commands/controlplane/kinds"
+	"github.com/better-compute/commands/controlplane/commands/kinds"
 	"github.com/better-compute/commands/internal/testutil"
 	"github.com/better-compute/commands/sdk/kind"
 )

@@ -8,7 +8,7 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/better-compute/commands/controlplane/kinds"
+	"github.com/better-compute/commands/controlplane/commands/kinds"
 	"github.com/better-compute/commands/controlplane/modules/metal"
 	"github.com/better-compute/commands/controlplane/modules/rollout"
 	"github.com/better-compute/commands/sdk/example"
@@ -29,7 +29,7 @@ func Sections() []Section {
 	return []Section{
 		{
 			Title:     "First-party kinds",
-			Intro:     "Served by the plugins under `plugins/` that ship with bcd, and registered by the control plane from the same Go values (`controlplane/kinds.FirstParty`).",
+			Intro:     "Served by the plugins under `plugins/` that ship with bcd, and registered by the control plane from the same Go values (`controlplane/commands/kinds.FirstParty`).",
 			Manifests: kinds.FirstParty(),
 		},
 		{

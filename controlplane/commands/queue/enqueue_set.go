@@ -1,0 +1,424 @@
+package queue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/better-compute/commands/controlplane/commands/events"
+	"github.com/better-compute/commands/controlplane/internal/ids"
+	"github.com/better-compute/commands/controlplane/internal/pgtx"
+	"github.com/better-compute/commands/internal/trust"
+	"github.com/better-compute/commands/sdk/kind"
+)
+
+// ErrKeyRace is EnqueueSet's answer when another transaction queued one of
+// its idempotency keys while it ran, on a node where a command of the set
+// already took a later seq: the transaction must be rolled back and the
+// set run again (commands.run's group then runs each caller alone, where
+// the key is found as a duplicate). Nothing is left with a gap.
+var ErrKeyRace = errors.New("an idempotency key was queued by another transaction during this enqueue: roll back and run it again")
+
+// EnqueueOutcome is what one command of an EnqueueSet came to: the command
+// queued (Duplicate false), the one already queued under its idempotency
+// key (Duplicate true), or Err, the error Enqueue would have returned for
+// it alone (nothing of it was written).
+type EnqueueOutcome struct {
+	Command   Command
+	Duplicate bool
+	Err       error
+}
+
+// enqueueSeqSQL takes the next seqs of the items' nodes, one per item that
+// its node accepts (its tenant, not deleted, the restricted identity's
+// kinds, the kind's roles) and that is not a duplicate, in item order per
+// node, and answers each such item with its tenant, seq, the transaction's
+// now() (created_at) and its payload as jsonb stores it: the command's
+// bytes are made from exactly what its row will hold.
+var enqueueSeqSQL = `
+WITH p AS (
+  SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[])
+    WITH ORDINALITY AS p(node_id, tenant_id, kind, key, roles, payload, ord)
+), ok AS (
+  SELECT p.ord, p.node_id FROM p,
+    LATERAL (SELECT * FROM nodes n WHERE n.id = p.node_id LIMIT 1) n,
+    LATERAL (SELECT count(*) AS n FROM (SELECT 1 FROM commands c WHERE p.key <> '' AND ` + keyProbe("c", "p.node_id", "p.key") + ` LIMIT 1) d) dup
+  WHERE (p.tenant_id = '' OR n.tenant_id = p.tenant_id) AND n.deleted_at IS NULL
+    AND (n.allowed_kinds IS NULL OR p.kind = ANY (n.allowed_kinds))
+    AND n.role = ANY (string_to_array(p.roles, ','))
+    AND dup.n = 0
+), bump AS (
+  UPDATE nodes n SET next_cmd_seq = n.next_cmd_seq + w.cnt
+  FROM (SELECT node_id, count(*) AS cnt FROM ok GROUP BY node_id) w
+  WHERE n.id = w.node_id AND n.id = ANY ($1::text[]) -- an index path under any cached plan
+  RETURNING n.id, n.tenant_id, n.next_cmd_seq - w.cnt AS base
+)
+SELECT ok.ord, bump.tenant_id, bump.base + row_number() OVER (PARTITION BY ok.node_id ORDER BY ok.ord) - 1, now(), p.payload::jsonb
+FROM ok JOIN bump ON bump.id = ok.node_id JOIN p ON p.ord = ok.ord`
+
+// enqueueInsertSQL inserts the new commands, their bytes and signatures
+// with them, and publishes node.command.queued for each. It returns only
+// the ids it inserted: every other column is what the statement was given
+// or a column's default, which enqueueRound already holds (stored), and
+// reading back some 40 columns a command, its bytes among them, was a
+// tenth of what commands.run cost the API server.
+var enqueueInsertSQL = `
+WITH ins AS (
+  INSERT INTO commands AS c (id, tenant_id, node_id, seq, kind, lane, payload, idempotency_key,
+    not_after, not_before, min_generation, retry_safe, destructive, self_terminating, attested,
+    batch_id, bundle_key, awaiting_approval, trace_parent, created_at, updated_at, command_bytes, signature, worker_cert,
+    requester, requested_via)
+  SELECT id, tenant_id, node_id, seq, kind, lane, payload, NULLIF(key, ''),
+    not_after, not_before, min_generation, retry_safe, destructive, self_terminating, attested,
+    batch_id, bundle_key, awaiting_approval, trace_parent, created_at, created_at, command_bytes, signature, worker_cert,
+    requester, requested_via
+  FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::text[], $6::text[], $7::jsonb[], $8::text[],
+    $9::timestamptz[], $10::timestamptz[], $11::bigint[], $12::bool[], $13::bool[], $14::bool[], $15::bool[],
+    $16::text[], $17::text[], $18::bool[], $19::text[], $20::timestamptz[], $21::bytea[], $22::bytea[], $23::bytea[],
+    $24::text[], $25::text[])
+    AS t(id, tenant_id, node_id, seq, kind, lane, payload, key, not_after, not_before, min_generation,
+      retry_safe, destructive, self_terminating, attested, batch_id, bundle_key, awaiting_approval, trace_parent,
+      created_at, command_bytes, signature, worker_cert, requester, requested_via)
+  ` + onKeyConflict + `
+  RETURNING c.id, c.tenant_id, c.node_id, c.kind, c.state
+), ev AS (
+  INSERT INTO outbox (tenant_id, topic, payload)
+  SELECT tenant_id, '` + events.TopicCommandQueued + `',
+    jsonb_build_object('nodeId', node_id, 'commandId', id, 'kind', kind, 'state', state)
+  FROM ins
+)
+SELECT id FROM ins`
+
+// onKeyConflict is where enqueueInsertSQL meets a key that another
+// transaction queued after the duplicates were read. The insert waits for
+// that transaction and skips the row, which enqueueRound then answers as a
+// duplicate. enqueueFinalSQL, which travels with COMMIT, fails instead
+// (unique_violation): nothing is committed, and commands.run's group runs
+// each caller again alone, without a final statement, where the key is
+// found as a duplicate.
+const onKeyConflict = `ON CONFLICT (node_id, idempotency_key) DO NOTHING`
+
+// enqueueFinalSQL is enqueueInsertSQL for an insert sent with the
+// transaction's COMMIT (pgtx.SendFinal).
+var enqueueFinalSQL = strings.Replace(enqueueInsertSQL, onKeyConflict, "", 1)
+
+// EnqueueSet queues many commands in tx with the semantics of Enqueue for
+// each (its checks, its errors, idempotency, a gapless seq per node, the
+// command's bytes and signature stored with it, node.command.queued), in
+// two statements for all of them instead of two round trips each: what
+// lets commands.run's concurrent callers, sharing one transaction, cost the
+// database less than a transaction each (BenchmarkRunThroughput). out[i]
+// is ps[i]'s outcome; an item's own error (a kind or payload refused, a
+// node not found, a key reused for another kind) writes nothing of it and
+// leaves the others and tx as they were. The error returned is the
+// database's: tx is then not usable. The same idempotency key on one node
+// twice goes in a later round, so the second is the first's duplicate.
+//
+// When ctx carries the transaction's pgtx.Final (commands.run's group), the
+// last round's insert travels with COMMIT, and a key that another
+// transaction queued meanwhile fails the call instead of becoming a
+// duplicate (see onKeyConflict); tx is not usable after it.
+func (q *Queue) EnqueueSet(ctx context.Context, tx pgx.Tx, ps []EnqueueParams) ([]EnqueueOutcome, error) {
+	out := make([]EnqueueOutcome, len(ps))
+	rs := rounds(len(ps), func(i int) string {
+		if ps[i].IdempotencyKey == "" {
+			return ""
+		}
+		return ps[i].NodeID + "\x00" + ps[i].IdempotencyKey
+	})
+	for k, round := range rs {
+		final := k == len(rs)-1 && pgtx.HasFinal(ctx)
+		if err := q.enqueueRound(ctx, tx, ps, round, out, final); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// checked is one item of a round that passed Enqueue's own checks.
+type checked struct {
+	i        int // index in ps
+	m        kind.Manifest
+	payload  []byte
+	notAfter time.Time
+}
+
+func (q *Queue) enqueueRound(ctx context.Context, tx pgx.Tx, ps []EnqueueParams, round []int, out []EnqueueOutcome, final bool) error {
+	var items []checked
+	for _, i := range round {
+		m, payload, err := q.check(ps[i])
+		if err != nil {
+			out[i] = EnqueueOutcome{Err: err}
+			continue
+		}
+		notAfter := ps[i].NotAfter
+		if notAfter.IsZero() {
+			notAfter = q.nowFunc().Add(DefaultNotAfter)
+		}
+		items = append(items, checked{i: i, m: m, payload: payload, notAfter: notAfter})
+	}
+	if len(items) == 0 {
+		return nil
+	}
+	n := len(items)
+	nodes, tenants, kinds, keys, roles, payloads := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	for j, it := range items {
+		p := ps[it.i]
+		nodes[j], tenants[j], kinds[j], keys[j], roles[j], payloads[j] = p.NodeID, p.TenantID, p.Kind, p.IdempotencyKey, strings.Join(it.m.Roles, ","), string(it.payload)
+	}
+	// One round trip: the seqs of the items their nodes take, under generic
+	// plans (see genericPlans). An item with a key already queued gets no
+	// seq; it is read back below, which only a retry pays for.
+	b := &pgx.Batch{}
+	genericPlans(b, true)
+	type seqd struct {
+		tenant  string
+		seq     int64
+		created time.Time
+		payload []byte
+	}
+	seqs := map[int]seqd{}
+	b.Queue(enqueueSeqSQL, nodes, tenants, kinds, keys, roles, payloads).Query(func(rows pgx.Rows) error {
+		for rows.Next() {
+			var (
+				ord int64
+				s   seqd
+			)
+			if err := rows.Scan(&ord, &s.tenant, &s.seq, &s.created, &s.payload); err != nil {
+				return err
+			}
+			seqs[int(ord)-1] = s
+		}
+		return rows.Err()
+	})
+	if !final {
+		// The final round's insert goes with COMMIT: nothing runs after
+		// it in the transaction that the settings could reach.
+		genericPlans(b, false)
+	}
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+		return fmt.Errorf("enqueueing %d commands: taking their seqs: %w", n, err)
+	}
+	// The new commands, their bytes made (and signed) from what their rows
+	// will hold.
+	var (
+		news                                                                    []int // indexes into items
+		cIDs, cTenants, cNodes, cKinds, cLanes, cKeys, cBatches, cBundles, cTPs []string
+		cReqs, cVias                                                            []string
+		cPayloads                                                               []string
+		cSeqs, cGens                                                            []int64
+		cNotAfter, cCreated                                                     []time.Time
+		cNotBefore                                                              []*time.Time
+		cRetry, cDestr, cSelf, cAttest, cAwait                                  []bool
+		cBytes, cSigs, cCerts                                                   [][]byte
+		cCmds                                                                   []Command // as their rows will read
+	)
+	signer := q.Signer()
+	for j, it := range items {
+		p := ps[it.i]
+		s, ok := seqs[j]
+		if !ok {
+			// Its node did not take it. A key queued by another
+			// transaction that committed after the duplicates were read
+			// lands here too: it is a duplicate after all. Otherwise say
+			// why, as Enqueue does.
+			if p.IdempotencyKey != "" {
+				d, err := byKey(ctx, tx, p.NodeID, p.IdempotencyKey)
+				if err == nil {
+					out[it.i] = duplicateOf(d, p)
+					continue
+				}
+				if !errors.Is(err, pgx.ErrNoRows) {
+					return fmt.Errorf("enqueueing %s on %s: reading its idempotency key: %w", p.Kind, p.NodeID, err)
+				}
+			}
+			out[it.i] = EnqueueOutcome{Err: q.enqueueMiss(ctx, tx, p, it.m)}
+			continue
+		}
+		c := Command{
+			ID: ids.NewCommand(), TenantID: s.tenant, NodeID: p.NodeID, Seq: s.seq, Kind: p.Kind, Lane: it.m.Lane,
+			Payload: s.payload, IdempotencyKey: p.IdempotencyKey, NotAfter: it.notAfter.Truncate(time.Microsecond),
+			MinGeneration: p.MinGeneration, BatchID: p.BatchID, CreatedAt: s.created, SecretRefs: p.SecretRefs,
+		}
+		if p.NotBefore != nil {
+			nb := p.NotBefore.Truncate(time.Microsecond)
+			c.NotBefore = &nb
+		}
+		wire, err := MarshalCommand(c)
+		if err != nil {
+			return err
+		}
+		var sig, cert []byte
+		if signer != nil {
+			// Signed in the enqueue transaction: a command is never stored
+			// unsigned while signing is on, and the bytes signed are the
+			// bytes stored.
+			if sig, cert, err = signer.Sign(trust.PurposeCommand, wire); err != nil {
+				return fmt.Errorf("signing command %s: %w", c.ID, err)
+			}
+		}
+		news = append(news, j)
+		cIDs, cTenants, cNodes, cKinds, cLanes = append(cIDs, c.ID), append(cTenants, c.TenantID), append(cNodes, c.NodeID), append(cKinds, c.Kind), append(cLanes, string(c.Lane))
+		cKeys, cBatches, cBundles, cTPs = append(cKeys, p.IdempotencyKey), append(cBatches, p.BatchID), append(cBundles, p.BundleKey), append(cTPs, p.TraceParent)
+		cReqs, cVias = append(cReqs, p.Requester), append(cVias, p.RequestedVia)
+		cPayloads, cSeqs, cGens = append(cPayloads, string(s.payload)), append(cSeqs, c.Seq), append(cGens, p.MinGeneration)
+		cNotAfter, cCreated, cNotBefore = append(cNotAfter, c.NotAfter), append(cCreated, s.created), append(cNotBefore, c.NotBefore)
+		cRetry, cDestr, cSelf, cAttest, cAwait = append(cRetry, it.m.Flags.RetrySafe), append(cDestr, it.m.Flags.Destructive),
+			append(cSelf, it.m.Flags.SelfTerminating), append(cAttest, it.m.Flags.Attested), append(cAwait, p.AwaitingApproval)
+		cBytes, cSigs, cCerts = append(cBytes, wire), append(cSigs, sig), append(cCerts, cert)
+		cCmds = append(cCmds, stored(c, it.m, p, wire, sig, cert))
+	}
+	if len(news) == 0 {
+		return nil
+	}
+	inserted := make(map[string]bool, len(news))
+	insert, send := enqueueInsertSQL, func(b *pgx.Batch) error { return tx.SendBatch(ctx, b).Close() }
+	if final {
+		insert, send = enqueueFinalSQL, func(b *pgx.Batch) error { return pgtx.SendFinal(ctx, tx, b) }
+	}
+	b = &pgx.Batch{}
+	b.Queue(insert, cIDs, cTenants, cNodes, cSeqs, cKinds, cLanes, cPayloads, cKeys,
+		cNotAfter, cNotBefore, cGens, cRetry, cDestr, cSelf, cAttest, cBatches, cBundles, cAwait, cTPs, cCreated, cBytes, cSigs, cCerts,
+		cReqs, cVias,
+	).Query(func(rows pgx.Rows) error {
+		var id string
+		for rows.Next() {
+			if err := rows.Scan(&id); err != nil {
+				return err
+			}
+			inserted[id] = true
+		}
+		return rows.Err()
+	})
+	if err := send(b); err != nil {
+		return fmt.Errorf("enqueueing %d commands: %w", len(news), err)
+	}
+	if final && len(inserted) != len(news) {
+		// Cannot happen: without ON CONFLICT every row is inserted or
+		// the statement fails.
+		return fmt.Errorf("enqueueing %d commands: the database returned %d", len(news), len(inserted))
+	}
+	// A command missing from what the insert returned met a row that
+	// another transaction queued under the same key after the duplicates
+	// were read (the insert waited for it to commit): it is that row's
+	// duplicate, and its seq goes back to its node, gapless, when no command
+	// of this round took a later one there.
+	var lost []int // indexes into news
+	top := map[string]int64{}
+	for k := range news {
+		if !inserted[cIDs[k]] {
+			lost = append(lost, k)
+			continue
+		}
+		top[cNodes[k]] = max(top[cNodes[k]], cSeqs[k])
+	}
+	back := map[string]int64{}
+	for _, k := range lost {
+		if cSeqs[k] < top[cNodes[k]] {
+			return ErrKeyRace
+		}
+		back[cNodes[k]]++
+	}
+	for node, n := range back {
+		if _, err := tx.Exec(ctx, `UPDATE nodes SET next_cmd_seq = next_cmd_seq - $2 WHERE id = $1`, node, n); err != nil {
+			return fmt.Errorf("returning the seqs of %d duplicate enqueue(s): %w", n, err)
+		}
+	}
+	for k, j := range news {
+		p := ps[items[j].i]
+		if !inserted[cIDs[k]] {
+			d, err := byKey(ctx, tx, p.NodeID, p.IdempotencyKey)
+			if err != nil {
+				return fmt.Errorf("enqueueing %s on %s: reading the command its idempotency key names: %w", p.Kind, p.NodeID, err)
+			}
+			out[items[j].i] = duplicateOf(d, p)
+			continue
+		}
+		out[items[j].i] = EnqueueOutcome{Command: cCmds[k]}
+	}
+	return nil
+}
+
+// genericPlans queues, on b, the statement that makes the transaction's
+// next statements run on their generic plans (on) or as the session would
+// again (off). PostgreSQL otherwise plans a statement over arrays afresh on
+// every execution: a custom plan, sized for the arrays it was given, looks
+// cheaper than a generic one sized for arrays of unknown length, so the
+// plan cache never settles on the generic plan. Planning EnqueueSet's two
+// lookups cost more than running them (0.24 ms and 0.11 ms a call against
+// 0.10 and 0.02; BenchmarkRunThroughput with pg_stat_statements). The
+// statements are written to run well on any plan (LATERAL probes, an
+// index condition on the node ids, keyProbe), so a generic plan is built
+// once per connection and kept. That plan is often built while the tables
+// are small, where reading a whole table costs less than an index probe,
+// and kept after they have grown: enable_seqscan is off while it is built,
+// so each table is read through an index (without it, the seq's UPDATE
+// read every node of the fleet; TestEnqueueSetsGenericPlansBuiltOnEmpty…).
+func genericPlans(b *pgx.Batch, on bool) {
+	for _, s := range genericPlanSettings(on) {
+		b.Queue(s).Exec(func(pgconn.CommandTag) error { return nil })
+	}
+}
+
+// genericPlanSettings are genericPlans' statements.
+func genericPlanSettings(on bool) []string {
+	if !on {
+		return []string{`SET LOCAL plan_cache_mode TO DEFAULT`, `SET LOCAL enable_seqscan TO DEFAULT`}
+	}
+	// One statement for both: a commands.run group pays for it once.
+	return []string{`SELECT set_config('plan_cache_mode', 'force_generic_plan', true), set_config('enable_seqscan', 'off', true)`}
+}
+
+// stored is c as its row reads once enqueueRound's insert stored it: what
+// the insert gave each column, the columns' defaults for the rest
+// (TestEnqueueSetReturnsTheCommandAsItsRowReads holds the two together).
+func stored(c Command, m kind.Manifest, p EnqueueParams, wire, sig, cert []byte) Command {
+	c.State, c.UpdatedAt = Pending, c.CreatedAt
+	c.Flags = kind.Flags{RetrySafe: m.Flags.RetrySafe, Destructive: m.Flags.Destructive,
+		SelfTerminating: m.Flags.SelfTerminating, Attested: m.Flags.Attested}
+	c.BundleKey, c.AwaitingApproval, c.TraceParent = p.BundleKey, p.AwaitingApproval, p.TraceParent
+	c.Requester, c.RequestedVia = p.Requester, p.RequestedVia
+	c.CommandBytes, c.Signature, c.WorkerCert = wire, sig, cert
+	// As pgx reads a timestamptz back.
+	c.NotAfter = c.NotAfter.Local()
+	if c.NotBefore != nil {
+		nb := c.NotBefore.Local()
+		c.NotBefore = &nb
+	}
+	return c
+}
+
+// duplicateOf answers p with d, the command its idempotency key already
+// names: p's duplicate when it is of the same kind, a conflict otherwise.
+func duplicateOf(d Command, p EnqueueParams) EnqueueOutcome {
+	if d.Kind != p.Kind {
+		return EnqueueOutcome{Err: newError(Conflict, "idempotency-key-reused",
+			map[string]string{"kind": d.Kind, "commandId": d.ID},
+			"idempotency key already names command %s of kind %s, not %s", d.ID, d.Kind, p.Kind)}
+	}
+	return EnqueueOutcome{Command: d, Duplicate: true}
+}
+
+// byKey reads the command queued on nodeID under key: a retry's, or the
+// one a concurrent transaction queued while an EnqueueSet ran.
+func byKey(ctx context.Context, tx pgx.Tx, nodeID, key string) (Command, error) {
+	return scanCommand(tx.QueryRow(ctx, byKeySQL, nodeID, key))
+}
+
+var byKeySQL = `SELECT ` + commandColumns("c") + ` FROM commands c WHERE ` + keyProbe("c", "$1", "$2")
+
+// keyProbe is the condition that finds the command of node under key in
+// commands (alias c): it compares under the "C" collation, which only the
+// key's unique index (commands_node_key_probe, migration 0070) matches, so
+// no cached plan can probe through another index that starts with node_id
+// and read all of a node's commands. Equality of text is the same under
+// every deterministic collation, so it finds exactly the rows that plain
+// equality would.
+func keyProbe(c, node, key string) string {
+	return c + `.node_id COLLATE "C" = ` + node + ` AND ` + c + `.idempotency_key COLLATE "C" = ` + key
+}

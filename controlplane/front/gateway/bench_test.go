@@ -1,0 +1,557 @@
+package gateway_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"runtime/debug"
+	"runtime/pprof"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/better-compute/commands/controlplane/commands/kinds"
+	"github.com/better-compute/commands/controlplane/commands/queue"
+	"github.com/better-compute/commands/controlplane/front/gateway"
+	"github.com/better-compute/commands/controlplane/internal/storetest"
+	"github.com/better-compute/commands/controlplane/testing/sim"
+	"github.com/better-compute/commands/controlplane/trust/pki"
+	"github.com/better-compute/commands/internal/sessiongrpc"
+	"github.com/better-compute/commands/internal/testutil"
+)
+
+// simReport is the part of bc-sim's --json report the benchmark reads.
+type simReport struct {
+	Nodes         int                `json:"nodes"`
+	ConnectNs     time.Duration      `json:"connectNs"`
+	SessionsEnded int                `json:"sessionsEnded"`
+	Steady        *sim.SteadyResult  `json:"steady"`
+	Fanouts       []sim.FanoutResult `json:"fanouts"`
+}
+
+// sessionFigures are one fleet size's measurements, each beside its floor.
+type sessionFigures struct {
+	rtt                  sim.Latency // bare gRPC round trip on loopback
+	dispatch             sim.Latency // commit to node receipt
+	lost                 int
+	fanout               sim.FanoutResult
+	firstFanout          time.Duration // the first fan-out's settle time
+	fanoutFloor          time.Duration // N bare round trips, 64 at a time
+	gwBytes, bareBytes   float64       // heap+stack per idle session
+	gwHeap, bareHeap     float64       // heap alone per idle session
+	idleCPU, idleQPS     float64       // gateway CPU share and database transactions/s with every session idle
+	fanoutCPU            fanoutCPU     // CPU each process spent in the fan-out's window
+	schedLate            sim.Latency   // how late a 2 ms sleep in this process woke over the steady window
+	connect, bareConnect time.Duration
+}
+
+// defaultFanouts is how many fan-outs a fleet size runs; the median is
+// reported, and the first beside it. The first few after the fleet connects
+// also pay for the gateway's heap growing to its first collection target:
+// pages faulted in fresh, 30,000-50,000 minor faults a fan-out at 10,000
+// nodes, against about 300 once collections run (at GOGC=100 from the
+// fifth fan-out on; see the operator guide's "Memory and garbage
+// collection"). Each is logged with its faults, and BC_SIM_FANOUTS runs
+// more.
+const defaultFanouts = 5
+
+var (
+	figuresLock sync.Mutex
+	figures     = map[int]*sessionFigures{}
+)
+
+// BenchmarkSessions runs the fleet simulator (bc-sim, a real subprocess
+// holding one FakeDaemon session per node over mTLS) against a gateway in
+// this process on real PostgreSQL, for 1,000, 10,000 and 30,000 nodes. It reports:
+//
+//   - dispatch latency from commit to the node receiving the command (p50,
+//     p99; a few hundred commands, one at a time to random nodes), beside a
+//     bare gRPC round trip on loopback over the same mTLS, and beside how
+//     late a 2 ms sleep in the gateway process wakes over the same window
+//     (sched-late: on a machine whose cores the three processes share, a
+//     dispatch's tail cannot be shorter than the scheduling delay);
+//   - the time for one command fanned out to every node to settle (all
+//     terminal in the database; the median of five fan-outs run one after
+//     another, each logged, and the first), beside N bare round trips 64 at a time,
+//     and the CPU the gateway, PostgreSQL and bc-sim each spent over it
+//     (with the share of the machine's cores they kept busy: near 100%,
+//     the fan-out is bound by this machine's CPU, and only spending less
+//     of it a node makes it faster);
+//   - memory per idle session (this process's HeapInuse+StackInuse delta
+//     over N sessions), beside an idle Bare session (Hello, Welcome, nothing
+//     else) over the same mTLS;
+//   - with every session idle: the gateway's CPU share and the database's
+//     transactions per second (the per-session poll).
+//
+// The spec's targets: "p50 under 10 ms and p99 under 100 ms at 1,000 nodes;
+// a fan-out to 5,000 nodes settled in under 10 s"; issue 17's: at 10,000
+// nodes a fan-out settled in under 3 s and dispatch p99 under 5 ms, and
+// 30,000 idle sessions at most 1.15 times the bare session's memory and
+// under 20% of one core. It is heavy: it runs only
+// with -bench, skips with -short, measures once per fleet size however large
+// b.N is, and BC_SIM_NODES (comma-free single count) replaces the sizes.
+// BC_SIM_FANOUTS replaces the number of fan-outs (five; with an even
+// number the reported median is the slower of the middle two).
+// BC_BENCH_CPUPROFILE=dir writes CPU profiles of the workload alone (the
+// gateway, this process, and bc-sim) and of the gateway's idle window, and
+// the gateway's allocation profiles before and after the workload, for go
+// tool pprof. BC_BENCH_GATEWAY_LOG=path writes the gateway's log (info and
+// above) there.
+func BenchmarkSessions(b *testing.B) {
+	if testing.Short() {
+		b.Skip("heavy: thousands of sessions")
+	}
+	// The issue's sizes: dispatch and fan-out at 10,000 nodes, idle
+	// sessions at 30,000 (which needs an open-file limit above 30,000 in
+	// this process and in bc-sim's; it skips, saying so, where the hard
+	// limit is lower: run BC_SIM_NODES=19000 there).
+	sizes := []int{1000, 10000, 30000}
+	if v := os.Getenv("BC_SIM_NODES"); v != "" {
+		n, err := strconv.Atoi(v)
+		require.NoError(b, err, "BC_SIM_NODES")
+		sizes = []int{n}
+	}
+	for _, n := range sizes {
+		b.Run(fmt.Sprintf("nodes=%d", n), func(b *testing.B) {
+			f := measureSessions(b, n)
+			b.ReportMetric(0, "ns/op")
+			b.ReportMetric(float64(f.dispatch.P50), "p50-ns")
+			b.ReportMetric(float64(f.dispatch.P99), "p99-ns")
+			b.ReportMetric(float64(f.rtt.P50), "floor-p50-ns")
+			b.ReportMetric(float64(f.rtt.P99), "floor-p99-ns")
+			b.ReportMetric(float64(f.dispatch.P50)/float64(f.rtt.P50), "ratio-p50")
+			b.ReportMetric(float64(f.dispatch.P99)/float64(f.rtt.P99), "ratio-p99")
+			b.ReportMetric(float64(f.fanout.Settled), "fanout-settle-ns")
+			b.ReportMetric(float64(f.fanout.Received), "fanout-received-ns")
+			b.ReportMetric(float64(f.firstFanout), "fanout-first-settle-ns")
+			b.ReportMetric(float64(f.fanoutFloor), "floor-fanout-ns")
+			b.ReportMetric(float64(f.fanout.Settled)/float64(f.fanoutFloor), "ratio-fanout")
+			b.ReportMetric(f.gwBytes, "B/session")
+			b.ReportMetric(f.gwHeap, "heap-B/session")
+			b.ReportMetric(f.bareBytes, "floor-B/session")
+			b.ReportMetric(f.gwBytes/f.bareBytes, "ratio-mem")
+			b.ReportMetric(f.idleCPU, "idle-cpu-%")
+			b.ReportMetric(f.idleQPS, "idle-db-tx/s")
+			b.ReportMetric(float64(f.fanoutCPU.gateway), "fanout-cpu-gateway-ns")
+			b.ReportMetric(float64(f.fanoutCPU.postgres), "fanout-cpu-postgres-ns")
+			b.ReportMetric(float64(f.fanoutCPU.sim), "fanout-cpu-sim-ns")
+			b.ReportMetric(float64(f.schedLate.P99), "sched-late-p99-ns")
+		})
+	}
+}
+
+// measureSessions measures a fleet of n once per process: the benchmark
+// framework calls a benchmark with b.N = 1 before the real run, and a fleet
+// of thousands is far too slow to build twice.
+func measureSessions(b *testing.B, n int) *sessionFigures {
+	figuresLock.Lock()
+	defer figuresLock.Unlock()
+	if f, ok := figures[n]; ok {
+		return f
+	}
+	if lim, err := sim.RaiseFileLimit(); err == nil && lim < uint64(n)+256 {
+		b.Skipf("open-file limit %d is too low for %d sessions", lim, n)
+	}
+	bin := testutil.BuildBinary(b, "./controlplane/cmd/bc-sim")
+	caDir := b.TempDir()
+	ca, err := pki.LoadOrCreateCA(caDir)
+	require.NoError(b, err)
+	f := &sessionFigures{}
+	// BC_SIM_FANOUTS replaces the number of fan-outs (to watch a gateway
+	// that has served many).
+	fanouts := defaultFanouts
+	if v := os.Getenv("BC_SIM_FANOUTS"); v != "" {
+		fanouts, err = strconv.Atoi(v)
+		require.NoError(b, err, "BC_SIM_FANOUTS")
+		require.Positive(b, fanouts, "BC_SIM_FANOUTS")
+	}
+	f.rtt, f.fanoutFloor = bareRoundTrips(b, ca, n)
+
+	// Floor: N idle Bare sessions over the same mTLS.
+	bare := &sim.Bare{}
+	addr, stop, err := sim.Serve(bare, ca)
+	require.NoError(b, err)
+	rep, mem := runSim(b, bin, n, bare.Sessions, nil, nil, "--gateway", addr, "--ca", caDir, "--workload", "idle")
+	stop()
+	f.bareBytes, f.bareHeap, f.bareConnect = mem.total, mem.heap, rep.ConnectNs
+
+	// The gateway on real PostgreSQL, its pool sized for thousands of
+	// sessions sharing few connections (max_connections=300 in with-postgres).
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	reg, err := kinds.NewRegistry(sim.Kind)
+	require.NoError(b, err)
+	q := queue.New(reg, hclog.NewNullLogger())
+	pool := storetest.DBConfig(b, func(c *pgxpool.Config) {
+		c.MaxConns = 32
+		// As bc-server's pool: a new connection runs the gateway's
+		// statements once before it serves a dispatch.
+		c.AfterConnect = queue.WarmConn
+	})
+	// BC_BENCH_GATEWAY_LOG=path writes the gateway's log there (info and
+	// above): why sessions ended, outages.
+	gwLog := hclog.NewNullLogger()
+	if path := os.Getenv("BC_BENCH_GATEWAY_LOG"); path != "" {
+		lf, err := os.Create(path)
+		require.NoError(b, err)
+		defer lf.Close()
+		gwLog = hclog.New(&hclog.LoggerOptions{Name: "gateway", Level: hclog.Info, Output: lf})
+	}
+	gw := gateway.New(pool, q, gwLog, gateway.Options{})
+	go gw.Run(ctx)
+	addr, stop, err = sim.Serve(gw, ca)
+	require.NoError(b, err)
+	defer stop()
+	idle := func() {
+		// BC_BENCH_CPUPROFILE=dir profiles the idle window too, as
+		// gateway-idle-N.pprof: what holding N quiet sessions costs.
+		if dir := os.Getenv("BC_BENCH_CPUPROFILE"); dir != "" {
+			pf, err := os.Create(filepath.Join(dir, fmt.Sprintf("gateway-idle-%d.pprof", n)))
+			require.NoError(b, err)
+			require.NoError(b, pprof.StartCPUProfile(pf))
+			defer func() { pprof.StopCPUProfile(); _ = pf.Close() }()
+		}
+		f.idleCPU, f.idleQPS = idleLoad(b, pool, 5*time.Second)
+	}
+	// What the gateway, bc-sim and PostgreSQL each spend over each fan-out,
+	// from snapshots taken as bc-sim marks its commit and its settling
+	// (read once bc-sim exited: its stderr is copied to the end by then).
+	var atCommit, atSettle []cpuSnapshot
+	// And how late this process's timers fire over the steady workload:
+	// dispatch latency's tail on a shared machine is bounded below by it.
+	var late *lateSampler
+	mark := func(name string, simPID int) {
+		switch name {
+		case "steady-started":
+			late = startLateSampler(2 * time.Millisecond)
+		case "steady-finished":
+			if late != nil {
+				f.schedLate = late.finish()
+			}
+		case "fanout-committed":
+			atCommit = append(atCommit, takeCPUSnapshot(simPID))
+		case "fanout-settled":
+			atSettle = append(atSettle, takeCPUSnapshot(simPID))
+		}
+	}
+	rep, mem = runSim(b, bin, n, gw.Sessions, idle, mark, "--marks", "--gateway", addr, "--ca", caDir, "--workload", "both",
+		"--database-url", "dbname="+pool.Config().ConnConfig.Database, "--commands", "300", "--timeout", "2m",
+		"--fanouts", strconv.Itoa(fanouts))
+	f.gwBytes, f.gwHeap, f.connect = mem.total, mem.heap, rep.ConnectNs
+	require.NotNil(b, rep.Steady)
+	require.Len(b, rep.Fanouts, fanouts)
+	require.Len(b, atSettle, fanouts, "bc-sim marked each fan-out's settling")
+	require.Len(b, atCommit, fanouts, "bc-sim marked each fan-out's commit")
+	f.dispatch, f.lost = rep.Steady.Dispatch, rep.Steady.Lost
+	// The median of the fan-outs by settle time, with its own CPU: on a
+	// shared machine one fan-out's time varies by a fifth from run to run.
+	// Each is logged, the first (on a fleet idle until then) among them.
+	order := make([]int, fanouts)
+	for i := range order {
+		order[i] = i
+		fo := rep.Fanouts[i]
+		require.Equal(b, n, fo.Succeeded, "every command of fan-out %d succeeded", i+1)
+		cpu := atCommit[i].spentUntil(atSettle[i])
+		b.Logf("nodes=%d: fan-out %d of %d: received p50 %s max %s, settled %s; CPU gateway %s (system %s, %d minor page faults), postgres %s, bc-sim %s",
+			n, i+1, fanouts, fo.Receipt.P50.Round(time.Millisecond), fo.Received.Round(time.Millisecond), fo.Settled.Round(time.Millisecond),
+			cpu.gateway.Round(10*time.Millisecond), cpu.gatewaySys.Round(10*time.Millisecond), cpu.gatewayFaults,
+			cpu.postgres.Round(10*time.Millisecond), cpu.sim.Round(10*time.Millisecond))
+	}
+	sort.Slice(order, func(i, j int) bool { return rep.Fanouts[order[i]].Settled < rep.Fanouts[order[j]].Settled })
+	med := order[fanouts/2]
+	f.firstFanout = rep.Fanouts[0].Settled
+	f.fanout, f.fanoutCPU = rep.Fanouts[med], atCommit[med].spentUntil(atSettle[med])
+	// The share of the machine's cores the three kept busy over the
+	// fan-out: near 1, the fan-out is bound by this machine's CPU, and its
+	// time falls only with the CPU it costs.
+	busy := f.fanoutCPU.total().Seconds() / (f.fanout.Settled.Seconds() * float64(runtime.NumCPU()))
+	require.Zero(b, f.lost, "every command reached its node")
+	b.Logf("nodes=%d: sessions open in %s (bare %s); dispatch p50 %s p99 %s max %s (floor rtt p50 %s p99 %s; meanwhile a 2 ms sleep in the gateway process woke late by p50 %s p99 %s max %s); fan-out (median of %d) received p50 %s max %s, settled %s (floor %s); %.1f KiB/session (heap %.1f KiB; bare %.1f KiB); idle: gateway CPU %.0f%%, %.0f db tx/s; %d sessions ended; fan-out CPU: gateway %s, postgres %s, bc-sim %s (%.0f µs a node in all; %.0f%% of %d cores busy over its window)",
+		n, f.connect.Round(time.Millisecond), f.bareConnect.Round(time.Millisecond), f.dispatch.P50, f.dispatch.P99, f.dispatch.Max, f.rtt.P50, f.rtt.P99,
+		f.schedLate.P50, f.schedLate.P99, f.schedLate.Max,
+		fanouts, f.fanout.Receipt.P50.Round(time.Millisecond), f.fanout.Received.Round(time.Millisecond), f.fanout.Settled.Round(time.Millisecond), f.fanoutFloor.Round(time.Millisecond),
+		f.gwBytes/1024, f.gwHeap/1024, f.bareBytes/1024, f.idleCPU, f.idleQPS, rep.SessionsEnded,
+		f.fanoutCPU.gateway.Round(10*time.Millisecond), f.fanoutCPU.postgres.Round(10*time.Millisecond), f.fanoutCPU.sim.Round(10*time.Millisecond),
+		float64(f.fanoutCPU.total().Microseconds())/float64(n), 100*busy, runtime.NumCPU())
+	figures[n] = f
+	return f
+}
+
+// lateSampler sleeps period in a loop on its own goroutine and records how
+// much later than asked each sleep ended: the scheduling delay this process
+// sees (the OS's run queue on a shared machine, the Go scheduler), which
+// any latency measured over the same window also pays. On two cores shared
+// by the gateway, PostgreSQL and bc-sim it reaches several milliseconds.
+type lateSampler struct {
+	period time.Duration
+	stop   chan struct{}
+	done   chan struct{}
+	late   []time.Duration
+}
+
+func startLateSampler(period time.Duration) *lateSampler {
+	l := &lateSampler{period: period, stop: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(l.done)
+		for {
+			select {
+			case <-l.stop:
+				return
+			default:
+			}
+			t0 := time.Now()
+			time.Sleep(l.period)
+			l.late = append(l.late, time.Since(t0)-l.period)
+		}
+	}()
+	return l
+}
+
+// finish stops the sampler and summarises what it recorded.
+func (l *lateSampler) finish() sim.Latency {
+	close(l.stop)
+	<-l.done
+	return sim.Summarise(l.late)
+}
+
+// perSession is memory per idle session.
+type perSession struct{ total, heap float64 }
+
+// inUse reads this process's heap and stacks in use. It collects twice,
+// and the second time also returns the freed pages to
+// the system (debug.FreeOSMemory), so that the idle window after it does
+// not count the runtime's background scavenger returning them (a fifth of
+// the gateway's idle CPU at 10,000 sessions): a gateway that was never
+// made to collect does not pay that.
+func inUse() (heap, total uint64) {
+	runtime.GC()
+	debug.FreeOSMemory()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return ms.HeapInuse, ms.HeapInuse + ms.StackInuse
+}
+
+// runSim runs bc-sim with n nodes and --wait-stdin: once the server counts n
+// sessions, it measures this process's memory delta per session, runs idle
+// (if any) while the fleet is idle, then lets bc-sim run its workload and
+// reads its JSON report.
+func runSim(b *testing.B, bin string, n int, sessions func() int, idle func(), mark func(name string, simPID int), args ...string) (simReport, perSession) {
+	b.Helper()
+	h0, t0 := inUse()
+	args = append(args, "--nodes", strconv.Itoa(n), "--json", "--wait-stdin")
+	if dir := os.Getenv("BC_BENCH_CPUPROFILE"); dir != "" && idle != nil {
+		args = append(args, "--cpuprofile", filepath.Join(dir, fmt.Sprintf("sim-%d.pprof", n)))
+	}
+	cmd := exec.Command(bin, args...)
+	var stdout bytes.Buffer
+	stderr := &markWriter{}
+	cmd.Stdout, cmd.Stderr = &stdout, stderr
+	stdin, err := cmd.StdinPipe()
+	require.NoError(b, err)
+	require.NoError(b, cmd.Start())
+	if mark != nil {
+		stderr.setMark(func(name string) { mark(name, cmd.Process.Pid) })
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	deadline := time.Now().Add(3 * time.Minute)
+	for sessions() < n {
+		select {
+		case err := <-exited:
+			b.Fatalf("bc-sim exited before %d sessions were open: %v\n%s", n, err, stderr.String())
+		case <-time.After(20 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			_ = cmd.Process.Kill()
+			b.Fatalf("only %d of %d sessions open after 3 minutes\n%s", sessions(), n, stderr.String())
+		}
+	}
+	h1, t1 := inUse()
+	mem := perSession{total: float64(int64(t1)-int64(t0)) / float64(n), heap: float64(int64(h1)-int64(h0)) / float64(n)}
+	if idle != nil {
+		idle()
+	}
+	// BC_BENCH_CPUPROFILE=dir profiles the workload alone (not the
+	// sessions' handshakes): this process as gateway-N.pprof, bc-sim's
+	// own run as sim-N.pprof.
+	if dir := os.Getenv("BC_BENCH_CPUPROFILE"); dir != "" && idle != nil {
+		// And what it allocated: gateway-N.allocs-before.pprof and
+		// gateway-N.allocs.pprof, for go tool pprof -sample_index=alloc_space
+		// -base (the allocation profile counts from the process's start).
+		// Each write collects first, so a profiled run's first fan-out
+		// starts from a collected heap: compare its faults and time with
+		// other profiled runs only.
+		writeAllocs(b, filepath.Join(dir, fmt.Sprintf("gateway-%d.allocs-before.pprof", n)))
+		defer writeAllocs(b, filepath.Join(dir, fmt.Sprintf("gateway-%d.allocs.pprof", n)))
+		f, err := os.Create(filepath.Join(dir, fmt.Sprintf("gateway-%d.pprof", n)))
+		require.NoError(b, err)
+		require.NoError(b, pprof.StartCPUProfile(f))
+		defer func() { pprof.StopCPUProfile(); _ = f.Close() }()
+	}
+	_, err = io.WriteString(stdin, "go\n")
+	require.NoError(b, err)
+	select {
+	case err := <-exited:
+		require.NoError(b, err, "bc-sim: %s", stderr.String())
+	case <-time.After(5 * time.Minute):
+		_ = cmd.Process.Kill()
+		b.Fatalf("bc-sim did not finish in 5 minutes\n%s", stderr.String())
+	}
+	var rep simReport
+	require.NoError(b, json.Unmarshal(stdout.Bytes(), &rep), "bc-sim output: %s\n%s", stdout.String(), stderr.String())
+	require.Equal(b, n, rep.Nodes)
+	return rep, mem
+}
+
+// markWriter keeps bc-sim's stderr, and calls its mark function for each
+// line "mark <name>" as it arrives (bc-sim --marks).
+type markWriter struct {
+	lock sync.Mutex
+	buf  bytes.Buffer
+	line []byte
+	mark func(name string)
+}
+
+func (w *markWriter) setMark(mark func(name string)) {
+	w.lock.Lock()
+	defer w.lock.Unlock()
+	w.mark = mark
+}
+
+func (w *markWriter) Write(p []byte) (int, error) {
+	w.lock.Lock()
+	defer w.lock.Unlock()
+	w.buf.Write(p)
+	w.line = append(w.line, p...)
+	for {
+		i := bytes.IndexByte(w.line, '\n')
+		if i < 0 {
+			return len(p), nil
+		}
+		if name, ok := strings.CutPrefix(string(w.line[:i]), "mark "); ok && w.mark != nil {
+			w.mark(name)
+		}
+		w.line = append(w.line[:0], w.line[i+1:]...)
+	}
+}
+
+func (w *markWriter) String() string {
+	w.lock.Lock()
+	defer w.lock.Unlock()
+	return w.buf.String()
+}
+
+// idleLoad measures, over window with every session idle, this process's
+// CPU share (user+system, percent of one core) and the database's committed
+// transactions per second: what thousands of per-session polls cost.
+func idleLoad(b *testing.B, pool *pgxpool.Pool, window time.Duration) (cpu, qps float64) {
+	b.Helper()
+	ctx := context.Background()
+	xacts := func() int64 {
+		var n int64
+		require.NoError(b, pool.QueryRow(ctx, `SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()`).Scan(&n))
+		return n
+	}
+	var r0, r1 syscall.Rusage
+	require.NoError(b, syscall.Getrusage(syscall.RUSAGE_SELF, &r0))
+	x0, w0 := xacts(), time.Now()
+	// A measurement window, not a synchronisation: the load is sampled
+	// over a fixed time with nothing to wait for.
+	time.Sleep(window)
+	require.NoError(b, syscall.Getrusage(syscall.RUSAGE_SELF, &r1))
+	x1, el := xacts(), time.Since(w0)
+	used := time.Duration(r1.Utime.Nano()-r0.Utime.Nano()) + time.Duration(r1.Stime.Nano()-r0.Stime.Nano())
+	// pg_stat_database is updated by backends at most every second or so,
+	// so the rate is an estimate over the window.
+	return 100 * used.Seconds() / el.Seconds(), float64(x1-x0) / el.Seconds()
+}
+
+// bareRoundTrips measures the floor: a bare gRPC unary round trip (health
+// Check) on loopback over the same mTLS, one at a time for latency, and the
+// time for n of them issued 64 at a time (the fan-out's floor).
+func bareRoundTrips(b *testing.B, ca *pki.CA, n int) (sim.Latency, time.Duration) {
+	b.Helper()
+	certPEM, keyPEM, err := ca.IssueServer("127.0.0.1")
+	require.NoError(b, err)
+	scert, err := tls.X509KeyPair(certPEM, keyPEM)
+	require.NoError(b, err)
+	// The sessions' transport settings, so that the floor differs from a
+	// session only by what the gateway does.
+	srv := grpc.NewServer(append([]grpc.ServerOption{grpc.Creds(credentials.NewTLS(&tls.Config{
+		Certificates: []tls.Certificate{scert}, ClientAuth: tls.RequireAndVerifyClientCert, ClientCAs: ca.Pool(), MinVersion: tls.VersionTLS13,
+	}))}, sessiongrpc.ServerOptions()...)...)
+	healthpb.RegisterHealthServer(srv, health.NewServer())
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(b, err)
+	go func() { _ = srv.Serve(lis) }()
+	defer srv.Stop()
+	certs, err := sim.IssueCerts(ca, []string{"node_floor"})
+	require.NoError(b, err)
+	conn, err := grpc.NewClient(lis.Addr().String(), append([]grpc.DialOption{grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{
+		Certificates: certs, RootCAs: ca.Pool(), MinVersion: tls.VersionTLS13,
+	}))}, sessiongrpc.DialOptions()...)...)
+	require.NoError(b, err)
+	defer conn.Close()
+	client := healthpb.NewHealthClient(conn)
+	ctx := context.Background()
+	call := func() {
+		_, err := client.Check(ctx, &healthpb.HealthCheckRequest{})
+		require.NoError(b, err)
+	}
+	call() // the handshake is not part of a round trip
+	rtts := make([]time.Duration, 0, 2000)
+	for range 2000 {
+		t0 := time.Now()
+		call()
+		rtts = append(rtts, time.Since(t0))
+	}
+	t0 := time.Now()
+	work := make(chan struct{}, n)
+	for range n {
+		work <- struct{}{}
+	}
+	close(work)
+	var wg sync.WaitGroup
+	for range 64 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range work {
+				call()
+			}
+		}()
+	}
+	wg.Wait()
+	return sim.Summarise(rtts), time.Since(t0)
+}
+
+// writeAllocs writes this process's allocation profile to path, after a
+// collection: the profile stands as of the last one, and a gateway holding
+// thousands of sessions may finish none in a whole workload.
+func writeAllocs(b *testing.B, path string) {
+	runtime.GC()
+	f, err := os.Create(path)
+	require.NoError(b, err)
+	require.NoError(b, pprof.Lookup("allocs").WriteTo(f, 0))
+	require.NoError(b, f.Close())
+}
