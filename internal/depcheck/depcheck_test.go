@@ -71,6 +71,13 @@ func TestAWrongImportBreaksItsWall(t *testing.T) {
 		{into: "controlplane/server", imports: "github.com/godbus/dbus/v5", rule: ruleNamed(t, "bc-server links")},
 		{into: "sdk/kind", imports: Module + "/internal/version", rule: ruleNamed(t, "the SDK links")},
 		{into: "sdk/wire", imports: "github.com/jackc/pgx/v5", rule: ruleNamed(t, "the SDK links")},
+		{into: "internal/checkreport", imports: Module + "/controlplane/front/mcp", rule: ruleNamed(t, "internal/ (the neutral")},
+		{into: "internal/fakebus", imports: Module + "/plugins/reboot", rule: ruleNamed(t, "internal/ (the neutral")},
+		{into: "internal/names", imports: Module + "/bcd/accept", rule: ruleNamed(t, "internal/ (the neutral")},
+		{into: "controlplane/internal/ids", imports: Module + "/controlplane/trust/pki", rule: ruleNamed(t, "the control plane's PostgreSQL plumbing")},
+		{into: "controlplane/front/gateway", imports: Module + "/controlplane/testing/fakedaemon", rule: ruleNamed(t, "production code never links the test doubles")},
+		{into: "controlplane/commands/queue", imports: Module + "/controlplane/front/mcp", rule: ruleNamed(t, "the core rooms")},
+		{into: "controlplane/fleet/bindings", imports: Module + "/controlplane/modules/metal", rule: ruleNamed(t, "the core rooms")},
 	}
 	dir := t.TempDir()
 	replace := map[string]string{}

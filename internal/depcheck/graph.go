@@ -3,8 +3,11 @@
 // plugins never import the control plane, no plugin imports another, the CLI
 // links neither the database driver, D-Bus nor a plugin, bc-server links no
 // node-side hardware library, and the SDK links only its declared set, so a
-// vendor who fetches it fetches nothing else. A broken wall is reported with
-// the import chain that breaks it.
+// vendor who fetches it fetches nothing else; inside the control plane, the
+// rooms of docs/architecture.md: internal/ stays neutral, the PostgreSQL
+// plumbing links no other room, the core rooms (commands, fleet) link no
+// front door, module or server, and only bc-sim links the test doubles. A
+// broken wall is reported with the import chain that breaks it.
 package depcheck
 
 import (

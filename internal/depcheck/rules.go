@@ -168,4 +168,48 @@ var Rules = []Rule{
 			return !slices.Contains(SDKModules, p.ModulePath())
 		},
 	},
+	{
+		// internal/tools/ is the written exception: the repository's own
+		// development binaries (kinddoc renders the control plane's kinds,
+		// mocknvidiasmi answers as the nvml plugin's mock does, the fakes
+		// serve what bcd talks to), each linking what it drives. The SDK
+		// guide runs kinddoc by that path, so it stays.
+		Name: "internal/ (the neutral packages) imports nothing of the control plane, bcd or the plugins, nor do its tests",
+		From: func(p string) bool { return under(p, "internal") && !under(p, "internal/tools") },
+		Forbid: func(_ string, p *Package) bool {
+			return under(p.ImportPath, "controlplane") || under(p.ImportPath, "bcd") || under(p.ImportPath, "plugins")
+		},
+		Tests: true,
+	},
+	{
+		Name: "the control plane's PostgreSQL plumbing (controlplane/internal) links no other room of the control plane",
+		From: func(p string) bool {
+			return under(p, "controlplane/internal") && !under(p, "controlplane/internal/storetest")
+		},
+		Forbid: func(_ string, p *Package) bool {
+			return under(p.ImportPath, "controlplane") && !under(p.ImportPath, "controlplane/internal")
+		},
+	},
+	{
+		// bc-sim is the exception: the simulator is its binary.
+		Name: "production code never links the test doubles (controlplane/testing) but bc-sim",
+		From: func(p string) bool {
+			return !under(p, "controlplane/testing") && p != Module+"/controlplane/cmd/bc-sim"
+		},
+		Forbid: func(_ string, p *Package) bool { return under(p.ImportPath, "controlplane/testing") },
+	},
+	{
+		Name: "the core rooms (commands, fleet, controlplane/internal) link no front door, module, server or console",
+		From: func(p string) bool {
+			return under(p, "controlplane/commands") || under(p, "controlplane/fleet") || under(p, "controlplane/internal")
+		},
+		Forbid: func(_ string, p *Package) bool {
+			for _, r := range []string{"controlplane/front", "controlplane/modules", "controlplane/server", "controlplane/console", "controlplane/cmd"} {
+				if under(p.ImportPath, r) {
+					return true
+				}
+			}
+			return false
+		},
+	},
 }

@@ -10,13 +10,19 @@ import (
 	"sync"
 
 	"github.com/godbus/dbus/v5"
-
-	"github.com/better-compute/commands/plugins/reboot"
 )
 
-// The manager interfaces the fakes export.
+// The names the fakes own and the manager interfaces they export: systemd's
+// and logind's, written here from their D-Bus API documentation rather than
+// taken from the reboot plugin, so that a typo in the plugin's names fails
+// its tests instead of being copied into the fake (and internal/ stays
+// neutral: it imports no plugin).
 const (
+	LogindService    = "org.freedesktop.login1"
+	LogindPath       = "/org/freedesktop/login1"
 	LogindInterface  = "org.freedesktop.login1.Manager"
+	SystemdService   = "org.freedesktop.systemd1"
+	SystemdPath      = "/org/freedesktop/systemd1"
 	SystemdInterface = "org.freedesktop.systemd1.Manager"
 )
 
@@ -55,7 +61,7 @@ func (f *Logind) Calls() []bool {
 // error every call gets; onReboot, when not nil, hears each call.
 func ServeLogind(conn *dbus.Conn, refuse *dbus.Error, onReboot func(interactive bool)) (*Logind, error) {
 	f := &Logind{refuse: refuse, onReboot: onReboot}
-	if err := serve(conn, reboot.LogindService, map[string]any{"Reboot": f.Reboot}, reboot.LogindPath, LogindInterface); err != nil {
+	if err := serve(conn, LogindService, map[string]any{"Reboot": f.Reboot}, LogindPath, LogindInterface); err != nil {
 		return nil, err
 	}
 	return f, nil
@@ -83,7 +89,7 @@ func (f *Systemd) StartUnit(name, mode string) (dbus.ObjectPath, *dbus.Error) {
 	f.lock.Unlock()
 	job := dbus.ObjectPath("/org/freedesktop/systemd1/job/" + strconv.FormatUint(uint64(id), 10))
 	go func() {
-		_ = f.conn.Emit(reboot.SystemdPath, SystemdInterface+".JobRemoved", id, job, name, f.result)
+		_ = f.conn.Emit(SystemdPath, SystemdInterface+".JobRemoved", id, job, name, f.result)
 	}()
 	return job, nil
 }
@@ -100,7 +106,7 @@ func (f *Systemd) Units() []string {
 func ServeSystemd(conn *dbus.Conn, result string) (*Systemd, error) {
 	// conn is set before the export, so the handler goroutines see it.
 	f := &Systemd{conn: conn, result: result}
-	if err := serve(conn, reboot.SystemdService, map[string]any{"StartUnit": f.StartUnit}, reboot.SystemdPath, SystemdInterface); err != nil {
+	if err := serve(conn, SystemdService, map[string]any{"StartUnit": f.StartUnit}, SystemdPath, SystemdInterface); err != nil {
 		return nil, err
 	}
 	return f, nil

@@ -7,7 +7,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/better-compute/commands/controlplane/commands/kinds"
 	"github.com/better-compute/commands/internal/names"
 	"github.com/better-compute/commands/sdk/kind"
 )
@@ -33,15 +32,6 @@ func TestRoles(t *testing.T) {
 	}
 	for _, r := range []string{"", "admin", "ROOT!", "Node", "node\x00"} {
 		require.ErrorIs(t, names.Role(r), names.ErrInvalid, "%q", r)
-	}
-}
-
-// Every role a first-party manifest names is an agent role.
-func TestManifestRolesAreRoles(t *testing.T) {
-	for _, m := range kinds.FirstParty() {
-		for _, r := range m.Roles {
-			require.NoError(t, names.Role(r), "%s names role %q", m.Kind, r)
-		}
 	}
 }
 
