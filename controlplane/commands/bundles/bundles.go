@@ -5,8 +5,9 @@
 //
 // Two drivers: DirStore, a directory the control plane serves itself (its
 // Handler checks the signature, the deadline, the method and the cap, and
-// leaves nothing partial), and S3Store, S3-compatible storage with SigV4
-// presigned URLs (see S3Store for how the cap holds there).
+// leaves nothing partial), and S3Store, S3-compatible storage through
+// minio-go with SigV4 presigned URLs (see S3Store for how the cap holds
+// there).
 package bundles
 
 import (

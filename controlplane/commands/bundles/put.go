@@ -5,7 +5,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"time"
+
+	"github.com/minio/minio-go/v7"
 )
 
 // Putter is a BlobStore the control plane itself writes to: the history
@@ -38,25 +39,20 @@ func (s *DirStore) Put(_ context.Context, key string, body io.Reader, size int64
 	return nil
 }
 
-// Put sends a presigned PUT with the body's length: S3 replaces an object
-// atomically, so a reader never sees a part of it.
+// Put uploads through minio-go: one PUT, or a multipart upload for a large
+// body, and either way S3 makes the object visible only once it is whole, so
+// a reader sees the old object or the new one, never a part.
 func (s *S3Store) Put(ctx context.Context, key string, body io.Reader, size int64) error {
-	u, err := s.presign(http.MethodPut, key, s.now().Add(5*time.Minute))
-	if err != nil {
+	if err := CheckKey(key); err != nil {
 		return err
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPut, u, io.NopCloser(body))
-	if err != nil {
-		return fmt.Errorf("s3 PUT %s: %w", key, err)
+	if size < 0 {
+		return fmt.Errorf("put %s: size %d must not be negative", key, size)
 	}
-	req.ContentLength = size
-	resp, err := s.client.Do(req)
-	if err != nil {
-		return fmt.Errorf("s3 PUT %s: %w", key, err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK && resp.StatusCode != http.StatusNoContent {
-		return statusErr(http.MethodPut, key, resp)
+	ctx, cancel := context.WithTimeout(ctx, s3RequestTimeout)
+	defer cancel()
+	if _, err := s.client.PutObject(ctx, s.bucket, key, body, size, minio.PutObjectOptions{}); err != nil {
+		return s3Err(http.MethodPut, key, err)
 	}
 	return nil
 }

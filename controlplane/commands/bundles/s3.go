@@ -7,18 +7,25 @@ import (
 	"io"
 	"net/http"
 	"net/url"
-	"strconv"
 	"strings"
 	"time"
+
+	"github.com/minio/minio-go/v7"
+	"github.com/minio/minio-go/v7/pkg/credentials"
 )
 
 // maxS3Expiry is SigV4's longest presigned lifetime: 7 days.
 const maxS3Expiry = 7 * 24 * time.Hour
 
+// s3RequestTimeout bounds each request the store makes itself, body
+// included: a bucket that stops answering must not hang a worker whose ctx
+// has no deadline.
+const s3RequestTimeout = 5 * time.Minute
+
 // S3Config configures an S3Store.
 type S3Config struct {
 	// Endpoint is the service URL: "https://s3.eu-west-1.amazonaws.com", or
-	// a MinIO or Ceph RGW address.
+	// a MinIO or Ceph RGW address. It names a host, not a path below one.
 	Endpoint string `json:"endpoint" yaml:"endpoint"`
 	// Region is the SigV4 region ("us-east-1" for most S3-compatible stores).
 	Region string `json:"region" yaml:"region"`
@@ -34,8 +41,9 @@ type S3Config struct {
 	SessionToken    string `json:"sessionToken,omitempty" yaml:"sessionToken,omitempty"`
 }
 
-// S3Store is a BlobStore in an S3-compatible bucket, with SigV4 presigned
-// URLs computed here (no SDK: the control plane needs only query signing).
+// S3Store is a BlobStore in an S3-compatible bucket, through minio-go: its
+// SigV4 presigned URLs for the node and the operator, its client for the
+// control plane's own reads and writes.
 //
 // How the byte cap holds: S3 cannot cap a presigned PUT. A POST policy's
 // content-length-range can, but makes the upload a multipart form; a
@@ -49,146 +57,172 @@ type S3Config struct {
 // reported, is deleted and the check fails. The URL travels only inside the
 // signed command.
 type S3Store struct {
-	cfg      S3Config
-	endpoint *url.URL
-	client   *http.Client
-	now      func() time.Time
+	client *minio.Client
+	bucket string
+	now    func() time.Time
 }
 
 var _ BlobStore = (*S3Store)(nil)
 
-// NewS3Store checks cfg and returns the store.
+// NewS3Store checks cfg and returns the store. It makes no request: the
+// region is configured, so minio-go never asks the bucket for it.
 func NewS3Store(cfg S3Config) (*S3Store, error) {
+	return newS3Store(cfg, nil, 0)
+}
+
+// newS3Store sends the store's own requests through rt, each tried up to
+// tries times; nil and 0 are minio-go's defaults (its transport, 10 tries).
+func newS3Store(cfg S3Config, rt http.RoundTripper, tries int) (*S3Store, error) {
 	u, err := url.Parse(strings.TrimSuffix(cfg.Endpoint, "/"))
 	if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
 		return nil, fmt.Errorf("s3 store: endpoint %q must be an http(s) URL", cfg.Endpoint)
 	}
+	if u.Path != "" || u.RawQuery != "" {
+		return nil, fmt.Errorf("s3 store: endpoint %q must name a host, with no path or query", cfg.Endpoint)
+	}
 	if cfg.Bucket == "" || cfg.Region == "" || cfg.AccessKeyID == "" || cfg.SecretAccessKey == "" {
 		return nil, errors.New("s3 store: bucket, region, accessKeyId and secretAccessKey are required")
 	}
-	return &S3Store{cfg: cfg, endpoint: u, client: &http.Client{Timeout: 5 * time.Minute}, now: time.Now}, nil
-}
-
-// objectURL is the unsigned URL of key, path unescaped.
-func (s *S3Store) objectURL(key string) *url.URL {
-	u := *s.endpoint
-	if s.cfg.PathStyle {
-		u.Path = s.endpoint.Path + "/" + s.cfg.Bucket + "/" + key
-	} else {
-		u.Host = s.cfg.Bucket + "." + s.endpoint.Host
-		u.Path = s.endpoint.Path + "/" + key
+	lookup := minio.BucketLookupDNS
+	if cfg.PathStyle {
+		lookup = minio.BucketLookupPath
 	}
-	u.RawPath = ""
-	u.RawQuery = ""
-	return &u
+	client, err := minio.New(u.Host, &minio.Options{
+		Creds:        credentials.NewStaticV4(cfg.AccessKeyID, cfg.SecretAccessKey, cfg.SessionToken),
+		Secure:       u.Scheme == "https",
+		Region:       cfg.Region,
+		BucketLookup: lookup,
+		Transport:    rt,
+		MaxRetries:   tries,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("s3 store: %w", err)
+	}
+	// The URLs name the host the operator configured, not AWS's dual-stack
+	// one that minio-go would otherwise put in their place.
+	client.SetS3EnableDualstack(false)
+	return &S3Store{client: client, bucket: cfg.Bucket, now: time.Now}, nil
 }
 
-func (s *S3Store) presign(method, key string, expires time.Time) (string, error) {
+// lifetime is how long from now a URL for key valid until expires lives,
+// in whole seconds, within SigV4's bounds.
+func (s *S3Store) lifetime(key string, expires time.Time) (time.Duration, error) {
 	if err := CheckKey(key); err != nil {
-		return "", err
+		return 0, err
 	}
-	now := s.now()
-	d := expires.Sub(now).Round(time.Second)
+	d := expires.Sub(s.now()).Round(time.Second)
 	if d < time.Second {
-		return "", fmt.Errorf("%w: %s is not in the future", ErrExpiry, expires.Format(time.RFC3339))
+		return 0, fmt.Errorf("%w: %s is not in the future", ErrExpiry, expires.Format(time.RFC3339))
 	}
 	if d > maxS3Expiry {
-		return "", fmt.Errorf("%w: %s is more than SigV4's %s ahead", ErrExpiry, expires.Format(time.RFC3339), maxS3Expiry)
+		return 0, fmt.Errorf("%w: %s is more than SigV4's %s ahead", ErrExpiry, expires.Format(time.RFC3339), maxS3Expiry)
 	}
-	cred := sigV4Credentials{AccessKeyID: s.cfg.AccessKeyID, SecretAccessKey: s.cfg.SecretAccessKey, SessionToken: s.cfg.SessionToken}
-	return presignV4(method, s.objectURL(key), s.cfg.Region, cred, now, d), nil
+	return d, nil
 }
 
-// PresignPut signs a PUT to key until expires. maxBytes is not in the URL:
-// see S3Store for how the cap holds.
-func (s *S3Store) PresignPut(_ context.Context, key string, expires time.Time, maxBytes int64) (PresignedPut, error) {
+// PresignPut signs a PUT to key until expires: only the host is a signed
+// header, so the node's plain PUT with whatever Content-Type and
+// Content-Length it sends is accepted. maxBytes is not in the URL: see
+// S3Store for how the cap holds.
+func (s *S3Store) PresignPut(ctx context.Context, key string, expires time.Time, maxBytes int64) (PresignedPut, error) {
 	if maxBytes <= 0 {
 		return PresignedPut{}, fmt.Errorf("presign %s: maxBytes %d must be positive", key, maxBytes)
 	}
-	u, err := s.presign(http.MethodPut, key, expires)
+	d, err := s.lifetime(key, expires)
 	if err != nil {
 		return PresignedPut{}, err
 	}
-	return PresignedPut{URL: u, Method: http.MethodPut, Expires: expires.Truncate(time.Second), MaxBytes: maxBytes}, nil
+	u, err := s.client.PresignedPutObject(ctx, s.bucket, key, d)
+	if err != nil {
+		return PresignedPut{}, fmt.Errorf("presign PUT %s: %w", key, err)
+	}
+	return PresignedPut{URL: u.String(), Method: http.MethodPut, Expires: expires.Truncate(time.Second), MaxBytes: maxBytes}, nil
 }
 
 // PresignGet signs a GET of key until expires.
-func (s *S3Store) PresignGet(_ context.Context, key string, expires time.Time) (string, error) {
-	return s.presign(http.MethodGet, key, expires)
+func (s *S3Store) PresignGet(ctx context.Context, key string, expires time.Time) (string, error) {
+	d, err := s.lifetime(key, expires)
+	if err != nil {
+		return "", err
+	}
+	u, err := s.client.PresignedGetObject(ctx, s.bucket, key, d, nil)
+	if err != nil {
+		return "", fmt.Errorf("presign GET %s: %w", key, err)
+	}
+	return u.String(), nil
 }
 
-func (s *S3Store) do(ctx context.Context, method, key string) (*http.Response, error) {
-	u, err := s.presign(method, key, s.now().Add(5*time.Minute))
-	if err != nil {
-		return nil, err
-	}
-	req, err := http.NewRequestWithContext(ctx, method, u, nil)
-	if err != nil {
-		return nil, fmt.Errorf("s3 %s %s: %w", method, key, err)
-	}
-	resp, err := s.client.Do(req)
-	if err != nil {
-		return nil, fmt.Errorf("s3 %s %s: %w", method, key, err)
-	}
-	return resp, nil
-}
-
-func info(key string, resp *http.Response) ObjectInfo {
-	oi := ObjectInfo{Key: key, Size: resp.ContentLength}
-	if v := resp.Header.Get("Content-Length"); v != "" {
-		if n, err := strconv.ParseInt(v, 10, 64); err == nil {
-			oi.Size = n
-		}
-	}
-	if t, err := http.ParseTime(resp.Header.Get("Last-Modified")); err == nil {
-		oi.ModTime = t.UTC()
-	}
-	return oi
-}
-
-func statusErr(method, key string, resp *http.Response) error {
-	if resp.StatusCode == http.StatusNotFound {
+// s3Err maps a 404 (no such key, or no such bucket: S3 answers a HEAD with
+// no body to tell them apart) to ErrNotFound and wraps the rest.
+func s3Err(op, key string, err error) error {
+	var resp minio.ErrorResponse
+	if errors.As(err, &resp) && resp.StatusCode == http.StatusNotFound {
 		return fmt.Errorf("%w: %s", ErrNotFound, key)
 	}
-	b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-	return fmt.Errorf("s3 %s %s: %s: %s", method, key, resp.Status, strings.TrimSpace(string(b)))
+	return fmt.Errorf("s3 %s %s: %w", op, key, err)
+}
+
+func objectInfo(key string, oi minio.ObjectInfo) ObjectInfo {
+	return ObjectInfo{Key: key, Size: oi.Size, ModTime: oi.LastModified.UTC()}
 }
 
 // Stat sends a HEAD.
 func (s *S3Store) Stat(ctx context.Context, key string) (ObjectInfo, error) {
-	resp, err := s.do(ctx, http.MethodHead, key)
-	if err != nil {
+	if err := CheckKey(key); err != nil {
 		return ObjectInfo{}, err
 	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return ObjectInfo{}, statusErr(http.MethodHead, key, resp)
+	ctx, cancel := context.WithTimeout(ctx, s3RequestTimeout)
+	defer cancel()
+	oi, err := s.client.StatObject(ctx, s.bucket, key, minio.StatObjectOptions{})
+	if err != nil {
+		return ObjectInfo{}, s3Err(http.MethodHead, key, err)
 	}
-	return info(key, resp), nil
+	return objectInfo(key, oi), nil
 }
 
-// Open sends a GET.
+// Open sends a GET; the request's timeout runs until the reader is closed.
 func (s *S3Store) Open(ctx context.Context, key string) (io.ReadCloser, ObjectInfo, error) {
-	resp, err := s.do(ctx, http.MethodGet, key)
-	if err != nil {
+	if err := CheckKey(key); err != nil {
 		return nil, ObjectInfo{}, err
 	}
-	if resp.StatusCode != http.StatusOK {
-		defer resp.Body.Close()
-		return nil, ObjectInfo{}, statusErr(http.MethodGet, key, resp)
+	ctx, cancel := context.WithTimeout(ctx, s3RequestTimeout)
+	obj, err := s.client.GetObject(ctx, s.bucket, key, minio.GetObjectOptions{})
+	if err != nil {
+		cancel()
+		return nil, ObjectInfo{}, s3Err(http.MethodGet, key, err)
 	}
-	return resp.Body, info(key, resp), nil
+	// GetObject is lazy: Stat sends the GET and reads its headers.
+	oi, err := obj.Stat()
+	if err != nil {
+		_ = obj.Close()
+		cancel()
+		return nil, ObjectInfo{}, s3Err(http.MethodGet, key, err)
+	}
+	return &cancelOnClose{ReadCloser: obj, cancel: cancel}, objectInfo(key, oi), nil
 }
 
-// Delete sends a DELETE.
+// cancelOnClose releases the request's context when its reader is closed.
+type cancelOnClose struct {
+	io.ReadCloser
+	cancel context.CancelFunc
+}
+
+func (c *cancelOnClose) Close() error {
+	defer c.cancel()
+	return c.ReadCloser.Close()
+}
+
+// Delete sends a DELETE; a missing key is no error.
 func (s *S3Store) Delete(ctx context.Context, key string) error {
-	resp, err := s.do(ctx, http.MethodDelete, key)
-	if err != nil {
+	if err := CheckKey(key); err != nil {
 		return err
 	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusNoContent && resp.StatusCode != http.StatusOK && resp.StatusCode != http.StatusNotFound {
-		return statusErr(http.MethodDelete, key, resp)
+	ctx, cancel := context.WithTimeout(ctx, s3RequestTimeout)
+	defer cancel()
+	if err := s.client.RemoveObject(ctx, s.bucket, key, minio.RemoveObjectOptions{}); err != nil {
+		if err := s3Err(http.MethodDelete, key, err); !errors.Is(err, ErrNotFound) {
+			return err
+		}
 	}
 	return nil
 }
