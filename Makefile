@@ -206,6 +206,7 @@ sdk-api-check:
 .PHONY: docs docs-check
 docs:
 	$(GO) run ./internal/tools/kinddoc -o docs/reference/kinds.md
+	$(GO) run ./internal/tools/archdiagram -w docs/architecture.md
 
 ## docs-check: fail when the committed kind reference is stale
 docs-check:

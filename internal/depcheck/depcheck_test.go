@@ -119,3 +119,41 @@ func ruleNamed(t *testing.T, prefix string) string {
 	t.Fatalf("no rule %q", prefix)
 	return ""
 }
+
+// docs/architecture.md's rooms diagram is the code's: regenerated from the
+// same go list, it must equal the committed block.
+func TestArchitectureDiagramIsFresh(t *testing.T) {
+	g := load(t, "")
+	page, err := os.ReadFile(filepath.Join(testutil.RepoRoot(t), "docs", "architecture.md"))
+	require.NoError(t, err)
+	want, err := ReplaceDiagram(string(page), Mermaid(g.Rooms()))
+	require.NoError(t, err)
+	require.Equal(t, want, string(page), "docs/architecture.md's diagram is stale: run make docs and commit it")
+}
+
+// The diagram follows the tree: a package in a new folder under a room is
+// in that room, and an import between rooms is an arrow.
+func TestRoomsAreReadFromThePaths(t *testing.T) {
+	for path, room := range map[string]string{
+		Module + "/controlplane/front/api/apierr": "controlplane/front",
+		Module + "/controlplane/internal/store":   "controlplane/internal",
+		Module + "/controlplane/modules":          "controlplane/modules",
+		Module + "/internal/tools/kinddoc":        "internal/tools",
+		Module + "/internal/names":                "internal",
+		Module + "/bcd/session":                   "bcd",
+		Module + "/plugins/nvml/cmd/bc-kind-nvml": "plugins",
+	} {
+		got, _ := RoomOf(path)
+		require.Equal(t, room, got, path)
+	}
+	g := &Graph{pkgs: map[string]*Package{
+		Module + "/controlplane/front/api":      {ImportPath: Module + "/controlplane/front/api", Imports: []string{Module + "/controlplane/commands/queue", "fmt"}},
+		Module + "/controlplane/commands/queue": {ImportPath: Module + "/controlplane/commands/queue"},
+	}}
+	rooms, edges := g.Rooms()
+	require.Len(t, rooms, 2)
+	require.Equal(t, []string{"controlplane/commands"}, edges["controlplane/front"])
+	require.Contains(t, Mermaid(rooms, edges), "controlplane_front --> controlplane_commands")
+	_, err := ReplaceDiagram("no markers", "x")
+	require.Error(t, err)
+}
