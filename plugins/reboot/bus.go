@@ -79,6 +79,19 @@ func (e *BusError) hint() string {
 }
 
 // busError turns a godbus error reply into a *BusError; other errors pass.
+// callError is busError for a call made under ctx: once ctx is done, the
+// call's error is the cancellation, whichever error the bus reported first.
+// The connection is dialled under ctx and closes when it ends, so a cancelled
+// call may fail with the closed connection's read error ("use of closed
+// network connection") before godbus notices the context: without this the
+// command would end failed instead of cancelled.
+func callError(ctx context.Context, call string, err error) error {
+	if ctx.Err() != nil {
+		return fmt.Errorf("%s: %w (the bus said: %v)", call, ctx.Err(), err)
+	}
+	return busError(call, err)
+}
+
 func busError(call string, err error) error {
 	var de dbus.Error
 	if errors.As(err, &de) {

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/better-compute/commands/internal/fakebus"
+	"github.com/better-compute/commands/plugins/reboot"
 )
 
 // startBus starts a private dbus-daemon and returns its address; Cleanup
@@ -50,4 +51,41 @@ func startSystemd(t *testing.T, addr, result string) *fakebus.Systemd {
 	f, err := fakebus.ServeSystemd(connect(t, addr), result)
 	require.NoError(t, err)
 	return f
+}
+
+// A reboot cancelled while logind holds the call is cancelled, never failed:
+// the connection is dialled under the command's context and closes with it,
+// so the call may fail with the closed connection's read error before godbus
+// sees the context (the conformance harness caught it once as "use of closed
+// network connection"). Repeated, to meet both orders.
+func TestACancelledRebootIsCancelledWhicheverErrorComesFirst(t *testing.T) {
+	addr := startBus(t)
+	unblock := make(chan struct{})
+	t.Cleanup(func() { close(unblock) })
+	called := make(chan struct{}, 64)
+	_, err := fakebus.ServeLogind(connect(t, addr), nil, func(bool) {
+		called <- struct{}{}
+		<-unblock
+	})
+	require.NoError(t, err)
+	for i := 0; i < 20; i++ {
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() {
+			_, err := reboot.Reboot(ctx, reboot.Config{BusAddress: addr}, nil)
+			done <- err
+		}()
+		select {
+		case <-called:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the Reboot call never reached the fake logind")
+		}
+		cancel()
+		select {
+		case err := <-done:
+			require.ErrorIs(t, err, context.Canceled, "attempt %d", i)
+		case <-time.After(10 * time.Second):
+			t.Fatal("Reboot did not return after its context was cancelled")
+		}
+	}
 }

@@ -81,7 +81,7 @@ func rebootLogind(ctx context.Context, cfg Config) error {
 	defer conn.Close()
 	call := conn.Object(LogindService, LogindPath).CallWithContext(ctx, LogindReboot, 0, false)
 	if call.Err != nil {
-		return busError(LogindReboot, call.Err)
+		return callError(ctx, LogindReboot, call.Err)
 	}
 	return nil
 }
@@ -95,7 +95,7 @@ func rebootSystemd(ctx context.Context, cfg Config) (string, error) {
 	// Buffered: go-systemd's dispatcher sends once and must never block.
 	ch := make(chan string, 1)
 	if _, err := conn.StartUnitContext(ctx, RebootTarget, RebootJobMode, ch); err != nil {
-		return "", busError(SystemdStart, err)
+		return "", callError(ctx, SystemdStart, err)
 	}
 	select {
 	case res := <-ch:
