@@ -87,7 +87,7 @@ func (e *BusError) hint() string {
 // command would end failed instead of cancelled.
 func callError(ctx context.Context, call string, err error) error {
 	if ctx.Err() != nil {
-		return fmt.Errorf("%s: %w (the bus said: %v)", call, ctx.Err(), err)
+		return fmt.Errorf("%s: %w (the bus said: %w)", call, ctx.Err(), err)
 	}
 	return busError(call, err)
 }
