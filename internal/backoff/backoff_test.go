@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/require"
@@ -56,4 +57,33 @@ func TestNthCountsFromTheMinimum(t *testing.T) {
 		require.GreaterOrEqual(t, got, time.Duration(float64(base)*(1-backoff.Jitter)), "n=%d", n)
 		require.LessOrEqual(t, got, time.Duration(float64(base)*(1+backoff.Jitter)), "n=%d", n)
 	}
+}
+
+// Loop waits what it reports, on the clock: in a synctest bubble, where time
+// moves only when every goroutine waits, a minute's backoff passes at once
+// and the gap between two attempts is exactly the wait Loop reported (a
+// reconnect loop that reported one wait and slept another, or none, would
+// hammer a server that is down).
+func TestLoopWaitsWhatItReports(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		var (
+			attempts []time.Time
+			waits    []time.Duration
+		)
+		backoff.Loop(ctx, 10*time.Second, time.Minute, func(context.Context) (bool, error) {
+			attempts = append(attempts, time.Now())
+			if len(attempts) == 6 {
+				cancel()
+			}
+			return false, errors.New("down")
+		}, func(_ error, wait time.Duration) { waits = append(waits, wait) })
+		require.Len(t, attempts, 6)
+		for i := 1; i < len(attempts); i++ {
+			require.Equal(t, waits[i-1], attempts[i].Sub(attempts[i-1]), "the gap before attempt %d", i+1)
+		}
+		require.LessOrEqual(t, waits[4], time.Duration(float64(time.Minute)*(1+backoff.Jitter)), "capped at the maximum")
+		require.GreaterOrEqual(t, waits[4], time.Duration(float64(time.Minute)*(1-backoff.Jitter)), "doubled up to the maximum: 10, 20, 40, 60, 60 s")
+	})
 }
