@@ -116,19 +116,33 @@ type Daemon struct {
 	// runs counts the goroutines that run or wait for commands.
 	runs sync.WaitGroup
 
-	// lock guards active and closing.
+	// lock guards active and closing, and each active entry's watchers,
+	// last, rec, cancel and cancelRequested.
+	//
+	// Lock order: settleLock, then lock, then an entry's sendLock. lock is
+	// released before sendLock is taken, never held across it: publish,
+	// finish and abandon copy the watchers under lock, then send under
+	// sendLock, and a state update's send waits for a slow watcher, which
+	// Submit, Cancel and InFlight must not wait behind. Nothing takes lock
+	// while holding sendLock (with the order above, a deadlock). The
+	// journal's locks may be taken under lock (Submit's Get), never the
+	// reverse; subs.lock is taken with neither held.
+	// TestLockOrder_ASendThatWaitsNeverHoldsUpTheDaemonLock checks it.
 	lock    sync.Mutex
 	active  map[string]*entry
 	closing bool
 
 	compactDone chan struct{}
 
-	// settleLock serialises SettleHandoff.
+	// settleLock serialises SettleHandoff; it is taken before lock.
 	settleLock sync.Mutex
 }
 
 // entry is a command bcd is working on: waiting for a spec, journaled and
-// queued, or running.
+// queued, or running. rec, watchers, last, cancel and cancelRequested are
+// guarded by Daemon.lock, sendClosed by sendLock; the other fields belong
+// to the goroutine at the command's current step (Submit, the wait for a
+// spec, the lane worker), each handing the entry on to the next.
 type entry struct {
 	cmd      accept.Command
 	manifest kind.Manifest
@@ -143,9 +157,13 @@ type entry struct {
 	cancelRequested bool
 	// wake is closed to end a wait for the spec (a cancel).
 	wake chan struct{}
-	// sendLock is held while sending to or closing the watchers' channels
-	// (outside d.lock, since a send may wait), so no send meets a closed
-	// channel; sendClosed is set once they are closed.
+	// sendLock is held while sending to or closing the watchers' channels,
+	// so no send meets a closed channel; it guards sendClosed, set once
+	// they are closed. It is taken after d.lock is released, never with it
+	// (see Daemon.lock): a send may wait for a slow watcher. The one send
+	// under d.lock instead is attach's replay to a new watcher, which
+	// never waits (its buffer is empty) and which no publish or finish can
+	// reach before d.lock is released.
 	sendLock   sync.Mutex
 	sendClosed bool
 	// release frees the entry's lane worker slot; set by the lane job and
