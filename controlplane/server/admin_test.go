@@ -2,8 +2,9 @@ package server_test
 
 import (
 	"context"
-	"github.com/better-compute/commands/internal/trust"
 	"testing"
+
+	"github.com/better-compute/commands/internal/trust"
 
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc/metadata"

@@ -3,14 +3,11 @@ package server
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
 	"net/http"
-	"os"
-	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -18,16 +15,12 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
-	"google.golang.org/grpc/reflection"
-	reflectionv1 "google.golang.org/grpc/reflection/grpc_reflection_v1"
-	reflectionv1alpha "google.golang.org/grpc/reflection/grpc_reflection_v1alpha"
 
 	"github.com/better-compute/commands/controlplane/commands/batches"
 	"github.com/better-compute/commands/controlplane/commands/bundles"
@@ -36,13 +29,10 @@ import (
 	"github.com/better-compute/commands/controlplane/commands/kinds"
 	"github.com/better-compute/commands/controlplane/commands/queue"
 	"github.com/better-compute/commands/controlplane/commands/sweeper"
-	"github.com/better-compute/commands/controlplane/fleet/nodehealth"
 	"github.com/better-compute/commands/controlplane/front/api"
 	"github.com/better-compute/commands/controlplane/front/gateway"
 	"github.com/better-compute/commands/controlplane/front/join"
-	"github.com/better-compute/commands/controlplane/internal/store"
 	"github.com/better-compute/commands/controlplane/modules"
-	"github.com/better-compute/commands/controlplane/modules/metal"
 	"github.com/better-compute/commands/controlplane/trust/auth"
 	"github.com/better-compute/commands/controlplane/trust/pki"
 	"github.com/better-compute/commands/controlplane/trust/secrets"
@@ -112,210 +102,24 @@ type Server struct {
 // New opens the database (applying migrations), builds the registry from the
 // first-party manifests and KindsDir, and binds both listeners, so a bad
 // address or database fails here rather than after start.
+//
+// It runs as a sequence of steps (newSteps, in order); each step that opens
+// something (the pool, the tracer, a listener) pushes its closer, and a step
+// that fails runs the closers pushed so far, newest first: a failed New
+// leaves no listener bound, no connection open and no span unflushed.
 func New(ctx context.Context, cfg Config, reg *kinds.Registry, logger hclog.Logger) (*Server, error) {
 	if logger == nil {
 		logger = hclog.NewNullLogger()
 	}
-	authCfg, err := cfg.AuthConfig()
-	if err != nil {
-		return nil, err
-	}
-	authn, err := auth.New(authCfg)
-	if err != nil {
-		return nil, fmt.Errorf("auth: %w", err)
-	}
-	if reg == nil {
-		// The built-ins, then the modules' kinds (the metal module's BMC,
-		// site.httpProxy and diag.dcgm kinds).
-		if reg, err = kinds.NewRegistry(append(kinds.FirstParty(), metal.Manifests()...)...); err != nil {
-			return nil, fmt.Errorf("kind registry: %w", err)
+	b := &builder{cfg: cfg, reg: reg, logger: logger, s: &Server{cfg: cfg, logger: logger.Named("server")}}
+	for _, step := range b.steps() {
+		if err := step.run(ctx); err != nil {
+			b.logger.Debug("building the server failed; closing what it opened", "step", step.name, "error", err)
+			b.closeAll(ctx)
+			return nil, err
 		}
 	}
-	if cfg.KindsDir != "" {
-		if err := reg.LoadDir(cfg.KindsDir); err != nil {
-			return nil, fmt.Errorf("loading kinds from %s: %w", cfg.KindsDir, err)
-		}
-	}
-	creds, err := tlsCredentials(cfg.TLS)
-	if err != nil {
-		return nil, err
-	}
-	httpTLS, err := httpTLSConfig(cfg.HTTPTLS)
-	if err != nil {
-		return nil, err
-	}
-	poolCfg, err := pgxpool.ParseConfig(cfg.DatabaseURL)
-	if err != nil {
-		return nil, fmt.Errorf("database url: %w", err)
-	}
-	// The pool bounds the API's concurrency on the database; an enqueue
-	// holds a connection for three round trips, so a few per CPU keep the
-	// database busy without queueing behind the pool.
-	poolCfg.MaxConns = cfg.MaxConns
-	if poolCfg.MaxConns <= 0 {
-		poolCfg.MaxConns = int32(max(8, 4*runtime.GOMAXPROCS(0)))
-	}
-	// A new connection runs the gateway's statements once before it
-	// serves anyone: a backend's first run of a statement costs far more
-	// than the next (queue.Warm).
-	poolCfg.AfterConnect = queue.WarmConn
-	pool, err := store.OpenConfig(ctx, poolCfg, logger)
-	if err != nil {
-		return nil, err
-	}
-	s := &Server{cfg: cfg, logger: logger.Named("server"), pool: pool, authn: authn}
-	s.metrics = newMetrics(pool)
-	if err := s.startTracing(ctx, cfg); err != nil {
-		pool.Close()
-		return nil, err
-	}
-	// closeOnErr undoes what New did so far: a failed New leaves no
-	// listener bound, no connection open and no span unflushed.
-	closeOnErr := func(err error) (*Server, error) {
-		for _, l := range []net.Listener{s.grpcLis, s.gwLis, s.httpLis} {
-			if l != nil {
-				_ = l.Close()
-			}
-		}
-		pool.Close()
-		if s.flushTraces != nil {
-			fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-			_ = s.flushTraces(fctx)
-			cancel()
-		}
-		return nil, err
-	}
-
-	var (
-		support *bundles.Bundles
-		dir     *bundles.DirStore
-		blob    bundles.BlobStore
-	)
-	if cfg.SupportBundles != nil {
-		store, err := bundles.Open(*cfg.SupportBundles)
-		if err != nil {
-			return closeOnErr(err)
-		}
-		support = bundles.New(store, cfg.SupportBundles.EffectiveMaxBytes())
-		blob = store
-		dir, _ = store.(*bundles.DirStore)
-		if dir != nil && cfg.HTTPListen == "" {
-			return closeOnErr(errors.New("supportBundles with driver dir needs httpListen, which serves the uploads"))
-		}
-	}
-
-	q := queue.New(reg, logger)
-	q.RequireBatches(cfg.BatchQuorum)
-	s.queue = q
-	// Every process that settles commands (gateway, sweeper, API cancel)
-	// moves a fleet run's target in the settling transaction.
-	s.fleet = fleetruns.New(pool, q, fleetruns.Options{Quorum: s.Quorum, Logger: logger, Prepare: s.prepareRunCommand})
-	q.AlsoOnSettle(fleetruns.SettleHook)
-	q.AlsoOnSettle(nodehealth.SettleHook)
-	s.support = support
-	if err := cfg.ValidateComponents(); err != nil {
-		return closeOnErr(err)
-	}
-	if err := s.startSigning(ctx, cfg); err != nil {
-		return closeOnErr(err)
-	}
-	s.trust = trustbundle.NewSource(pool, 0)
-	s.registerSigningMetric()
-	s.warnUnsigned(ctx)
-	if cfg.Secrets != nil {
-		key, err := secrets.LoadKeyFile(cfg.Secrets.KeyFile)
-		if err != nil {
-			return closeOnErr(err)
-		}
-		s.secrets = &secrets.PGStore{Pool: pool, Key: key}
-		s.logger.Info("secrets on", "key_id", key.ID)
-	}
-	if cfg.Gateway.Listen != "" && cfg.Runs(ComponentGateway) {
-		if err := s.newGateway(cfg.Gateway); err != nil {
-			return closeOnErr(err)
-		}
-	}
-	s.nodeWakers, s.workflowWakers = &sweeper.Wakers{}, &sweeper.Wakers{}
-	if !cfg.Sweeper.Disabled && cfg.Runs(ComponentSweeper) {
-		s.sweeper = sweeper.New(pool, q, sweeper.Options{Interval: time.Duration(cfg.Sweeper.Interval),
-			Nodes: s.nodeWakers, Workflows: s.workflowWakers, Logger: logger, OnSwept: s.metrics.ops.onSwept})
-		// The fleet runs' advancer is a singleton like the sweeper, and
-		// runs where it runs.
-		s.advancer = fleetruns.NewAdvancer(s.fleet, fleetruns.AdvancerOptions{})
-	}
-	if err := s.newHistory(ctx, cfg, blob); err != nil {
-		return closeOnErr(err)
-	}
-	if err := s.startModules(cfg, reg); err != nil {
-		return closeOnErr(err)
-	}
-	s.logKinds("start")
-	s.api = api.New(api.Config{Pool: pool, Queue: q, Logger: logger, Allowlist: cfg.Allowlist, Quorum: s.Quorum,
-		Bundles: support, Join: s.join, MaxWatchesPerIdentity: cfg.MaxWatchesPerIdentity, Tracer: s.tracer, Secrets: s.secretStore(),
-		FleetRuns: s.fleet})
-	if s.gateway != nil {
-		registerGateway(s.metrics.reg, s.gateway)
-	}
-	if s.sweeper != nil {
-		registerSweeper(s.metrics.reg, s.sweeper)
-	}
-
-	authn.AllowUnauthenticated(healthpb.Health_ServiceDesc.ServiceName,
-		reflectionv1.ServerReflection_ServiceDesc.ServiceName, reflectionv1alpha.ServerReflection_ServiceDesc.ServiceName)
-	decode := newDecodeChecks()
-	opts := []grpc.ServerOption{
-		grpc.ForceServerCodecV2(decode.serverCodec()),
-		grpc.ChainUnaryInterceptor(s.metrics.unary(), decode.unary(), authn.UnaryInterceptor()),
-		grpc.ChainStreamInterceptor(s.metrics.stream(), decode.stream(), authn.StreamInterceptor()),
-	}
-	if creds != nil {
-		opts = append(opts, grpc.Creds(creds))
-	} else {
-		s.logger.Warn("the API serves plaintext: set tls.cert and tls.key outside loopback and tests")
-	}
-	s.grpc = grpc.NewServer(opts...)
-	if cfg.Runs(ComponentAPI) {
-		s.api.Register(s.grpc)
-		// The metal module's workflows (metal.power, metal.bulk).
-		(&metal.Service{Pool: pool, Queue: q, Quorum: s.Quorum, Logger: logger.Named("metal")}).Register(s.grpc)
-	}
-	s.health = health.NewServer()
-	healthpb.RegisterHealthServer(s.grpc, s.health)
-	// Reflection lets grpcurl, Postman and any language's tooling use the
-	// API without our CLI or the .proto files.
-	reflection.Register(s.grpc)
-
-	if s.grpcLis, err = net.Listen("tcp", cfg.GRPCListen); err != nil {
-		return closeOnErr(fmt.Errorf("listening for gRPC on %s: %w", cfg.GRPCListen, err))
-	}
-	if cfg.HTTPListen != "" {
-		if s.httpLis, err = net.Listen("tcp", cfg.HTTPListen); err != nil {
-			return closeOnErr(fmt.Errorf("listening for HTTP on %s: %w", cfg.HTTPListen, err))
-		}
-		if httpTLS != nil {
-			s.httpLis = tls.NewListener(s.httpLis, httpTLS)
-		}
-		mux := http.NewServeMux()
-		mux.HandleFunc("/healthz", s.healthz)
-		mux.HandleFunc("/readyz", s.readyz)
-		mux.Handle("/metrics", promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{}))
-		if dir != nil {
-			mux.Handle(dir.MountPath()+"/", dir.Handler())
-		}
-		if cfg.Runs(ComponentAPI) {
-			// Support bundles for a caller with the node's read permission
-			// (the console's download link): the API's token, no store
-			// credentials.
-			mux.Handle(api.BundlePath, s.api.BundleHandler(authn))
-		}
-		if cfg.Runs(ComponentAPI) && !cfg.Browser.Disabled {
-			if err := s.mountBrowser(mux, cfg.Browser, httpTLS != nil); err != nil {
-				return closeOnErr(err)
-			}
-		}
-		s.http = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	}
-	return s, nil
+	return b.s, nil
 }
 
 // ReloadAuth replaces the identities and grants with those of cfg (its auth
@@ -396,75 +200,6 @@ func (s *Server) secretStore() secrets.Store {
 		return nil
 	}
 	return s.secrets
-}
-
-// GatewayAddr is the gateway's bound address, nil when off.
-func (s *Server) GatewayAddr() net.Addr {
-	if s.gwLis == nil {
-		return nil
-	}
-	return s.gwLis.Addr()
-}
-
-// CA is the node CA, nil when the gateway is off.
-func (s *Server) CA() *pki.CA { return s.ca }
-
-// Gateway is the node session server, nil when off.
-func (s *Server) Gateway() *gateway.Gateway { return s.gateway }
-
-// Join is the join service, nil when the gateway is off.
-func (s *Server) Join() *join.Service { return s.join }
-
-// Sweeper is the CommandSweeper, nil when disabled.
-func (s *Server) Sweeper() *sweeper.Sweeper { return s.sweeper }
-
-// NodeWakers are woken with a node id when the sweeper settles one of its
-// commands; node controllers register here.
-func (s *Server) NodeWakers() *sweeper.Wakers { return s.nodeWakers }
-
-// WorkflowWakers are woken with a workflow id when the sweeper settles a
-// command whose key is wf:<workflowId>:…; workflow engines register here.
-func (s *Server) WorkflowWakers() *sweeper.Wakers { return s.workflowWakers }
-
-// Queue is the server's command queue.
-func (s *Server) Queue() *queue.Queue { return s.queue }
-
-// GRPCAddr is the API's bound address.
-func (s *Server) GRPCAddr() net.Addr { return s.grpcLis.Addr() }
-
-// HTTPAddr is the health and metrics address, nil when off.
-func (s *Server) HTTPAddr() net.Addr {
-	if s.httpLis == nil {
-		return nil
-	}
-	return s.httpLis.Addr()
-}
-
-// Pool is the server's database pool.
-func (s *Server) Pool() *pgxpool.Pool { return s.pool }
-
-// healthz says the process is alive.
-func (s *Server) healthz(w http.ResponseWriter, _ *http.Request) {
-	w.WriteHeader(http.StatusOK)
-	_, _ = w.Write([]byte("ok\n"))
-}
-
-// readyz says the server takes traffic: not stopping, and the database
-// answers. A second line says whether commands are signed (signingState):
-// unsigned is not unready, but an operator looking should see it.
-func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
-	if s.stopping.Load() {
-		http.Error(w, "shutting down", http.StatusServiceUnavailable)
-		return
-	}
-	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
-	defer cancel()
-	if err := s.pool.Ping(ctx); err != nil {
-		http.Error(w, "database: "+err.Error(), http.StatusServiceUnavailable)
-		return
-	}
-	_, _ = w.Write([]byte("ready\n"))
-	s.writeSigningDetail(ctx, w)
 }
 
 // Run serves until ctx ends, then stops gracefully: readiness and gRPC
@@ -563,52 +298,6 @@ func (s *Server) Run(ctx context.Context) error {
 	cancel()
 	s.logger.Info("stopped")
 	return runErr
-}
-
-// httpTLSConfig is the HTTP listener's TLS; nil without a certificate,
-// when it serves plain HTTP.
-func httpTLSConfig(t HTTPTLSConfig) (*tls.Config, error) {
-	if t.Cert == "" && t.Key == "" {
-		return nil, nil
-	}
-	if t.Cert == "" || t.Key == "" {
-		return nil, errors.New("httpTls needs both cert and key")
-	}
-	pair, err := tls.LoadX509KeyPair(t.Cert, t.Key)
-	if err != nil {
-		return nil, fmt.Errorf("httpTls: loading the certificate: %w", err)
-	}
-	return &tls.Config{Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12}, nil
-}
-
-// tlsCredentials builds the API's TLS; nil without a certificate.
-func tlsCredentials(t TLSConfig) (credentials.TransportCredentials, error) {
-	if t.Cert == "" && t.Key == "" {
-		if t.ClientCA != "" {
-			return nil, errors.New("tls.clientCa needs tls.cert and tls.key")
-		}
-		return nil, nil
-	}
-	pair, err := tls.LoadX509KeyPair(t.Cert, t.Key)
-	if err != nil {
-		return nil, fmt.Errorf("loading the server certificate: %w", err)
-	}
-	cfg := &tls.Config{Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12}
-	if t.ClientCA != "" {
-		pem, err := os.ReadFile(t.ClientCA)
-		if err != nil {
-			return nil, fmt.Errorf("reading the client CA: %w", err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("client CA %s holds no PEM certificate", t.ClientCA)
-		}
-		cfg.ClientCAs = pool
-		// Verify a certificate when one is sent; a client without one may
-		// still authenticate with a bearer token.
-		cfg.ClientAuth = tls.VerifyClientCertIfGiven
-	}
-	return credentials.NewTLS(cfg), nil
 }
 
 // checkBundle holds a settled logs.collect to what the blob store has: the

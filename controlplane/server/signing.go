@@ -3,9 +3,10 @@ package server
 import (
 	"context"
 	"fmt"
+	"time"
+
 	"github.com/better-compute/commands/controlplane/commands/batches"
 	"github.com/better-compute/commands/internal/trust"
-	"time"
 
 	"github.com/better-compute/commands/controlplane/server/serverconfig"
 	"github.com/better-compute/commands/controlplane/trust/signing"

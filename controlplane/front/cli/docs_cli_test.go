@@ -57,7 +57,7 @@ func TestCLIReferenceConfigFileWorksAsWritten(t *testing.T) {
 	t.Parallel()
 	r := servertest.Start(t, nil)
 	var cfg string
-	for _, b := range mdBlocks(t, filepath.Join("..", "..", "docs", "cli.md")) {
+	for _, b := range mdBlocks(t, filepath.Join(testutil.RepoRoot(t), "docs", "cli.md")) {
 		if b.lang == "yaml" && len(b.lines) > 0 && b.lines[0] == "# ~/.config/better-compute/config.yaml" {
 			cfg = strings.Join(b.lines, "\n") + "\n"
 		}
@@ -122,7 +122,7 @@ func newDocsShell(t *testing.T) *docsShell {
 	// place; bc-server refuses a key file of the wrong size or mode.
 	etc := t.TempDir()
 	var made bool
-	for _, b := range mdBlocks(t, filepath.Join("..", "..", "docs", "secrets.md")) {
+	for _, b := range mdBlocks(t, filepath.Join(testutil.RepoRoot(t), "docs", "secrets.md")) {
 		if b.lang == "sh" && len(b.lines) > 0 && strings.HasPrefix(b.lines[0], "head -c 32 /dev/urandom > ") {
 			script := strings.ReplaceAll(strings.Join(b.lines, "\n"), "/etc/bc-server/", etc+"/")
 			out, err := exec.Command("sh", "-ec", script).CombinedOutput()
@@ -171,7 +171,7 @@ func TestCLIReferenceExamplesRunAsWritten(t *testing.T) {
 	var ids placeholders
 	ran := 0
 	for _, page := range []string{"cli.md", "api.md", "trust.md"} {
-		for _, b := range mdBlocks(t, filepath.Join("..", "..", "docs", page)) {
+		for _, b := range mdBlocks(t, filepath.Join(testutil.RepoRoot(t), "docs", page)) {
 			if b.lang != "sh" {
 				continue
 			}
@@ -248,7 +248,7 @@ func TestCLIReferenceListsTheAPIsMethodsAsTheCLIPrintsThem(t *testing.T) {
 	res := cliRun(context.Background(), map[string]string{}, "api", "--list")
 	require.Equal(t, 0, res.code, res.stderr)
 	const intro = "lists the methods and their request fields:"
-	b, err := os.ReadFile(filepath.Join("..", "..", "docs", "cli.md"))
+	b, err := os.ReadFile(filepath.Join(testutil.RepoRoot(t), "docs", "cli.md"))
 	require.NoError(t, err)
 	i := strings.Index(string(b), intro)
 	require.GreaterOrEqual(t, i, 0, "docs/cli.md introduces the list with %q", intro)
@@ -268,7 +268,7 @@ func TestMetalGuideStoresTheCredentialFromStandardInput(t *testing.T) {
 	t.Parallel()
 	d := newDocsShell(t)
 	var line string
-	for _, b := range mdBlocks(t, filepath.Join("..", "..", "docs", "metal.md")) {
+	for _, b := range mdBlocks(t, filepath.Join(testutil.RepoRoot(t), "docs", "metal.md")) {
 		for _, l := range b.lines {
 			if strings.Contains(l, "secrets put") && strings.Contains(l, "--from-file -") {
 				line = l
@@ -320,7 +320,7 @@ func helpTree(t *testing.T, path []string) map[string][]string {
 func TestCLIReferenceNamesEveryBetterComputeFlag(t *testing.T) {
 	t.Parallel()
 	var docs strings.Builder
-	pages, err := filepath.Glob(filepath.Join("..", "..", "docs", "*.md"))
+	pages, err := filepath.Glob(filepath.Join(testutil.RepoRoot(t), "docs", "*.md"))
 	require.NoError(t, err)
 	for _, p := range pages {
 		b, err := os.ReadFile(p)

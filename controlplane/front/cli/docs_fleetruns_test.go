@@ -28,7 +28,7 @@ func guideCommands(t *testing.T, heading string) []string {
 	t.Helper()
 	var out []string
 	cont := false
-	for _, l := range shBlock(t, filepath.Join("..", "..", "docs", "operator-guide.md"), heading) {
+	for _, l := range shBlock(t, filepath.Join(testutil.RepoRoot(t), "docs", "operator-guide.md"), heading) {
 		switch {
 		case strings.HasPrefix(l, "#"):
 			continue

@@ -9,13 +9,14 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/better-compute/commands/controlplane/server/serverconfig"
+	"github.com/better-compute/commands/internal/testutil"
 )
 
 // guideBlock is the first fenced block of lang after heading in the
 // operator guide.
 func guideBlock(t *testing.T, heading, lang string) string {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join("..", "..", "docs", "operator-guide.md"))
+	b, err := os.ReadFile(filepath.Join(testutil.RepoRoot(t), "docs", "operator-guide.md"))
 	require.NoError(t, err)
 	s := string(b)
 	i := strings.Index(s, heading)

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/better-compute/commands/controlplane/server/servertest"
+	"github.com/better-compute/commands/internal/testutil"
 )
 
 // shBlock returns the first ```sh block after heading in the markdown file.
@@ -42,7 +43,7 @@ func TestOperatorGuidePoolsProcedureRunsAsWritten(t *testing.T) {
 	r := servertest.Start(t, nil)
 	env := envFor(r, servertest.TokOps)
 	env["BC_TENANT"] = servertest.TenantA
-	lines := shBlock(t, filepath.Join("..", "..", "docs", "operator-guide.md"), "### Pools and budgets")
+	lines := shBlock(t, filepath.Join(testutil.RepoRoot(t), "docs", "operator-guide.md"), "### Pools and budgets")
 	require.Len(t, lines, 7)
 	for _, l := range lines {
 		args, ok := strings.CutPrefix(l, "better-compute ")
@@ -67,7 +68,7 @@ func TestOperatorGuideBudgetFreezeRunsAsWritten(t *testing.T) {
 	r := servertest.Start(t, nil)
 	env := envFor(r, servertest.TokOps)
 	env["BC_TENANT"] = servertest.TenantA
-	lines := shBlock(t, filepath.Join("..", "..", "docs", "operator-guide.md"), "which says you mean it:")
+	lines := shBlock(t, filepath.Join(testutil.RepoRoot(t), "docs", "operator-guide.md"), "which says you mean it:")
 	require.Len(t, lines, 2)
 	for i, want := range []string{`"maxConcurrent"`, `"maxConcurrent": 2`} {
 		cmd, _, _ := strings.Cut(lines[i], "#")

@@ -15,7 +15,7 @@ import (
 // The operator guide's bc-server table names every key bc-server's config
 // file takes: a key without a row is a setting no operator finds.
 func TestOperatorGuideTableNamesEveryServerKey(t *testing.T) {
-	rows := strings.Join(testutil.MarkdownTable(t, filepath.Join("..", "..", "docs", "operator-guide.md"), "`bc-server` reads a YAML file (`--config`)"), "\n")
+	rows := strings.Join(testutil.MarkdownTable(t, filepath.Join(testutil.RepoRoot(t), "docs", "operator-guide.md"), "`bc-server` reads a YAML file (`--config`)"), "\n")
 	// The identities under auth and the support bundle store are
 	// documented as a whole, each in a section of its own.
 	ks := testutil.ConfigKeys(reflect.TypeOf(serverconfig.Config{}), "yaml", "auth", "supportBundles")
