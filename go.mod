@@ -10,6 +10,7 @@ require (
 	github.com/NVIDIA/go-nvml v0.13.4-1
 	github.com/better-compute/commands/sdk v0.0.0
 	github.com/bougou/go-ipmi v0.9.1
+	github.com/cenkalti/backoff/v5 v5.0.3
 	github.com/coreos/go-systemd/v22 v22.7.0
 	github.com/godbus/dbus/v5 v5.2.4
 	github.com/google/jsonschema-go v0.4.3
@@ -57,7 +58,6 @@ require (
 
 require (
 	github.com/beorn7/perks v1.0.1 // indirect
-	github.com/cenkalti/backoff/v5 v5.0.3 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/fatih/color v1.15.0 // indirect
 	github.com/go-logr/logr v1.4.4 // indirect
