@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/better-compute/commands/controlplane/api/apierr"
+	"github.com/better-compute/commands/controlplane/errcode"
 	"github.com/better-compute/commands/controlplane/kinds"
 	apiv1 "github.com/better-compute/commands/proto/bc/api/v1"
 )
@@ -53,7 +54,7 @@ func (k *kindsServer) Get(ctx context.Context, req *apiv1.GetKindRequest) (*apiv
 	if req.GetVersion() != "" {
 		what += " version " + req.GetVersion()
 	}
-	return nil, apierr.New(apierr.NotFound, what+" is not registered: kinds.list lists what is, and bc-server's kindsDir is where a manifest goes",
+	return nil, apierr.New(errcode.NotFound, what+" is not registered: kinds.list lists what is, and bc-server's kindsDir is where a manifest goes",
 		map[string]string{"kind": req.GetName(), "version": req.GetVersion()})
 }
 

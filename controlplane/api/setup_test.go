@@ -18,6 +18,7 @@ import (
 	"github.com/better-compute/commands/controlplane/api/apierr"
 	"github.com/better-compute/commands/controlplane/auth"
 	"github.com/better-compute/commands/controlplane/bundles"
+	"github.com/better-compute/commands/controlplane/errcode"
 	"github.com/better-compute/commands/controlplane/kinds"
 	"github.com/better-compute/commands/controlplane/queue"
 	"github.com/better-compute/commands/internal/pgtest"
@@ -158,7 +159,7 @@ func (b *bundle) run(t testing.TB, token string, req *apiv1.RunCommandRequest) (
 }
 
 // requireCode asserts an API error: its gRPC code and ErrorInfo reason.
-func requireCode(t testing.TB, err error, code apierr.Code) apierr.Info {
+func requireCode(t testing.TB, err error, code errcode.Code) apierr.Info {
 	t.Helper()
 	require.Error(t, err)
 	in, ok := apierr.Parse(err)

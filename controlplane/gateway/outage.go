@@ -10,7 +10,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/better-compute/commands/controlplane/queue"
+	"github.com/better-compute/commands/controlplane/errcode"
 	agentv1 "github.com/better-compute/commands/proto/bc/agent/v1"
 )
 
@@ -75,7 +75,7 @@ func (o *outage) ok() {
 // the server answered about the statement itself (bad data, a constraint)
 // would only repeat.
 func unreachable(err error) bool {
-	var qe *queue.Error
+	var qe *errcode.Error
 	if errors.As(err, &qe) {
 		return false
 	}

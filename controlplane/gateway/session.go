@@ -14,8 +14,8 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/better-compute/commands/controlplane/errcode"
 	"github.com/better-compute/commands/controlplane/nodecerts"
-	"github.com/better-compute/commands/controlplane/queue"
 	"github.com/better-compute/commands/internal/trust"
 	agentv1 "github.com/better-compute/commands/proto/bc/agent/v1"
 	"github.com/better-compute/commands/sdk/kind"
@@ -142,8 +142,8 @@ func (g *Gateway) Connect(stream grpc.BidiStreamingServer[agentv1.NodeMessage, a
 	}
 	epoch, err := g.beginSession(ctx, hello, id.Role)
 	if err != nil {
-		var qe *queue.Error
-		if errors.As(err, &qe) && qe.Code == queue.NotFound {
+		var qe *errcode.Error
+		if errors.As(err, &qe) && qe.Code == errcode.NotFound {
 			return status.Errorf(codes.NotFound, "node %s is not registered or was deleted", id.NodeID)
 		}
 		if ctx.Err() == nil && unreachable(err) {

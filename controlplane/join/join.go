@@ -20,9 +20,10 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
-	"github.com/better-compute/commands/internal/trust"
 	"strings"
 	"time"
+
+	"github.com/better-compute/commands/internal/trust"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/jackc/pgx/v5"
@@ -227,7 +228,7 @@ func (s *Service) Join(ctx context.Context, req *agentv1.JoinRequest) (*agentv1.
 			allowed = id.AllowedKinds
 		}
 		if err := s.queue.SetAllowedKinds(ctx, tx, id.NodeID, allowed); err != nil {
-			if queue.CodeOf(err) == queue.NotFound {
+			if errcode.CodeOf(err) == errcode.NotFound {
 				return status.Errorf(codes.NotFound, "node %s was deleted", id.NodeID)
 			}
 			return err

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/better-compute/commands/controlplane/errcode"
 	"github.com/better-compute/commands/controlplane/kinds"
 	"github.com/better-compute/commands/controlplane/pools"
 	"github.com/better-compute/commands/controlplane/queue"
@@ -189,7 +190,7 @@ func TestBudgetValidationAndNodePool(t *testing.T) {
 		bud := pools.Defaults(b.tenant, "gpu-a")
 		mut(&bud)
 		err := bud.Validate()
-		require.ErrorIs(t, err, queue.ErrInvalidInput, field)
+		require.ErrorIs(t, err, errcode.ErrInvalidInput, field)
 		require.Contains(t, err.Error(), field[:4], field)
 	}
 	require.NoError(t, pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) error {
@@ -203,5 +204,5 @@ func TestBudgetValidationAndNodePool(t *testing.T) {
 	err = pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) error {
 		return pools.SetNodePool(b.ctx, tx, b.tenant, "node_missing", "gpu-a", "ops")
 	})
-	require.ErrorIs(t, err, queue.ErrNotFound)
+	require.ErrorIs(t, err, errcode.ErrNotFound)
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/better-compute/commands/controlplane/errcode"
 	"github.com/better-compute/commands/controlplane/events"
 	"github.com/better-compute/commands/controlplane/ids"
 	"github.com/better-compute/commands/controlplane/pgtx"
@@ -397,7 +398,7 @@ func stored(c Command, m kind.Manifest, p EnqueueParams, wire, sig, cert []byte)
 // names: p's duplicate when it is of the same kind, a conflict otherwise.
 func duplicateOf(d Command, p EnqueueParams) EnqueueOutcome {
 	if d.Kind != p.Kind {
-		return EnqueueOutcome{Err: newError(Conflict, "idempotency-key-reused",
+		return EnqueueOutcome{Err: errcode.Newf(errcode.Conflict, "idempotency-key-reused",
 			map[string]string{"kind": d.Kind, "commandId": d.ID},
 			"idempotency key already names command %s of kind %s, not %s", d.ID, d.Kind, p.Kind)}
 	}
