@@ -173,7 +173,7 @@ func New(cfg Config) *Server {
 	// One outage log for the API's requests: the first that cannot reach
 	// the database logs, the rest count, and the first to reach it again
 	// logs the end.
-	s.outage = dbhealth.New(s.logger, "API requests fail with UNAVAILABLE")
+	s.outage = dbhealth.New(s.logger, "API requests fail with UNAVAILABLE", dbhealth.ByOperation())
 	for _, k := range allow {
 		s.allowlist[k] = true
 	}

@@ -30,7 +30,7 @@ func (s *session) requeueBusy(ctx context.Context, u *agentv1.CommandUpdate) (ou
 	if err != nil {
 		return s.landErr(ctx, "requeueing a BUSY command", u, err)
 	}
-	s.g.outage.ok()
+	s.g.outage.OK()
 	// Requeued, or already moved on (settled, running, fenced): either way
 	// this session no longer holds it.
 	s.releaseCredit(u.GetCommandId())
