@@ -117,7 +117,11 @@ func Default() Config {
 	}
 }
 
-// Parse reads a YAML document over the defaults.
+// Parse reads a YAML document over the defaults. It uses sigs.k8s.io/yaml
+// (YAML to JSON, then encoding/json), not the control plane's
+// go.yaml.in/yaml/v3: the config's types are JSON-shaped (json tags,
+// kind.Duration reads JSON), and operators' files have always
+// been read with its YAML 1.1 scalars, which v3 reads differently.
 func Parse(b []byte) (Config, error) {
 	c := Default()
 	if err := yaml.UnmarshalStrict(b, &c); err != nil {

@@ -46,6 +46,19 @@ func TestParse_UnknownKeyIsAnError(t *testing.T) {
 	require.ErrorContains(t, err, "lane")
 }
 
+// The file is read as it always has been, through sigs.k8s.io/yaml: YAML
+// 1.1 scalars (an unquoted on or yes is a boolean, and one in a string
+// field reads "true") and keys matched as encoding/json matches them. The
+// control plane's configs use go.yaml.in/yaml/v3, which reads these
+// differently; moving this file to it would change what operators' files
+// mean, so this test fails if that happens unnoticed.
+func TestParse_ReadsYAML11AsBefore(t *testing.T) {
+	c, err := Parse([]byte("nodeId: node_1\nlogJson: yes\npluginEnv:\n  DEBUG: on\n  MODE: 0755\n"))
+	require.NoError(t, err)
+	require.True(t, c.LogJSON)
+	require.Equal(t, map[string]string{"DEBUG": "true", "MODE": "493"}, c.PluginEnv)
+}
+
 func TestValidate_NamesEverySetting(t *testing.T) {
 	c := Default()
 	c.LogLevel = "loud"

@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/better-compute/commands/controlplane/commands/queue"
+	"github.com/better-compute/commands/controlplane/internal/errcode"
 	"github.com/better-compute/commands/controlplane/modules"
 )
 
@@ -43,7 +44,7 @@ func TestEnqueueRolledBackWithTheModulesTxLeavesNoCommand(t *testing.T) {
 	require.Zero(t, steps)
 	require.EqualValues(t, 1, nextSeq, "no seq was taken")
 	_, err = b.q.Get(b.ctx, b.pool, b.node, cmd.ID)
-	require.ErrorIs(t, err, queue.ErrNotFound)
+	require.ErrorIs(t, err, errcode.ErrNotFound)
 
 	require.NoError(t, pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) error {
 		c, _, err := mc.Commands().Enqueue(b.ctx, tx, b.step(key))
@@ -109,7 +110,7 @@ func TestEnqueueRefusesKeysThatAreNotTheModules(t *testing.T) {
 			_, _, err := mc.Commands().Enqueue(b.ctx, tx, b.step(key))
 			return err
 		})
-		require.ErrorIs(t, err, queue.ErrInvalidInput, key)
+		require.ErrorIs(t, err, errcode.ErrInvalidInput, key)
 		require.Contains(t, err.Error(), "idempotency key")
 	}
 }

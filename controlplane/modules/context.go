@@ -14,6 +14,7 @@ import (
 
 	"github.com/better-compute/commands/controlplane/commands/events"
 	"github.com/better-compute/commands/controlplane/commands/queue"
+	"github.com/better-compute/commands/controlplane/internal/errcode"
 	"github.com/better-compute/commands/controlplane/internal/store"
 	"github.com/better-compute/commands/sdk/kind"
 	"github.com/better-compute/commands/sdk/nodespec"
@@ -156,7 +157,7 @@ func ReadNode(ctx context.Context, db store.DBTX, nodeID string) (NodeView, erro
 		LEFT JOIN LATERAL (SELECT generation, spec FROM node_specs WHERE node_id = n.id ORDER BY generation DESC LIMIT 1) s ON true
 		WHERE n.id = $1`, nodeID).Scan(&n.ID, &n.TenantID, &n.Pool, &n.BootID, &conds, &inv, &n.SessionSeenAt, &deleted, &gen, &spec)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return NodeView{}, &queue.Error{Code: queue.NotFound, Reason: "node-not-found", Message: "node " + nodeID + " not found", Details: map[string]string{"nodeId": nodeID}}
+		return NodeView{}, &errcode.Error{Code: errcode.NotFound, Reason: "node-not-found", Message: "node " + nodeID + " not found", Details: map[string]string{"nodeId": nodeID}}
 	}
 	if err != nil {
 		return NodeView{}, fmt.Errorf("reading node %s: %w", nodeID, err)

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/better-compute/commands/controlplane/front/api/apierr"
+	"github.com/better-compute/commands/controlplane/internal/errcode"
 	"github.com/better-compute/commands/controlplane/server/servertest"
 	agentv1 "github.com/better-compute/commands/proto/bc/agent/v1"
 	apiv1 "github.com/better-compute/commands/proto/bc/api/v1"
@@ -30,12 +31,12 @@ func TestCreateJoinTokenThroughTheAPI(t *testing.T) {
 		AllowedKinds: []string{"inventory.refresh"}, TtlSeconds: 600}
 
 	_, err := nodes.CreateJoinToken(as(servertest.TokRead), req)
-	require.Equal(t, apierr.PermissionDenied, apierr.CodeOf(err), "%v", err)
+	require.Equal(t, errcode.PermissionDenied, apierr.CodeOf(err), "%v", err)
 	_, err = nodes.CreateJoinToken(as(servertest.TokOther), req)
-	require.Equal(t, apierr.NotFound, apierr.CodeOf(err), "another tenant's node is NOT_FOUND, never PERMISSION_DENIED")
+	require.Equal(t, errcode.NotFound, apierr.CodeOf(err), "another tenant's node is NOT_FOUND, never PERMISSION_DENIED")
 	_, err = nodes.CreateJoinToken(as(servertest.TokOps), &apiv1.CreateJoinTokenRequest{TenantId: servertest.TenantA,
 		NodeId: servertest.NodeA1, TtlSeconds: 8 * 24 * 3600})
-	require.Equal(t, apierr.InvalidInput, apierr.CodeOf(err), "%v", err)
+	require.Equal(t, errcode.InvalidInput, apierr.CodeOf(err), "%v", err)
 
 	tok, err := nodes.CreateJoinToken(as(servertest.TokOps), req)
 	require.NoError(t, err)
@@ -77,9 +78,9 @@ func TestSetAndGetNodeSpec(t *testing.T) {
 	require.NoError(t, err)
 	set := &apiv1.SetNodeSpecRequest{TenantId: servertest.TenantA, NodeId: servertest.NodeA1, Spec: spec}
 	_, err = nodes.SetSpec(as(servertest.TokRead), set)
-	require.Equal(t, apierr.PermissionDenied, apierr.CodeOf(err))
+	require.Equal(t, errcode.PermissionDenied, apierr.CodeOf(err))
 	_, err = nodes.SetSpec(as(servertest.TokOther), set)
-	require.Equal(t, apierr.NotFound, apierr.CodeOf(err))
+	require.Equal(t, errcode.NotFound, apierr.CodeOf(err))
 
 	g1, err := nodes.SetSpec(as(servertest.TokOps), set)
 	require.NoError(t, err)
@@ -94,6 +95,6 @@ func TestSetAndGetNodeSpec(t *testing.T) {
 	bad, err := structpb.NewStruct(map[string]any{"holds": []any{map[string]any{"gpu": "GPU-1", "state": "maybe"}}})
 	require.NoError(t, err)
 	_, err = nodes.SetSpec(as(servertest.TokOps), &apiv1.SetNodeSpecRequest{TenantId: servertest.TenantA, NodeId: servertest.NodeA1, Spec: bad})
-	require.Equal(t, apierr.InvalidInput, apierr.CodeOf(err), "%v", err)
+	require.Equal(t, errcode.InvalidInput, apierr.CodeOf(err), "%v", err)
 	require.EqualValues(t, 2, get().GetGeneration())
 }

@@ -18,6 +18,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/better-compute/commands/controlplane/front/api/apierr"
+	"github.com/better-compute/commands/controlplane/internal/errcode"
 	"github.com/better-compute/commands/controlplane/server"
 	"github.com/better-compute/commands/controlplane/server/servertest"
 	"github.com/better-compute/commands/internal/testutil"
@@ -81,7 +82,7 @@ func TestBrowserAPIHasTheGRPCAPIsAuthAndErrors(t *testing.T) {
 			_, err = get("", opts...)(ctx, mine)
 			code, info := errorInfo(t, err)
 			require.Equal(t, connect.CodeUnauthenticated, code)
-			require.Equal(t, string(apierr.Unauthenticated), info.GetReason())
+			require.Equal(t, string(errcode.Unauthenticated), info.GetReason())
 			require.Equal(t, apierr.Domain, info.GetDomain())
 
 			_, err = get("not-a-token", opts...)(ctx, mine)
@@ -93,7 +94,7 @@ func TestBrowserAPIHasTheGRPCAPIsAuthAndErrors(t *testing.T) {
 			_, err = get(servertest.TokOther, opts...)(ctx, mine)
 			code, info = errorInfo(t, err)
 			require.Equal(t, connect.CodeNotFound, code)
-			require.Equal(t, string(apierr.NotFound), info.GetReason())
+			require.Equal(t, string(errcode.NotFound), info.GetReason())
 			want, ok := apierr.Parse(grpcErr)
 			require.True(t, ok)
 			require.NotEmpty(t, want.Details)
@@ -113,7 +114,7 @@ func TestBrowserAPIHasTheGRPCAPIsAuthAndErrors(t *testing.T) {
 	_, err = run(r, "/bc.api.v1.Commands/Run", servertest.TokRead, connect.WithProtoJSON())(ctx, req)
 	code, info := errorInfo(t, err)
 	require.Equal(t, connect.CodePermissionDenied, code)
-	require.Equal(t, string(apierr.PermissionDenied), info.GetReason())
+	require.Equal(t, string(errcode.PermissionDenied), info.GetReason())
 
 	// One implementation: a command queued over Connect is the one gRPC
 	// shows, and the same key over gRPC returns it.
@@ -129,7 +130,7 @@ func TestBrowserAPIHasTheGRPCAPIsAuthAndErrors(t *testing.T) {
 	_, err = run(r, "/bc.api.v1.Commands/Run", servertest.TokOps)(ctx, req)
 	code, info = errorInfo(t, err)
 	require.Equal(t, connect.CodeAlreadyExists, code)
-	require.Equal(t, string(apierr.Conflict), info.GetReason())
+	require.Equal(t, string(errcode.Conflict), info.GetReason())
 }
 
 // The watch streams over the Connect protocol (HTTP/1.1), and its limit is
@@ -200,7 +201,7 @@ func TestBrowserAPIWatchStreamsAndSharesTheWatchLimit(t *testing.T) {
 	gs, err := apiv1.NewEventsClient(dial(t, r.GRPC)).Watch(as(servertest.TokOps), &apiv1.WatchEventsRequest{TenantId: servertest.TenantA})
 	require.NoError(t, err)
 	_, err = gs.Recv()
-	require.Equal(t, apierr.InvalidState, apierr.CodeOf(err), "%v", err)
+	require.Equal(t, errcode.InvalidState, apierr.CodeOf(err), "%v", err)
 	in, _ := apierr.Parse(err)
 	require.Equal(t, "too-many-watches", in.Details["reason"])
 }

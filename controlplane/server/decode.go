@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/better-compute/commands/controlplane/front/api/apierr"
+	"github.com/better-compute/commands/controlplane/internal/errcode"
 )
 
 // A request gRPC cannot decode (JSON nested deeper than the protobuf
@@ -61,11 +62,11 @@ func (d *decodeChecks) refusal(req any) error {
 	}
 	msg := v.(error).Error()
 	if strings.Contains(msg, "recursion depth") {
-		return apierr.New(apierr.InvalidInput,
+		return apierr.New(errcode.InvalidInput,
 			"the request is nested too deeply to decode: JSON (a payload or a spec) may nest at most about 3,000 levels",
 			map[string]string{"field": "request", "reason": "too-deep"})
 	}
-	return apierr.New(apierr.InvalidInput, "the request does not decode: "+msg, map[string]string{"field": "request", "reason": "malformed-request"})
+	return apierr.New(errcode.InvalidInput, "the request does not decode: "+msg, map[string]string{"field": "request", "reason": "malformed-request"})
 }
 
 // unary refuses a unary call whose request did not decode. It must come

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/better-compute/commands/controlplane/front/api/apierr"
+	"github.com/better-compute/commands/controlplane/internal/errcode"
 	"github.com/better-compute/commands/controlplane/server"
 	"github.com/better-compute/commands/controlplane/server/servertest"
 	"github.com/better-compute/commands/internal/pgtest"
@@ -75,7 +76,7 @@ func TestDatabaseOutageIsLoggedOnceAndItsEndOnce(t *testing.T) {
 		case 2:
 			_, err = nodes.Get(as(servertest.TokRead), &apiv1.GetNodeRequest{TenantId: servertest.TenantA, NodeId: servertest.NodeA1})
 		}
-		require.Equal(t, apierr.Unavailable, apierr.CodeOf(err), "%v", err)
+		require.Equal(t, errcode.Unavailable, apierr.CodeOf(err), "%v", err)
 	}
 	proxy.Restore()
 	testutil.WaitFor(t, 30*time.Second, "the API to reach the database again", func() bool { return run() == nil })

@@ -18,6 +18,7 @@ import (
 	reflectionv1 "google.golang.org/grpc/reflection/grpc_reflection_v1"
 
 	"github.com/better-compute/commands/controlplane/front/api/apierr"
+	"github.com/better-compute/commands/controlplane/internal/errcode"
 	"github.com/better-compute/commands/controlplane/server"
 	"github.com/better-compute/commands/controlplane/server/servertest"
 	apiv1 "github.com/better-compute/commands/proto/bc/api/v1"
@@ -51,7 +52,7 @@ func TestServesAPIHealthMetricsAndReflection(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "pending", c.GetState())
 	_, err = apiv1.NewCommandsClient(conn).Run(ctx, &apiv1.RunCommandRequest{TenantId: servertest.TenantA, NodeId: servertest.NodeA1, Kind: "gpu.reset"})
-	require.Equal(t, apierr.Unsupported, apierr.CodeOf(err))
+	require.Equal(t, errcode.Unsupported, apierr.CodeOf(err))
 
 	code, body := get(t, "http://"+r.HTTP+"/healthz")
 	require.Equal(t, http.StatusOK, code, body)
@@ -97,7 +98,7 @@ func TestGracefulShutdown(t *testing.T) {
 	_, err = stream.Recv()
 	in, ok := apierr.Parse(err)
 	require.True(t, ok, "%v", err)
-	require.Equal(t, apierr.Unavailable, in.Code)
+	require.Equal(t, errcode.Unavailable, in.Code)
 	require.NotEmpty(t, in.Details["cursor"], "the client is told where to resume")
 
 	_, err = http.Get("http://" + r.HTTP + "/healthz")

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/better-compute/commands/controlplane/front/api/apierr"
+	"github.com/better-compute/commands/controlplane/internal/errcode"
 	"github.com/better-compute/commands/controlplane/server/servertest"
 	apiv1 "github.com/better-compute/commands/proto/bc/api/v1"
 )
@@ -32,7 +33,7 @@ func TestJoinTokenRequestOutOfRangeIsInvalidInput(t *testing.T) {
 		t.Helper()
 		in, ok := apierr.Parse(err)
 		require.True(t, ok, "%v", err)
-		require.Equal(t, apierr.InvalidInput, in.Code, "%v", err)
+		require.Equal(t, errcode.InvalidInput, in.Code, "%v", err)
 		require.Equal(t, want, in.Details["field"], "%v", err)
 	}
 	for _, secs := range []int64{9223372037, 18446744074, 604801, -1, 1 << 62} {
@@ -67,17 +68,17 @@ func TestTooDeepJSONIsInvalidInput(t *testing.T) {
 			NodeId: servertest.NodeA1, Kind: "diag.nvml", Payload: deep(levels)})
 		in, ok := apierr.Parse(err)
 		require.True(t, ok, "%v", err)
-		require.Equal(t, apierr.InvalidInput, in.Code, "%v", err)
+		require.Equal(t, errcode.InvalidInput, in.Code, "%v", err)
 		require.Equal(t, "too-deep", in.Details["reason"])
 		_, err = apiv1.NewNodesClient(conn).SetSpec(as(servertest.TokOps), &apiv1.SetNodeSpecRequest{TenantId: servertest.TenantA,
 			NodeId: servertest.NodeA1, Spec: deep(levels)})
-		require.Equal(t, apierr.InvalidInput, apierr.CodeOf(err), "%v", err)
+		require.Equal(t, errcode.InvalidInput, apierr.CodeOf(err), "%v", err)
 	}
 	// The decoder's refusal comes before authentication, so it is the same
 	// for a caller without credentials.
 	_, err := apiv1.NewCommandsClient(conn).Run(as("no-such-token"), &apiv1.RunCommandRequest{TenantId: servertest.TenantA,
 		NodeId: servertest.NodeA1, Kind: "diag.nvml", Payload: deep(6000)})
-	require.Equal(t, apierr.InvalidInput, apierr.CodeOf(err), "%v", err)
+	require.Equal(t, errcode.InvalidInput, apierr.CodeOf(err), "%v", err)
 
 	c, err := apiv1.NewCommandsClient(conn).Run(as(servertest.TokOps), &apiv1.RunCommandRequest{TenantId: servertest.TenantA,
 		NodeId: servertest.NodeA1, Kind: "diag.nvml", Payload: deep(100)})

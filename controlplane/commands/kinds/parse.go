@@ -13,6 +13,11 @@ import (
 // in kind.Manifest's JSON shape. Unknown fields are refused, so a misspelt
 // "apiRunable" does not silently make a kind unrunnable. It does not validate
 // the manifests; the registry does.
+//
+// sigs.k8s.io/yaml converts, not go.yaml.in/yaml/v3 as the control plane's
+// configs: a manifest is kind.Manifest's JSON (payload schemas are raw
+// JSON), and a YAML manifest's YAML 1.1 scalars (an unquoted yes in a
+// schema's enum is true) decide its digest, which v3 would change.
 func ParseManifests(b []byte) ([]kind.Manifest, error) {
 	j, err := yaml.YAMLToJSON(b)
 	if err != nil {

@@ -5,11 +5,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/better-compute/commands/controlplane/commands/events"
-	"github.com/better-compute/commands/controlplane/commands/queue"
-	"github.com/better-compute/commands/controlplane/internal/ids"
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
+
+	"github.com/better-compute/commands/controlplane/commands/events"
+	"github.com/better-compute/commands/controlplane/commands/queue"
+	"github.com/better-compute/commands/controlplane/internal/errcode"
+	"github.com/better-compute/commands/controlplane/internal/ids"
 )
 
 // "a pending command becomes cancelled at once and never runs", and
@@ -84,12 +86,12 @@ func TestCancelTerminalAndUnknown(t *testing.T) {
 	require.Empty(t, b.outbox(t, events.TopicCommandCancelRequested))
 
 	_, err = b.cancel(t, b.node.ID, ids.NewCommand())
-	requireCode(t, err, queue.NotFound)
+	requireCode(t, err, errcode.NotFound)
 
 	other, err := b.q.CreateNode(b.ctx, b.pool, queue.Node{TenantID: b.tenant.ID})
 	require.NoError(t, err)
 	_, err = b.cancel(t, other.ID, cmd.ID)
-	requireCode(t, err, queue.NotFound)
+	requireCode(t, err, errcode.NotFound)
 }
 
 // "Deleting a node cancels its pending commands with reason node-deleted."
@@ -150,9 +152,9 @@ func TestDeleteNodeCancelsPendingAndInFlight(t *testing.T) {
 	require.False(t, changed)
 
 	_, err = b.q.GetNode(b.ctx, b.pool, b.tenant.ID, b.node.ID)
-	requireCode(t, err, queue.NotFound)
+	requireCode(t, err, errcode.NotFound)
 	err = pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) error { _, err := b.q.DeleteNode(b.ctx, tx, b.node.ID); return err })
-	requireCode(t, err, queue.NotFound)
+	requireCode(t, err, errcode.NotFound)
 	gone, err := b.q.DeletedNodes(b.ctx, b.pool, []string{b.node.ID, "node_unknown"})
 	require.NoError(t, err)
 	require.Equal(t, []string{b.node.ID}, gone)

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/better-compute/commands/controlplane/commands/events"
+	"github.com/better-compute/commands/controlplane/internal/errcode"
 	"github.com/better-compute/commands/controlplane/internal/ids"
 	"github.com/better-compute/commands/controlplane/internal/pgtx"
 	"github.com/better-compute/commands/internal/trust"
@@ -397,7 +398,7 @@ func stored(c Command, m kind.Manifest, p EnqueueParams, wire, sig, cert []byte)
 // names: p's duplicate when it is of the same kind, a conflict otherwise.
 func duplicateOf(d Command, p EnqueueParams) EnqueueOutcome {
 	if d.Kind != p.Kind {
-		return EnqueueOutcome{Err: newError(Conflict, "idempotency-key-reused",
+		return EnqueueOutcome{Err: errcode.Newf(errcode.Conflict, "idempotency-key-reused",
 			map[string]string{"kind": d.Kind, "commandId": d.ID},
 			"idempotency key already names command %s of kind %s, not %s", d.ID, d.Kind, p.Kind)}
 	}

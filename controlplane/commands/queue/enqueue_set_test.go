@@ -12,6 +12,7 @@ import (
 
 	"github.com/better-compute/commands/controlplane/commands/events"
 	"github.com/better-compute/commands/controlplane/commands/queue"
+	"github.com/better-compute/commands/controlplane/internal/errcode"
 	"github.com/better-compute/commands/controlplane/internal/pgtx"
 	"github.com/better-compute/commands/controlplane/trust/signing"
 	"github.com/better-compute/commands/internal/testutil"
@@ -69,10 +70,10 @@ func TestEnqueueSetQueuesEachAsEnqueueWould(t *testing.T) {
 	}
 	require.Equal(t, []int64{1, 2, 3}, seqs[b.node.ID], "in item order, gapless")
 	require.Equal(t, []int64{1, 2}, seqs[other.ID])
-	requireCode(t, out[2].Err, queue.InvalidInput)
-	requireCode(t, out[4].Err, queue.Unsupported)
-	requireCode(t, out[5].Err, queue.NotFound)
-	requireCode(t, out[6].Err, queue.InvalidState)
+	requireCode(t, out[2].Err, errcode.InvalidInput)
+	requireCode(t, out[4].Err, errcode.Unsupported)
+	requireCode(t, out[5].Err, errcode.NotFound)
+	requireCode(t, out[6].Err, errcode.InvalidState)
 	require.Len(t, b.outbox(t, events.TopicCommandQueued), 5)
 
 	next, _ := b.enqueue(t, b.params("after"))
@@ -94,7 +95,7 @@ func TestEnqueueSetKeepsIdempotency(t *testing.T) {
 	require.False(t, out[1].Duplicate)
 	require.True(t, out[2].Duplicate, "the same key twice in one set")
 	require.Equal(t, out[1].Command.ID, out[2].Command.ID)
-	requireCode(t, out[3].Err, queue.Conflict)
+	requireCode(t, out[3].Err, errcode.Conflict)
 	require.Equal(t, int64(2), out[1].Command.Seq)
 	next, _ := b.enqueue(t, b.params("k3"))
 	require.Equal(t, int64(3), next.Seq, "duplicates left no gap")

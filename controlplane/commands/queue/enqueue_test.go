@@ -9,12 +9,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/better-compute/commands/controlplane/commands/events"
-	"github.com/better-compute/commands/controlplane/commands/queue"
-	"github.com/better-compute/commands/controlplane/internal/ids"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
+
+	"github.com/better-compute/commands/controlplane/commands/events"
+	"github.com/better-compute/commands/controlplane/commands/queue"
+	"github.com/better-compute/commands/controlplane/internal/errcode"
+	"github.com/better-compute/commands/controlplane/internal/ids"
 )
 
 // "A command gets a cmd_… id and a per-node seq from nodes.next_cmd_seq in the
@@ -153,9 +155,9 @@ func TestEnqueueSameKeyOtherKindIsConflict(t *testing.T) {
 	p := b.params("reboot-0412")
 	p.Kind = rebootKind.Kind
 	p.Payload = nil
-	qe := requireCode(t, b.enqueueErr(p), queue.Conflict)
+	qe := requireCode(t, b.enqueueErr(p), errcode.Conflict)
 	require.Equal(t, first.ID, qe.Details["commandId"])
-	require.True(t, errors.Is(qe, queue.ErrConflict))
+	require.True(t, errors.Is(qe, errcode.ErrConflict))
 
 	again, dup := b.enqueue(t, b.params("reboot-0412"))
 	require.True(t, dup)
@@ -175,7 +177,7 @@ func TestEnqueueRollbackLeavesNothing(t *testing.T) {
 	require.NoError(t, tx.Rollback(b.ctx))
 
 	_, err = b.q.Get(b.ctx, b.pool, b.node.ID, cmd.ID)
-	requireCode(t, err, queue.NotFound)
+	requireCode(t, err, errcode.NotFound)
 	require.Empty(t, b.outbox(t, events.TopicCommandQueued))
 	require.Empty(t, b.readAll(t))
 
@@ -194,7 +196,7 @@ func TestEnqueueInvisibleUntilCommit(t *testing.T) {
 	require.NoError(t, err)
 
 	_, err = b.q.Get(b.ctx, b.pool, b.node.ID, cmd.ID)
-	requireCode(t, err, queue.NotFound)
+	requireCode(t, err, errcode.NotFound)
 	items, _, err := b.q.List(b.ctx, b.pool, queue.ListParams{NodeID: b.node.ID})
 	require.NoError(t, err)
 	require.Empty(t, items)
@@ -219,22 +221,22 @@ func TestEnqueueRefusesUnknownKindAndBadPayload(t *testing.T) {
 	b := setup(t)
 	p := b.params("x")
 	p.Kind = "test.nonesuch"
-	requireCode(t, b.enqueueErr(p), queue.Unsupported)
+	requireCode(t, b.enqueueErr(p), errcode.Unsupported)
 
 	p = b.params("x")
 	p.Payload = json.RawMessage(`{"sections":["gpus","cpus"]}`)
-	qe := requireCode(t, b.enqueueErr(p), queue.InvalidInput)
+	qe := requireCode(t, b.enqueueErr(p), errcode.InvalidInput)
 	require.Equal(t, "payload/sections/1", qe.Details["field"])
 	require.Contains(t, qe.Message, "/sections/1")
 
 	p = b.params("x")
 	p.Payload = json.RawMessage(`{"rescan":"yes"}`)
-	qe = requireCode(t, b.enqueueErr(p), queue.InvalidInput)
+	qe = requireCode(t, b.enqueueErr(p), errcode.InvalidInput)
 	require.Equal(t, "payload/rescan", qe.Details["field"])
 
 	p = b.params("x")
 	p.NodeID = ""
-	requireCode(t, b.enqueueErr(p), queue.InvalidInput)
+	requireCode(t, b.enqueueErr(p), errcode.InvalidInput)
 
 	var count int
 	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT count(*) FROM commands`).Scan(&count))
@@ -247,17 +249,17 @@ func TestEnqueueNodeNotVisibleIsNotFound(t *testing.T) {
 	b := setup(t)
 	p := b.params("x")
 	p.NodeID = ids.NewNode()
-	requireCode(t, b.enqueueErr(p), queue.NotFound)
+	requireCode(t, b.enqueueErr(p), errcode.NotFound)
 
 	other, err := b.q.CreateTenant(b.ctx, b.pool, queue.Tenant{Name: "other"})
 	require.NoError(t, err)
 	p = b.params("x")
 	p.TenantID = other.ID
-	qe := requireCode(t, b.enqueueErr(p), queue.NotFound)
+	qe := requireCode(t, b.enqueueErr(p), errcode.NotFound)
 	require.NotContains(t, qe.Message, b.tenant.ID)
 
 	require.NoError(t, pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) error { _, err := b.q.DeleteNode(b.ctx, tx, b.node.ID); return err }))
-	requireCode(t, b.enqueueErr(b.params("x")), queue.NotFound)
+	requireCode(t, b.enqueueErr(b.params("x")), errcode.NotFound)
 }
 
 // "A node whose current certificate carries allowed kinds ... only accepts
@@ -270,7 +272,7 @@ func TestEnqueueRestrictedIdentity(t *testing.T) {
 
 	p := b.params("x")
 	p.NodeID = ramdisk.ID
-	qe := requireCode(t, b.enqueueErr(p), queue.InvalidState)
+	qe := requireCode(t, b.enqueueErr(p), errcode.InvalidState)
 	require.Contains(t, qe.Message, "runs a restricted identity that does not accept test.refresh")
 	require.Equal(t, "restricted-identity", qe.Reason)
 
@@ -292,7 +294,7 @@ func TestEnqueueBatchRequired(t *testing.T) {
 	p := b.params("reboot-0412")
 	p.Kind, p.Payload = rebootKind.Kind, nil
 	b.q.RequireBatches(true)
-	qe := requireCode(t, b.enqueueErr(p), queue.InvalidState)
+	qe := requireCode(t, b.enqueueErr(p), errcode.InvalidState)
 	require.Equal(t, map[string]string{"reason": "batch-required", "kind": "test.reboot"}, qe.Details)
 
 	p.BatchID = ids.NewBatch()
@@ -301,7 +303,7 @@ func TestEnqueueBatchRequired(t *testing.T) {
 	require.True(t, cmd.Flags.Destructive)
 
 	p.IdempotencyKey, p.BatchID = "bad-batch", "nope"
-	requireCode(t, b.enqueueErr(p), queue.InvalidInput)
+	requireCode(t, b.enqueueErr(p), errcode.InvalidInput)
 }
 
 // "BMC kinds run on a site agent ...: the manifests' role allowlists say
@@ -314,7 +316,7 @@ func TestEnqueueRefusesAKindTheNodesRoleDoesNotRun(t *testing.T) {
 	require.NoError(t, err)
 	p := b.params("on-site")
 	p.NodeID = site.ID
-	qe := requireCode(t, b.enqueueErr(p), queue.InvalidState)
+	qe := requireCode(t, b.enqueueErr(p), errcode.InvalidState)
 	require.Equal(t, "role-not-allowed", qe.Reason)
 	require.Equal(t, "site", qe.Details["role"])
 	require.Equal(t, "node,discovery", qe.Details["roles"])
@@ -323,7 +325,7 @@ func TestEnqueueRefusesAKindTheNodesRoleDoesNotRun(t *testing.T) {
 	// The wipe runs on discovery only: a node-role node refuses it too.
 	p = b.params("wipe-on-node")
 	p.Kind, p.Payload = wipeKind.Kind, nil
-	qe = requireCode(t, b.enqueueErr(p), queue.InvalidState)
+	qe = requireCode(t, b.enqueueErr(p), errcode.InvalidState)
 	require.Equal(t, "role-not-allowed", qe.Reason)
 
 	cmd, _ := b.enqueue(t, b.params("on-node"))

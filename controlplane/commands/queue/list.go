@@ -9,6 +9,8 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/better-compute/commands/controlplane/internal/errcode"
 )
 
 // Get returns command commandID of node nodeID ("" accepts any node). An
@@ -32,10 +34,10 @@ func (q *Queue) Get(ctx context.Context, db DBTX, nodeID, commandID string) (Com
 // still lists its history.
 func (q *Queue) List(ctx context.Context, db DBTX, p ListParams) (items []Command, next string, err error) {
 	if p.NodeID == "" {
-		return nil, "", newError(InvalidInput, "missing-field", map[string]string{"field": "nodeId"}, "nodeId is required")
+		return nil, "", errcode.Newf(errcode.InvalidInput, "missing-field", map[string]string{"field": "nodeId"}, "nodeId is required")
 	}
 	if p.State != "" && !p.State.Valid() {
-		return nil, "", newError(InvalidInput, "invalid-state", map[string]string{"field": "state", "state": string(p.State)}, "state %q is not a command state", p.State)
+		return nil, "", errcode.Newf(errcode.InvalidInput, "invalid-state", map[string]string{"field": "state", "state": string(p.State)}, "state %q is not a command state", p.State)
 	}
 	limit, err := pageLimit(p.Limit)
 	if err != nil {
@@ -43,7 +45,7 @@ func (q *Queue) List(ctx context.Context, db DBTX, p ListParams) (items []Comman
 	}
 	before, err := DecodeListCursor(p.Cursor)
 	if err != nil {
-		return nil, "", newError(InvalidInput, "invalid-cursor", map[string]string{"field": "cursor"}, "%v", err)
+		return nil, "", errcode.Newf(errcode.InvalidInput, "invalid-cursor", map[string]string{"field": "cursor"}, "%v", err)
 	}
 	if p.TenantID != "" {
 		var ok bool
@@ -76,7 +78,7 @@ func (q *Queue) List(ctx context.Context, db DBTX, p ListParams) (items []Comman
 func pageLimit(limit int) (int, error) {
 	switch {
 	case limit < 0:
-		return 0, newError(InvalidInput, "invalid-limit", map[string]string{"field": "limit"}, "limit must not be negative")
+		return 0, errcode.Newf(errcode.InvalidInput, "invalid-limit", map[string]string{"field": "limit"}, "limit must not be negative")
 	case limit == 0:
 		return DefaultListLimit, nil
 	}

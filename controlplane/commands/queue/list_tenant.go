@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/better-compute/commands/controlplane/internal/errcode"
 )
 
 // TenantListParams select a page of a tenant's commands across its nodes.
@@ -36,13 +38,13 @@ type TenantListParams struct {
 // instead: the failures of the last hour without its successes.
 func (q *Queue) ListTenant(ctx context.Context, db DBTX, p TenantListParams) (items []Command, next string, err error) {
 	if p.TenantID == "" {
-		return nil, "", newError(InvalidInput, "missing-field", map[string]string{"field": "tenantId"}, "tenantId is required")
+		return nil, "", errcode.Newf(errcode.InvalidInput, "missing-field", map[string]string{"field": "tenantId"}, "tenantId is required")
 	}
 	if p.State != "" && !p.State.Valid() {
-		return nil, "", newError(InvalidInput, "invalid-state", map[string]string{"field": "state", "state": string(p.State)}, "state %q is not a command state (%s)", p.State, statesList())
+		return nil, "", errcode.Newf(errcode.InvalidInput, "invalid-state", map[string]string{"field": "state", "state": string(p.State)}, "state %q is not a command state (%s)", p.State, statesList())
 	}
 	if !p.Since.IsZero() && !p.Until.IsZero() && !p.Until.After(p.Since) {
-		return nil, "", newError(InvalidInput, "invalid-time-range", map[string]string{"field": "until"}, "until (%s) must be after since (%s)", p.Until.UTC().Format(time.RFC3339), p.Since.UTC().Format(time.RFC3339))
+		return nil, "", errcode.Newf(errcode.InvalidInput, "invalid-time-range", map[string]string{"field": "until"}, "until (%s) must be after since (%s)", p.Until.UTC().Format(time.RFC3339), p.Since.UTC().Format(time.RFC3339))
 	}
 	limit, err := pageLimit(p.Limit)
 	if err != nil {
@@ -50,7 +52,7 @@ func (q *Queue) ListTenant(ctx context.Context, db DBTX, p TenantListParams) (it
 	}
 	cur, err := decodeTenantCursor(p.Cursor)
 	if err != nil {
-		return nil, "", newError(InvalidInput, "invalid-cursor", map[string]string{"field": "cursor"}, "%v", err)
+		return nil, "", errcode.Newf(errcode.InvalidInput, "invalid-cursor", map[string]string{"field": "cursor"}, "%v", err)
 	}
 	if p.NodePatterns != nil && len(p.NodePatterns) == 0 {
 		return nil, "", nil

@@ -4,9 +4,11 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/better-compute/commands/controlplane/commands/queue"
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
+
+	"github.com/better-compute/commands/controlplane/commands/queue"
+	"github.com/better-compute/commands/controlplane/internal/errcode"
 )
 
 // "list is newest first by seq, filters by state, and returns up to 200 per
@@ -72,17 +74,17 @@ func TestListOrderPagingFilter(t *testing.T) {
 func TestListRefusals(t *testing.T) {
 	b := setup(t)
 	_, _, err := b.q.List(b.ctx, b.pool, queue.ListParams{NodeID: b.node.ID, Cursor: "not-a-cursor"})
-	requireCode(t, err, queue.InvalidInput)
+	requireCode(t, err, errcode.InvalidInput)
 	_, _, err = b.q.List(b.ctx, b.pool, queue.ListParams{NodeID: b.node.ID, State: "done"})
-	requireCode(t, err, queue.InvalidInput)
+	requireCode(t, err, errcode.InvalidInput)
 	_, _, err = b.q.List(b.ctx, b.pool, queue.ListParams{NodeID: b.node.ID, Limit: -1})
-	requireCode(t, err, queue.InvalidInput)
+	requireCode(t, err, errcode.InvalidInput)
 	_, _, err = b.q.List(b.ctx, b.pool, queue.ListParams{})
-	requireCode(t, err, queue.InvalidInput)
+	requireCode(t, err, errcode.InvalidInput)
 	other, err := b.q.CreateTenant(b.ctx, b.pool, queue.Tenant{})
 	require.NoError(t, err)
 	_, _, err = b.q.List(b.ctx, b.pool, queue.ListParams{TenantID: other.ID, NodeID: b.node.ID})
-	requireCode(t, err, queue.NotFound)
+	requireCode(t, err, errcode.NotFound)
 }
 
 // ListOpen is the replay: non-terminal commands in seq order.

@@ -8,10 +8,12 @@ import (
 	"sort"
 	"time"
 
-	"github.com/better-compute/commands/controlplane/commands/events"
-	"github.com/better-compute/commands/controlplane/internal/ids"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/better-compute/commands/controlplane/commands/events"
+	"github.com/better-compute/commands/controlplane/internal/errcode"
+	"github.com/better-compute/commands/controlplane/internal/ids"
 )
 
 // Tenant is a row of tenants.
@@ -56,7 +58,7 @@ func (q *Queue) CreateTenant(ctx context.Context, db DBTX, t Tenant) (Tenant, er
 	}
 	err := db.QueryRow(ctx, `INSERT INTO tenants (id, name) VALUES ($1, $2) RETURNING created_at`, t.ID, t.Name).Scan(&t.CreatedAt)
 	if isUniqueViolation(err) {
-		return Tenant{}, newError(Conflict, "tenant-exists", map[string]string{"tenantId": t.ID}, "tenant %s already exists", t.ID)
+		return Tenant{}, errcode.Newf(errcode.Conflict, "tenant-exists", map[string]string{"tenantId": t.ID}, "tenant %s already exists", t.ID)
 	}
 	if err != nil {
 		return Tenant{}, fmt.Errorf("creating tenant %s: %w", t.ID, err)
@@ -79,9 +81,9 @@ func (q *Queue) CreateNode(ctx context.Context, db DBTX, n Node) (Node, error) {
 	var pe *pgconn.PgError
 	switch {
 	case isUniqueViolation(err):
-		return Node{}, newError(Conflict, "node-exists", map[string]string{"nodeId": n.ID}, "node %s already exists", n.ID)
+		return Node{}, errcode.Newf(errcode.Conflict, "node-exists", map[string]string{"nodeId": n.ID}, "node %s already exists", n.ID)
 	case errors.As(err, &pe) && pe.Code == "23503":
-		return Node{}, newError(NotFound, "tenant-not-found", map[string]string{"tenantId": n.TenantID}, "tenant %s not found", n.TenantID)
+		return Node{}, errcode.Newf(errcode.NotFound, "tenant-not-found", map[string]string{"tenantId": n.TenantID}, "tenant %s not found", n.TenantID)
 	case err != nil:
 		return Node{}, fmt.Errorf("creating node %s: %w", n.ID, err)
 	}

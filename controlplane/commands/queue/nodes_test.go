@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/better-compute/commands/controlplane/commands/queue"
+	"github.com/better-compute/commands/controlplane/internal/errcode"
 )
 
 func (b *bundle) startSession(t *testing.T, h queue.SessionHello) (queue.SessionStart, error) {
@@ -39,7 +40,7 @@ func TestStartSessionReturnsTheLastSessionsIDs(t *testing.T) {
 
 	require.NoError(t, pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) error { _, err := b.q.DeleteNode(b.ctx, tx, b.node.ID); return err }))
 	_, err = b.startSession(t, queue.SessionHello{NodeID: b.node.ID, JournalID: "j1", BootID: "b2", Role: "node"})
-	requireCode(t, err, queue.NotFound)
+	requireCode(t, err, errcode.NotFound)
 }
 
 // A NodeStatus without inventory keeps the stored one; conditions are

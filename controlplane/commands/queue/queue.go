@@ -17,13 +17,15 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
+	"github.com/jackc/pgx/v5"
+
 	"github.com/better-compute/commands/controlplane/commands/events"
 	"github.com/better-compute/commands/controlplane/commands/kinds"
+	"github.com/better-compute/commands/controlplane/internal/errcode"
 	"github.com/better-compute/commands/controlplane/internal/ids"
 	"github.com/better-compute/commands/internal/sealed"
 	"github.com/better-compute/commands/sdk/kind"
-	"github.com/hashicorp/go-hclog"
-	"github.com/jackc/pgx/v5"
 )
 
 // Queue queues, cancels, reads and transitions commands. It holds no
@@ -105,20 +107,20 @@ func (q *Queue) Check(p EnqueueParams) error {
 // the payload to store.
 func (q *Queue) check(p EnqueueParams) (kind.Manifest, []byte, error) {
 	if p.NodeID == "" {
-		return kind.Manifest{}, nil, newError(InvalidInput, "missing-field", map[string]string{"field": "nodeId"}, "nodeId is required")
+		return kind.Manifest{}, nil, errcode.Newf(errcode.InvalidInput, "missing-field", map[string]string{"field": "nodeId"}, "nodeId is required")
 	}
 	m, payload, err := q.CheckPayload(p.Kind, p.Payload)
 	if err != nil {
 		return kind.Manifest{}, nil, err
 	}
 	if err := sealed.ValidRefs(p.SecretRefs); err != nil {
-		return kind.Manifest{}, nil, newError(InvalidInput, "invalid-secret-ref", map[string]string{"field": "secretRefs"}, "secretRefs: %v", err)
+		return kind.Manifest{}, nil, errcode.Newf(errcode.InvalidInput, "invalid-secret-ref", map[string]string{"field": "secretRefs"}, "secretRefs: %v", err)
 	}
 	if p.BatchID != "" && !ids.Valid(ids.Batch, p.BatchID) {
-		return kind.Manifest{}, nil, newError(InvalidInput, "invalid-batch-id", map[string]string{"field": "batchId"}, "batchId %q is not a batch_… id", p.BatchID)
+		return kind.Manifest{}, nil, errcode.Newf(errcode.InvalidInput, "invalid-batch-id", map[string]string{"field": "batchId"}, "batchId %q is not a batch_… id", p.BatchID)
 	}
 	if m.Flags.Destructive && p.BatchID == "" && q.requireBatch.Load() {
-		return kind.Manifest{}, nil, newError(InvalidState, "batch-required", map[string]string{"reason": "batch-required", "kind": p.Kind},
+		return kind.Manifest{}, nil, errcode.Newf(errcode.InvalidState, "batch-required", map[string]string{"reason": "batch-required", "kind": p.Kind},
 			"%s is destructive and the batch quorum is on: run it in an approved batch (batchId)", p.Kind)
 	}
 	return m, payload, nil
@@ -131,7 +133,7 @@ func (q *Queue) check(p EnqueueParams) (kind.Manifest, []byte, error) {
 func (q *Queue) CheckPayload(k string, payload json.RawMessage) (kind.Manifest, []byte, error) {
 	m, ok := q.reg.Get(k)
 	if !ok {
-		return kind.Manifest{}, nil, newError(Unsupported, "unknown-kind", map[string]string{"kind": k}, "kind %q is not registered", k)
+		return kind.Manifest{}, nil, errcode.Newf(errcode.Unsupported, "unknown-kind", map[string]string{"kind": k}, "kind %q is not registered", k)
 	}
 	if len(bytes.TrimSpace(payload)) == 0 {
 		payload = json.RawMessage("{}")
@@ -143,7 +145,7 @@ func (q *Queue) CheckPayload(k string, payload json.RawMessage) (kind.Manifest, 
 			if field == "" {
 				field = "(root)"
 			}
-			return kind.Manifest{}, nil, newError(InvalidInput, "invalid-payload",
+			return kind.Manifest{}, nil, errcode.Newf(errcode.InvalidInput, "invalid-payload",
 				map[string]string{"kind": k, "field": "payload" + pe.Field},
 				"payload of %s: field %s: %s", k, field, pe.Problem)
 		}
@@ -151,7 +153,7 @@ func (q *Queue) CheckPayload(k string, payload json.RawMessage) (kind.Manifest, 
 	}
 	var buf bytes.Buffer
 	if err := json.Compact(&buf, payload); err != nil {
-		return kind.Manifest{}, nil, newError(InvalidInput, "invalid-payload", map[string]string{"kind": k, "field": "payload"}, "payload is not JSON: %v", err)
+		return kind.Manifest{}, nil, errcode.Newf(errcode.InvalidInput, "invalid-payload", map[string]string{"kind": k, "field": "payload"}, "payload is not JSON: %v", err)
 	}
 	return m, buf.Bytes(), nil
 }
@@ -175,11 +177,11 @@ func (q *Queue) enqueueMiss(ctx context.Context, tx pgx.Tx, p EnqueueParams, m k
 	// A restricted identity's own list answers first (the spec's "runs a
 	// restricted identity that does not accept …"), then the role.
 	if allowed != nil && !slices.Contains(allowed, p.Kind) {
-		return newError(InvalidState, "restricted-identity", map[string]string{"kind": p.Kind, "nodeId": p.NodeID},
+		return errcode.Newf(errcode.InvalidState, "restricted-identity", map[string]string{"kind": p.Kind, "nodeId": p.NodeID},
 			"node %s runs a restricted identity that does not accept %s", p.NodeID, p.Kind)
 	}
 	if !m.AllowsRole(role) {
-		return newError(InvalidState, "role-not-allowed",
+		return errcode.Newf(errcode.InvalidState, "role-not-allowed",
 			map[string]string{"kind": p.Kind, "nodeId": p.NodeID, "role": role, "roles": strings.Join(m.Roles, ",")},
 			"node %s runs role %s, and %s runs only on role %s: queue it on such an agent (a BMC kind on the site agent that reaches the BMC)",
 			p.NodeID, role, p.Kind, strings.Join(m.Roles, " or "))
@@ -187,13 +189,13 @@ func (q *Queue) enqueueMiss(ctx context.Context, tx pgx.Tx, p EnqueueParams, m k
 	return fmt.Errorf("enqueueing %s on %s: the node row changed under the statement", p.Kind, p.NodeID)
 }
 
-func nodeNotFound(nodeID string) *Error {
-	return newError(NotFound, "node-not-found", map[string]string{"nodeId": nodeID}, "node %s not found", nodeID)
+func nodeNotFound(nodeID string) *errcode.Error {
+	return errcode.Newf(errcode.NotFound, "node-not-found", map[string]string{"nodeId": nodeID}, "node %s not found", nodeID)
 }
 
-func commandNotFound(nodeID, commandID string) *Error {
+func commandNotFound(nodeID, commandID string) *errcode.Error {
 	if nodeID == "" {
-		return newError(NotFound, "command-not-found", map[string]string{"commandId": commandID}, "command %s not found", commandID)
+		return errcode.Newf(errcode.NotFound, "command-not-found", map[string]string{"commandId": commandID}, "command %s not found", commandID)
 	}
-	return newError(NotFound, "command-not-found", map[string]string{"nodeId": nodeID, "commandId": commandID}, "command %s not found on node %s", commandID, nodeID)
+	return errcode.Newf(errcode.NotFound, "command-not-found", map[string]string{"nodeId": nodeID, "commandId": commandID}, "command %s not found on node %s", commandID, nodeID)
 }

@@ -6,15 +6,17 @@ import (
 	"testing"
 	"time"
 
-	"github.com/better-compute/commands/controlplane/commands/events"
-	"github.com/better-compute/commands/controlplane/commands/kinds"
-	"github.com/better-compute/commands/controlplane/commands/queue"
-	"github.com/better-compute/commands/controlplane/internal/storetest"
-	"github.com/better-compute/commands/sdk/kind"
 	"github.com/hashicorp/go-hclog"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
+
+	"github.com/better-compute/commands/controlplane/commands/events"
+	"github.com/better-compute/commands/controlplane/commands/kinds"
+	"github.com/better-compute/commands/controlplane/commands/queue"
+	"github.com/better-compute/commands/controlplane/internal/errcode"
+	"github.com/better-compute/commands/controlplane/internal/storetest"
+	"github.com/better-compute/commands/sdk/kind"
 )
 
 // Test kinds: fixtures of this package, not copies of first-party manifests.
@@ -154,11 +156,11 @@ func (b *bundle) readAll(t *testing.T) []events.Event {
 	return evs
 }
 
-func requireCode(t *testing.T, err error, code queue.Code) *queue.Error {
+func requireCode(t *testing.T, err error, code errcode.Code) *errcode.Error {
 	t.Helper()
 	require.Error(t, err)
-	var qe *queue.Error
-	require.ErrorAs(t, err, &qe, "want a *queue.Error with %s, got %v", code, err)
+	var qe *errcode.Error
+	require.ErrorAs(t, err, &qe, "want a *errcode.Error with %s, got %v", code, err)
 	require.Equal(t, code, qe.Code, "error: %v", err)
 	return qe
 }

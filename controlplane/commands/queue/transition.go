@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/better-compute/commands/controlplane/internal/errcode"
 )
 
 // transitionSQL is one guarded UPDATE: it lands only when the new state ranks
@@ -80,7 +82,7 @@ func (q *Queue) Transition(ctx context.Context, db DBTX, t Transition) (Command,
 
 func (q *Queue) transition(ctx context.Context, db DBTX, t Transition) (Command, bool, error) {
 	if !t.To.Valid() || t.To == Pending {
-		return Command{}, false, newError(InvalidInput, "invalid-state", map[string]string{"state": string(t.To)}, "cannot transition to state %q", t.To)
+		return Command{}, false, errcode.Newf(errcode.InvalidInput, "invalid-state", map[string]string{"state": string(t.To)}, "cannot transition to state %q", t.To)
 	}
 	var result, progress any
 	if t.Result != nil {

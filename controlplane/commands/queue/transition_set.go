@@ -6,6 +6,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/better-compute/commands/controlplane/internal/errcode"
 	"github.com/better-compute/commands/controlplane/internal/pgtx"
 )
 
@@ -73,7 +74,7 @@ WHERE c.id = ANY($1::text[]) AND t.ord NOT IN (SELECT ord FROM u)`
 func (q *Queue) TransitionSet(ctx context.Context, tx pgx.Tx, ts []Transition) ([]TransitionResult, error) {
 	for _, t := range ts {
 		if !t.To.Valid() || t.To == Pending {
-			return nil, newError(InvalidInput, "invalid-state", map[string]string{"state": string(t.To)}, "cannot transition to state %q", t.To)
+			return nil, errcode.Newf(errcode.InvalidInput, "invalid-state", map[string]string{"state": string(t.To)}, "cannot transition to state %q", t.To)
 		}
 	}
 	out := make([]TransitionResult, len(ts))

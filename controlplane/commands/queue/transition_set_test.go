@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/better-compute/commands/controlplane/commands/queue"
+	"github.com/better-compute/commands/controlplane/internal/errcode"
 	"github.com/better-compute/commands/controlplane/internal/pgtx"
 )
 
@@ -141,7 +142,7 @@ func TestTransitionSetRefusesPending(t *testing.T) {
 		_, err := b.q.TransitionSet(b.ctx, tx, []queue.Transition{{CommandID: c.ID, To: queue.Acked}, {CommandID: c.ID, To: queue.Pending}})
 		return err
 	})
-	requireCode(t, err, queue.InvalidInput)
+	requireCode(t, err, errcode.InvalidInput)
 	got, err := b.q.Get(b.ctx, b.pool, b.node.ID, c.ID)
 	require.NoError(t, err)
 	require.Equal(t, queue.Pending, got.State)

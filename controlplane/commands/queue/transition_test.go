@@ -7,11 +7,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/better-compute/commands/controlplane/commands/events"
-	"github.com/better-compute/commands/controlplane/commands/queue"
-	"github.com/better-compute/commands/controlplane/internal/ids"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
+
+	"github.com/better-compute/commands/controlplane/commands/events"
+	"github.com/better-compute/commands/controlplane/commands/queue"
+	"github.com/better-compute/commands/controlplane/internal/errcode"
+	"github.com/better-compute/commands/controlplane/internal/ids"
 )
 
 // "Reports may skip steps ... a state never moves backwards (a late running
@@ -46,9 +48,9 @@ func TestTransitionForwardOnly(t *testing.T) {
 		b.outbox(t, events.TopicCommandSettled), "command.settled exactly once")
 
 	_, _, err := b.q.Transition(b.ctx, b.pool, queue.Transition{CommandID: ids.NewCommand(), To: queue.Running})
-	requireCode(t, err, queue.NotFound)
+	requireCode(t, err, errcode.NotFound)
 	_, _, err = b.q.Transition(b.ctx, b.pool, queue.Transition{CommandID: cmd.ID, To: queue.Pending})
-	requireCode(t, err, queue.InvalidInput)
+	requireCode(t, err, errcode.InvalidInput)
 }
 
 // Enforced in SQL, not only in Go: a raw UPDATE that moves a state back, or
@@ -121,7 +123,7 @@ func TestTransitionOtherNodeIsNotFound(t *testing.T) {
 
 	_, _, err = b.q.Transition(b.ctx, b.pool, queue.Transition{CommandID: cmd.ID, NodeID: other.ID, To: queue.Succeeded, Epoch: theirs,
 		Result: json.RawMessage(`{"forged":true}`)})
-	requireCode(t, err, queue.NotFound)
+	requireCode(t, err, errcode.NotFound)
 	got, err := b.q.Get(b.ctx, b.pool, b.node.ID, cmd.ID)
 	require.NoError(t, err)
 	require.Equal(t, queue.Pending, got.State)
@@ -141,7 +143,7 @@ func TestRequeue(t *testing.T) {
 	other, err := b.q.CreateNode(b.ctx, b.pool, queue.Node{TenantID: b.tenant.ID})
 	require.NoError(t, err)
 	_, _, err = b.q.Requeue(b.ctx, b.pool, other.ID, cmd.ID, 0, time.Second)
-	requireCode(t, err, queue.NotFound) // another node's session cannot requeue it
+	requireCode(t, err, errcode.NotFound) // another node's session cannot requeue it
 
 	got, changed, err := b.q.Requeue(b.ctx, b.pool, b.node.ID, cmd.ID, 0, 5*time.Second)
 	require.NoError(t, err)
@@ -190,7 +192,7 @@ func TestRecordProgress(t *testing.T) {
 	require.NoError(t, err)
 	require.False(t, ok)
 	_, err = b.q.RecordProgress(b.ctx, b.pool, ids.NewCommand(), 0, []byte(`{}`))
-	requireCode(t, err, queue.NotFound)
+	requireCode(t, err, errcode.NotFound)
 }
 
 // The forward-only trigger's function is not called for a move that is

@@ -16,6 +16,7 @@ import (
 	"github.com/better-compute/commands/controlplane/commands/kinds"
 	"github.com/better-compute/commands/controlplane/commands/queue"
 	"github.com/better-compute/commands/controlplane/fleet/pools"
+	"github.com/better-compute/commands/controlplane/internal/errcode"
 	"github.com/better-compute/commands/controlplane/internal/storetest"
 )
 
@@ -189,7 +190,7 @@ func TestBudgetValidationAndNodePool(t *testing.T) {
 		bud := pools.Defaults(b.tenant, "gpu-a")
 		mut(&bud)
 		err := bud.Validate()
-		require.ErrorIs(t, err, queue.ErrInvalidInput, field)
+		require.ErrorIs(t, err, errcode.ErrInvalidInput, field)
 		require.Contains(t, err.Error(), field[:4], field)
 	}
 	require.NoError(t, pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) error {
@@ -203,5 +204,5 @@ func TestBudgetValidationAndNodePool(t *testing.T) {
 	err = pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) error {
 		return pools.SetNodePool(b.ctx, tx, b.tenant, "node_missing", "gpu-a", "ops")
 	})
-	require.ErrorIs(t, err, queue.ErrNotFound)
+	require.ErrorIs(t, err, errcode.ErrNotFound)
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/better-compute/commands/controlplane/fleet/nodespecs"
 	"github.com/better-compute/commands/controlplane/front/api/apierr"
 	"github.com/better-compute/commands/controlplane/front/join"
+	"github.com/better-compute/commands/controlplane/internal/errcode"
 	"github.com/better-compute/commands/controlplane/internal/pgtx"
 	"github.com/better-compute/commands/controlplane/trust/auth"
 	apiv1 "github.com/better-compute/commands/proto/bc/api/v1"
@@ -32,21 +33,21 @@ func (n *nodesServer) CreateJoinToken(ctx context.Context, req *apiv1.CreateJoin
 		return nil, err
 	}
 	if s.join == nil {
-		return nil, apierr.New(apierr.Unsupported, "this server runs no gateway (gateway.listen), so nodes cannot join it", nil)
+		return nil, apierr.New(errcode.Unsupported, "this server runs no gateway (gateway.listen), so nodes cannot join it", nil)
 	}
 	// The bound is checked on the seconds, before they become a Duration:
 	// 9223372037 s would overflow into a negative one, 18446744074 s wrap
 	// round to 0.29 s.
 	maxSecs := int64(join.MaxTTL / time.Second)
 	if secs := req.GetTtlSeconds(); secs < 0 || secs > maxSecs {
-		return nil, apierr.New(apierr.InvalidInput, "ttlSeconds must be from 1 to "+strconv.FormatInt(maxSecs, 10)+" (0 for the default hour)",
+		return nil, apierr.New(errcode.InvalidInput, "ttlSeconds must be from 1 to "+strconv.FormatInt(maxSecs, 10)+" (0 for the default hour)",
 			map[string]string{"field": "ttlSeconds", "min": "1", "max": strconv.FormatInt(maxSecs, 10)})
 	}
 	ttl := time.Duration(req.GetTtlSeconds()) * time.Second
 	tok, err := s.join.CreateToken(ctx, s.pool, join.TokenRequest{NodeID: req.GetNodeId(), Role: req.GetRole(),
 		AllowedKinds: req.GetAllowedKinds(), TTL: ttl, Pool: req.GetPool()})
 	if errors.Is(err, join.ErrNodeNotFound) {
-		return nil, apierr.New(apierr.NotFound, "node "+req.GetNodeId()+" not found", map[string]string{"nodeId": req.GetNodeId()})
+		return nil, apierr.New(errcode.NotFound, "node "+req.GetNodeId()+" not found", map[string]string{"nodeId": req.GetNodeId()})
 	}
 	if err != nil {
 		return nil, s.fail(ctx, "nodes.createJoinToken", err)
@@ -62,18 +63,18 @@ func (n *nodesServer) SetSpec(ctx context.Context, req *apiv1.SetNodeSpecRequest
 		return nil, err
 	}
 	if req.GetSpec() == nil {
-		return nil, apierr.New(apierr.InvalidInput, "spec is required", map[string]string{"field": "spec"})
+		return nil, apierr.New(errcode.InvalidInput, "spec is required", map[string]string{"field": "spec"})
 	}
 	if err := validJSONText("spec", req.GetSpec()); err != nil {
 		return nil, err
 	}
 	b, err := protojson.Marshal(req.GetSpec())
 	if err != nil {
-		return nil, apierr.New(apierr.InvalidInput, "spec: "+err.Error(), map[string]string{"field": "spec"})
+		return nil, apierr.New(errcode.InvalidInput, "spec: "+err.Error(), map[string]string{"field": "spec"})
 	}
 	parsed, err := nodespec.Parse(b)
 	if err != nil {
-		return nil, apierr.New(apierr.InvalidInput, "spec: "+err.Error(), map[string]string{"field": "spec"})
+		return nil, apierr.New(errcode.InvalidInput, "spec: "+err.Error(), map[string]string{"field": "spec"})
 	}
 	// One transaction: the generation, its signature (with
 	// pki.commandSigning) and its allocations' pending bindings land

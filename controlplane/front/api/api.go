@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/better-compute/commands/controlplane/commands/batches"
+	"github.com/better-compute/commands/controlplane/internal/errcode"
 	"github.com/better-compute/commands/controlplane/internal/pgtx"
 
 	"github.com/hashicorp/go-hclog"
@@ -172,7 +173,7 @@ func New(cfg Config) *Server {
 	// One outage log for the API's requests: the first that cannot reach
 	// the database logs, the rest count, and the first to reach it again
 	// logs the end.
-	s.outage = dbhealth.New(s.logger, "API requests fail with UNAVAILABLE")
+	s.outage = dbhealth.New(s.logger, "API requests fail with UNAVAILABLE", dbhealth.ByOperation())
 	for _, k := range allow {
 		s.allowlist[k] = true
 	}
@@ -221,7 +222,7 @@ func (s *Server) Register(g grpc.ServiceRegistrar) {
 // lookupNode tells auth which tenant owns a node.
 func (s *Server) lookupNode(ctx context.Context, nodeID string) (string, bool, error) {
 	n, err := s.queue.GetNode(ctx, s.pool, "", nodeID)
-	if queue.CodeOf(err) == queue.NotFound {
+	if errcode.CodeOf(err) == errcode.NotFound {
 		s.outage.OK()
 		return "", false, nil
 	}
@@ -263,7 +264,7 @@ func (s *Server) fail(ctx context.Context, op string, err error) error {
 	if _, ok := status.FromError(err); ok {
 		return err
 	}
-	var qe *queue.Error
+	var qe *errcode.Error
 	if errors.As(err, &qe) {
 		details := map[string]string{}
 		for k, v := range qe.Details {
@@ -272,7 +273,7 @@ func (s *Server) fail(ctx context.Context, op string, err error) error {
 		if _, set := details["reason"]; !set && qe.Reason != "" {
 			details["reason"] = qe.Reason
 		}
-		return apierr.New(apierr.Code(qe.Code), qe.Message, details)
+		return apierr.New(errcode.Code(qe.Code), qe.Message, details)
 	}
 	switch {
 	case errors.Is(err, context.Canceled):
@@ -285,11 +286,11 @@ func (s *Server) fail(ctx context.Context, op string, err error) error {
 		// The connection went while COMMIT was on its way with the
 		// group's last statement: the work may be stored.
 		s.outage.Failed(op, err)
-		return apierr.New(apierr.Unavailable, op+": the database connection was lost while committing, so it may have been stored; "+
+		return apierr.New(errcode.Unavailable, op+": the database connection was lost while committing, so it may have been stored; "+
 			"retry with the same idempotency key (a retry returns the command if it was queued), or list the node's commands", map[string]string{"reason": "commit-unknown"})
 	case dbhealth.Unreachable(err):
 		s.outage.Failed(op, err)
-		return apierr.New(apierr.Unavailable, op+": the database is unavailable; retry", nil)
+		return apierr.New(errcode.Unavailable, op+": the database is unavailable; retry", nil)
 	}
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) {
@@ -298,19 +299,19 @@ func (s *Server) fail(ctx context.Context, op string, err error) error {
 		if pe.Code == "40P01" || pe.Code == "40001" {
 			// A deadlock or serialization failure rolled the work back
 			// whole: the same call again is safe.
-			return apierr.New(apierr.Unavailable, op+": the database rolled this back to resolve a conflict with concurrent work; retry",
+			return apierr.New(errcode.Unavailable, op+": the database rolled this back to resolve a conflict with concurrent work; retry",
 				map[string]string{"reason": "retry-conflict"})
 		}
 		if pe.Code[:2] == "22" {
 			// A data exception: a value the API's own checks let through
 			// (they name the field; this is the backstop).
-			return apierr.New(apierr.InvalidInput, op+": a value is malformed or out of range: "+pe.Message,
+			return apierr.New(errcode.InvalidInput, op+": a value is malformed or out of range: "+pe.Message,
 				map[string]string{"reason": "invalid-value"})
 		}
 	}
 	errID := ids.New(errorPrefix)
 	s.logger.Error("internal error", "op", op, "error_id", errID, "error", err)
-	return apierr.New(apierr.Internal, op+": internal error (error id "+errID+"; the server log has it)",
+	return apierr.New(errcode.Internal, op+": internal error (error id "+errID+"; the server log has it)",
 		map[string]string{"errorId": errID})
 }
 
@@ -321,7 +322,7 @@ const errorPrefix ids.Prefix = "err_"
 func identity(ctx context.Context) (*auth.Identity, error) {
 	id, ok := auth.FromContext(ctx)
 	if !ok {
-		return nil, apierr.Errorf(apierr.Unauthenticated, "no authenticated identity")
+		return nil, apierr.Errorf(errcode.Unauthenticated, "no authenticated identity")
 	}
 	return id, nil
 }

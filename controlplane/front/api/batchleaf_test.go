@@ -6,7 +6,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/better-compute/commands/controlplane/commands/queue"
-	"github.com/better-compute/commands/controlplane/front/api/apierr"
+	"github.com/better-compute/commands/controlplane/internal/errcode"
 	apiv1 "github.com/better-compute/commands/proto/bc/api/v1"
 )
 
@@ -37,7 +37,7 @@ func TestRun_ABatchLeafTakesOneCommand(t *testing.T) {
 
 	for _, key := range []string{"reboot-a1-again", ""} {
 		_, err = run(nodeA1, key)
-		in := requireCode(t, err, apierr.InvalidState)
+		in := requireCode(t, err, errcode.InvalidState)
 		require.Equal(t, "batch-leaf-used", in.Details["reason"])
 		require.Equal(t, "0", in.Details["leafIndex"])
 		require.Equal(t, first.GetId(), in.Details["commandId"])
@@ -60,6 +60,6 @@ func TestRun_ABatchLeafTakesOneCommand(t *testing.T) {
 	b.setState(t, next.GetId(), queue.Dispatched)
 	b.setState(t, next.GetId(), queue.Cancelled)
 	_, err = run(nodeA1, "reboot-a1-third")
-	in := requireCode(t, err, apierr.InvalidState)
+	in := requireCode(t, err, errcode.InvalidState)
 	require.Equal(t, next.GetId(), in.Details["commandId"], "a dispatched command holds its leaf")
 }

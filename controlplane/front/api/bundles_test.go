@@ -7,16 +7,17 @@ import (
 	"testing"
 	"time"
 
-	"github.com/better-compute/commands/controlplane/commands/batches"
-	"github.com/better-compute/commands/internal/trust"
 	"github.com/jackc/pgx/v5"
+
+	"github.com/better-compute/commands/controlplane/commands/batches"
+	"github.com/better-compute/commands/controlplane/internal/errcode"
+	"github.com/better-compute/commands/internal/trust"
 
 	"github.com/stretchr/testify/require"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/better-compute/commands/controlplane/commands/queue"
 	"github.com/better-compute/commands/controlplane/front/api"
-	"github.com/better-compute/commands/controlplane/front/api/apierr"
 	"github.com/better-compute/commands/controlplane/internal/ids"
 	apiv1 "github.com/better-compute/commands/proto/bc/api/v1"
 )
@@ -65,7 +66,7 @@ func TestLogsCollectGetsASupportBundle(t *testing.T) {
 	sneaky, err := structpb.NewStruct(map[string]any{"uploadUrl": "https://evil.example.com/x"})
 	require.NoError(t, err)
 	_, err = b.run(t, tokOps, &apiv1.RunCommandRequest{TenantId: tenantA, NodeId: nodeA1, Kind: "logs.collect", Payload: sneaky})
-	requireCode(t, err, apierr.InvalidInput)
+	requireCode(t, err, errcode.InvalidInput)
 }
 
 // "Without supportBundles, logs.collect has no upload destination."
@@ -73,7 +74,7 @@ func TestLogsCollectWithoutSupportBundles(t *testing.T) {
 	t.Parallel()
 	b := setup(t, func(c *api.Config) { c.Bundles = nil })
 	_, err := b.run(t, tokOps, &apiv1.RunCommandRequest{TenantId: tenantA, NodeId: nodeA1, Kind: "logs.collect"})
-	in := requireCode(t, err, apierr.InvalidState)
+	in := requireCode(t, err, errcode.InvalidState)
 	require.Equal(t, "no-upload-destination", in.Details["reason"])
 }
 
@@ -112,7 +113,7 @@ func TestBatchedCommandAwaitsApproval(t *testing.T) {
 	// "the batch must exist in the caller's tenant" (before, a batchId that
 	// named no batch was accepted).
 	_, err = b.run(t, tokOps, &apiv1.RunCommandRequest{TenantId: tenantA, NodeId: nodeA1, Kind: "node.reboot", BatchId: ids.NewBatch()})
-	requireCode(t, err, apierr.InvalidInput)
+	requireCode(t, err, errcode.InvalidInput)
 	_, err = b.run(t, tokOps, &apiv1.RunCommandRequest{TenantId: tenantA, NodeId: nodeA1, Kind: "node.reboot", BatchId: "not-a-batch"})
-	requireCode(t, err, apierr.InvalidInput)
+	requireCode(t, err, errcode.InvalidInput)
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/better-compute/commands/controlplane/fleet/bindings"
 	"github.com/better-compute/commands/controlplane/front/api/apierr"
+	"github.com/better-compute/commands/controlplane/internal/errcode"
 	"github.com/better-compute/commands/controlplane/trust/auth"
 	"github.com/better-compute/commands/controlplane/trust/nodecerts"
 	apiv1 "github.com/better-compute/commands/proto/bc/api/v1"
@@ -44,7 +45,7 @@ func (n *nodesServer) RevokeCertificates(ctx context.Context, req *apiv1.RevokeN
 		return nil, s.fail(ctx, "nodes.revokeCertificates", err)
 	}
 	if req.GetSerial() != "" && len(revoked) == 0 {
-		return nil, apierr.New(apierr.NotFound, "certificate "+req.GetSerial()+" of node "+req.GetNodeId()+" is not a current or superseded certificate of the node",
+		return nil, apierr.New(errcode.NotFound, "certificate "+req.GetSerial()+" of node "+req.GetNodeId()+" is not a current or superseded certificate of the node",
 			map[string]string{"nodeId": req.GetNodeId(), "serial": req.GetSerial()})
 	}
 	s.logger.Info("node certificates revoked", "node_id", req.GetNodeId(), "serial", req.GetSerial(), "revoked", len(revoked), "by", p.Name)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/better-compute/commands/controlplane/commands/batches"
+	"github.com/better-compute/commands/controlplane/internal/errcode"
 	"github.com/better-compute/commands/controlplane/internal/pgtx"
 
 	"github.com/jackc/pgx/v5"
@@ -68,7 +69,7 @@ func (c *commandsServer) Run(ctx context.Context, req *apiv1.RunCommandRequest) 
 		secs = req.GetNotAfterSeconds()
 	}
 	if secs < MinNotAfterSeconds || secs > MaxNotAfterSeconds {
-		return nil, apierr.New(apierr.InvalidInput,
+		return nil, apierr.New(errcode.InvalidInput,
 			fmt.Sprintf("notAfterSeconds %d is outside %d to %d", secs, MinNotAfterSeconds, MaxNotAfterSeconds),
 			map[string]string{"field": "notAfterSeconds", "min": strconv.Itoa(MinNotAfterSeconds), "max": strconv.Itoa(MaxNotAfterSeconds)})
 	}
@@ -78,7 +79,7 @@ func (c *commandsServer) Run(ctx context.Context, req *apiv1.RunCommandRequest) 
 			return nil, err
 		}
 		if payload, err = protojson.Marshal(req.GetPayload()); err != nil {
-			return nil, apierr.New(apierr.InvalidInput, "payload: "+err.Error(), map[string]string{"field": "payload"})
+			return nil, apierr.New(errcode.InvalidInput, "payload: "+err.Error(), map[string]string{"field": "payload"})
 		}
 	}
 	p := queue.EnqueueParams{
@@ -153,19 +154,19 @@ func (s *Server) runnable(who, k string) (kind.Manifest, error) {
 		return kind.Manifest{}, invalid("kind", "kind is required")
 	}
 	if !s.allowlist[k] {
-		return kind.Manifest{}, apierr.New(apierr.Unsupported, fmt.Sprintf("%s not accept kind %q", who, k),
+		return kind.Manifest{}, apierr.New(errcode.Unsupported, fmt.Sprintf("%s not accept kind %q", who, k),
 			map[string]string{"kind": k, "reason": "not-allowlisted"})
 	}
 	m, ok := s.queue.Registry().Get(k)
 	if !ok {
 		// Allowlisted, but no manifest: the registry lacks it (a kind's
 		// manifest file missing from kindsDir, or a typo in the allowlist).
-		return kind.Manifest{}, apierr.New(apierr.Unsupported,
+		return kind.Manifest{}, apierr.New(errcode.Unsupported,
 			fmt.Sprintf("%s not accept kind %q: it is allowlisted but no manifest of it is registered; put its manifest in bc-server's kindsDir and reload bc-server (kinds list shows what is registered)", who, k),
 			map[string]string{"kind": k, "reason": "not-registered"})
 	}
 	if !m.APIRunnable {
-		return kind.Manifest{}, apierr.New(apierr.Unsupported,
+		return kind.Manifest{}, apierr.New(errcode.Unsupported,
 			fmt.Sprintf("%s not accept kind %q: its manifest (%s) does not set apiRunnable; a module queues it", who, k, m.Version),
 			map[string]string{"kind": k, "reason": "not-api-runnable"})
 	}
@@ -179,7 +180,7 @@ func seesTenant(id *auth.Identity, tenantID string) error {
 		return err
 	}
 	if !id.SeesTenant(tenantID) {
-		return apierr.New(apierr.NotFound, "tenant "+tenantID+" not found", map[string]string{"tenantId": tenantID})
+		return apierr.New(errcode.NotFound, "tenant "+tenantID+" not found", map[string]string{"tenantId": tenantID})
 	}
 	return nil
 }
@@ -197,7 +198,7 @@ const logsCollect = "logs.collect"
 // dropped unused, and nothing is written to the store by presigning.
 func (s *Server) supportBundle(ctx context.Context, p *queue.EnqueueParams) error {
 	if s.bundles == nil {
-		return apierr.New(apierr.InvalidState, bundles.ErrNoDestination.Error(),
+		return apierr.New(errcode.InvalidState, bundles.ErrNoDestination.Error(),
 			map[string]string{"kind": logsCollect, "reason": "no-upload-destination"})
 	}
 	if p.IdempotencyKey == "" {
@@ -211,7 +212,7 @@ func (s *Server) supportBundle(ctx context.Context, p *queue.EnqueueParams) erro
 	if err != nil {
 		// ErrReservedField (the caller picked its own destination or cap)
 		// or a payload that is not an object.
-		return apierr.New(apierr.InvalidInput, err.Error(), map[string]string{"kind": logsCollect, "field": "payload"})
+		return apierr.New(errcode.InvalidInput, err.Error(), map[string]string{"kind": logsCollect, "field": "payload"})
 	}
 	p.Payload, p.BundleKey = merged, key
 	return nil
@@ -251,7 +252,7 @@ func (c *commandsServer) getByID(ctx context.Context, req *apiv1.GetCommandReque
 		return nil, err
 	}
 	if !id.SeesTenant(req.GetTenantId()) {
-		return nil, apierr.New(apierr.NotFound, "command "+req.GetCommandId()+" not found", map[string]string{"commandId": req.GetCommandId()})
+		return nil, apierr.New(errcode.NotFound, "command "+req.GetCommandId()+" not found", map[string]string{"commandId": req.GetCommandId()})
 	}
 	cmd, err := s.queue.GetInTenant(ctx, s.pool, req.GetTenantId(), req.GetCommandId())
 	if err != nil {

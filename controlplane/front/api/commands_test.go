@@ -14,7 +14,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/better-compute/commands/controlplane/commands/queue"
-	"github.com/better-compute/commands/controlplane/front/api/apierr"
+	"github.com/better-compute/commands/controlplane/internal/errcode"
 	apiv1 "github.com/better-compute/commands/proto/bc/api/v1"
 )
 
@@ -64,7 +64,7 @@ func TestRunAllowlist(t *testing.T) {
 	// gpu.reset: "bcd also runs gpu.reset, which commands.run does not accept".
 	for _, k := range []string{"gpu.reset", "vendor.blink", "no.such.kind"} {
 		_, err := b.run(t, tokOps, &apiv1.RunCommandRequest{TenantId: tenantA, NodeId: nodeA1, Kind: k})
-		in := requireCode(t, err, apierr.Unsupported)
+		in := requireCode(t, err, errcode.Unsupported)
 		require.Equal(t, codes.Unimplemented, in.GRPC)
 		require.Equal(t, k, in.Details["kind"])
 	}
@@ -79,7 +79,7 @@ func TestRunNotAfterSecondsBounds(t *testing.T) {
 	b := setup(t)
 	for _, secs := range []int32{-1, 0, 9, 3601, 86400} {
 		_, err := b.run(t, tokOps, &apiv1.RunCommandRequest{TenantId: tenantA, NodeId: nodeA1, Kind: "diag.nvml", NotAfterSeconds: ptr(secs)})
-		in := requireCode(t, err, apierr.InvalidInput)
+		in := requireCode(t, err, errcode.InvalidInput)
 		require.Equal(t, "notAfterSeconds", in.Details["field"], "%d", secs)
 	}
 	for _, secs := range []int32{10, 3600} {
@@ -108,7 +108,7 @@ func TestRunIdempotencyKey(t *testing.T) {
 	require.Equal(t, first.GetSeq(), again.GetSeq())
 
 	_, err = b.run(t, tokOps, &apiv1.RunCommandRequest{TenantId: tenantA, NodeId: nodeA1, Kind: "logs.collect", IdempotencyKey: "diag-1"})
-	in := requireCode(t, err, apierr.Conflict)
+	in := requireCode(t, err, errcode.Conflict)
 	require.Equal(t, codes.AlreadyExists, in.GRPC)
 	require.Equal(t, "diag.nvml", in.Details["kind"], "CONFLICT names the kind the key already has")
 
@@ -169,15 +169,15 @@ func TestInvisibleNodeIsNotFound(t *testing.T) {
 			{tenantA, "node_zzz"}, // no such node
 		} {
 			_, err := b.run(t, tok, &apiv1.RunCommandRequest{TenantId: tc.tenant, NodeId: tc.node, Kind: "diag.nvml"})
-			requireCode(t, err, apierr.NotFound)
+			requireCode(t, err, errcode.NotFound)
 			_, err = b.commands().Get(as(tok), &apiv1.GetCommandRequest{TenantId: tc.tenant, NodeId: tc.node, CommandId: theirs.GetId()})
-			requireCode(t, err, apierr.NotFound)
+			requireCode(t, err, errcode.NotFound)
 			_, err = b.commands().List(as(tok), &apiv1.ListCommandsRequest{TenantId: tc.tenant, NodeId: tc.node})
-			requireCode(t, err, apierr.NotFound)
+			requireCode(t, err, errcode.NotFound)
 			_, err = b.commands().Cancel(as(tok), &apiv1.CancelCommandRequest{TenantId: tc.tenant, NodeId: tc.node, CommandId: theirs.GetId()})
-			requireCode(t, err, apierr.NotFound)
+			requireCode(t, err, errcode.NotFound)
 			_, err = apiv1.NewNodesClient(b.conn).Get(as(tok), &apiv1.GetNodeRequest{TenantId: tc.tenant, NodeId: tc.node})
-			requireCode(t, err, apierr.NotFound)
+			requireCode(t, err, errcode.NotFound)
 		}
 	}
 	got, err := b.queue.Get(context.Background(), b.pool, nodeB1, theirs.GetId())
@@ -188,7 +188,7 @@ func TestInvisibleNodeIsNotFound(t *testing.T) {
 	mine, err := b.run(t, tokOps, &apiv1.RunCommandRequest{TenantId: tenantA, NodeId: nodeA1, Kind: "diag.nvml"})
 	require.NoError(t, err)
 	_, err = b.commands().Get(as(tokOps), &apiv1.GetCommandRequest{TenantId: tenantA, NodeId: nodeA2, CommandId: mine.GetId()})
-	requireCode(t, err, apierr.NotFound)
+	requireCode(t, err, errcode.NotFound)
 }
 
 func TestAuthentication(t *testing.T) {
@@ -196,9 +196,9 @@ func TestAuthentication(t *testing.T) {
 	b := setup(t)
 	req := &apiv1.RunCommandRequest{TenantId: tenantA, NodeId: nodeA1, Kind: "diag.nvml"}
 	_, err := b.run(t, "not-a-token", req)
-	requireCode(t, err, apierr.Unauthenticated)
+	requireCode(t, err, errcode.Unauthenticated)
 	_, err = b.commands().Run(context.Background(), req)
-	requireCode(t, err, apierr.Unauthenticated)
+	requireCode(t, err, errcode.Unauthenticated)
 }
 
 // compute:nodes:exec to run and cancel, compute:nodes:read to get and list,
@@ -211,10 +211,10 @@ func TestGrants(t *testing.T) {
 
 	// reader: read on every node, no exec.
 	_, err = b.run(t, tokReader, &apiv1.RunCommandRequest{TenantId: tenantA, NodeId: nodeA1, Kind: "diag.nvml"})
-	in := requireCode(t, err, apierr.PermissionDenied)
+	in := requireCode(t, err, errcode.PermissionDenied)
 	require.Equal(t, "compute:nodes:exec", in.Details["permission"])
 	_, err = b.commands().Cancel(as(tokReader), &apiv1.CancelCommandRequest{TenantId: tenantA, NodeId: nodeA1, CommandId: c.GetId()})
-	requireCode(t, err, apierr.PermissionDenied)
+	requireCode(t, err, errcode.PermissionDenied)
 	_, err = b.commands().Get(as(tokReader), &apiv1.GetCommandRequest{TenantId: tenantA, NodeId: nodeA1, CommandId: c.GetId()})
 	require.NoError(t, err)
 	_, err = b.commands().List(as(tokReader), &apiv1.ListCommandsRequest{TenantId: tenantA, NodeId: nodeA1})
@@ -228,9 +228,9 @@ func TestGrants(t *testing.T) {
 	_, err = b.commands().Cancel(as(tokNarrow), &apiv1.CancelCommandRequest{TenantId: tenantA, NodeId: nodeGPU, CommandId: g.GetId()})
 	require.NoError(t, err)
 	_, err = b.run(t, tokNarrow, &apiv1.RunCommandRequest{TenantId: tenantA, NodeId: nodeA1, Kind: "diag.nvml"})
-	requireCode(t, err, apierr.PermissionDenied)
+	requireCode(t, err, errcode.PermissionDenied)
 	_, err = b.commands().List(as(tokNarrow), &apiv1.ListCommandsRequest{TenantId: tenantA, NodeId: nodeA1})
-	requireCode(t, err, apierr.PermissionDenied)
+	requireCode(t, err, errcode.PermissionDenied)
 }
 
 // "list is newest first by seq, filters by state, and returns up to 200 per
@@ -288,9 +288,9 @@ func TestListPaging(t *testing.T) {
 	require.Equal(t, []uint32{7, 5}, []uint32{failed.GetItems()[0].GetSeq(), failed.GetItems()[1].GetSeq()})
 
 	_, err = cl.List(as(tokReader), &apiv1.ListCommandsRequest{TenantId: tenantA, NodeId: nodeA1, State: "bogus"})
-	requireCode(t, err, apierr.InvalidInput)
+	requireCode(t, err, errcode.InvalidInput)
 	_, err = cl.List(as(tokReader), &apiv1.ListCommandsRequest{TenantId: tenantA, NodeId: nodeA1, Cursor: "!!"})
-	requireCode(t, err, apierr.InvalidInput)
+	requireCode(t, err, errcode.InvalidInput)
 }
 
 // "commands.cancel ... takes { tenantId, nodeId, commandId } and returns the command"
@@ -328,7 +328,7 @@ func TestCancel(t *testing.T) {
 	require.Nil(t, c.GetCancelRequestedAt())
 
 	_, err = cancel("cmd_unknown")
-	requireCode(t, err, apierr.NotFound)
+	requireCode(t, err, errcode.NotFound)
 }
 
 // "node.reboot without a batchId is INVALID_STATE with details:
@@ -338,7 +338,7 @@ func TestBatchRequiredCarriesDetails(t *testing.T) {
 	b := setup(t)
 	b.queue.RequireBatches(true)
 	_, err := b.run(t, tokOps, &apiv1.RunCommandRequest{TenantId: tenantA, NodeId: nodeA1, Kind: "node.reboot", IdempotencyKey: "reboot-0412"})
-	in := requireCode(t, err, apierr.InvalidState)
+	in := requireCode(t, err, errcode.InvalidState)
 	require.Equal(t, codes.FailedPrecondition, in.GRPC)
 	require.Equal(t, "batch-required", in.Details["reason"])
 	require.Equal(t, "node.reboot", in.Details["kind"])
@@ -350,7 +350,7 @@ func TestRunInvalidPayloadNamesTheField(t *testing.T) {
 	payload, err := structpb.NewStruct(map[string]any{"rescan": "yes"})
 	require.NoError(t, err)
 	_, err = b.run(t, tokOps, &apiv1.RunCommandRequest{TenantId: tenantA, NodeId: nodeA1, Kind: "inventory.refresh", Payload: payload})
-	in := requireCode(t, err, apierr.InvalidInput)
+	in := requireCode(t, err, errcode.InvalidInput)
 	require.Contains(t, in.Details["field"], "rescan")
 }
 
@@ -364,6 +364,6 @@ func TestRunRestrictedIdentity(t *testing.T) {
 	_, err = b.run(t, tokOps, &apiv1.RunCommandRequest{TenantId: tenantA, NodeId: "node_ramdisk", Kind: "diag.nvml"})
 	require.NoError(t, err)
 	_, err = b.run(t, tokOps, &apiv1.RunCommandRequest{TenantId: tenantA, NodeId: "node_ramdisk", Kind: "node.reboot"})
-	in := requireCode(t, err, apierr.InvalidState)
+	in := requireCode(t, err, errcode.InvalidState)
 	require.Contains(t, in.Message, "runs a restricted identity that does not accept node.reboot")
 }

@@ -8,7 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/better-compute/commands/controlplane/commands/queue"
-	"github.com/better-compute/commands/controlplane/front/api/apierr"
+	"github.com/better-compute/commands/controlplane/internal/errcode"
 	apiv1 "github.com/better-compute/commands/proto/bc/api/v1"
 )
 
@@ -34,11 +34,11 @@ func TestDeleteNodeCancelsItsCommandsAndIsNotFoundAfter(t *testing.T) {
 
 	req := &apiv1.DeleteNodeRequest{TenantId: tenantA, NodeId: nodeA1}
 	_, err = nodes.Delete(as(tokReader), req)
-	requireCode(t, err, apierr.PermissionDenied)
+	requireCode(t, err, errcode.PermissionDenied)
 	_, err = nodes.Delete(as(tokOther), &apiv1.DeleteNodeRequest{TenantId: tenantB, NodeId: nodeA1})
-	requireCode(t, err, apierr.NotFound)
+	requireCode(t, err, errcode.NotFound)
 	_, err = nodes.Delete(as(tokOther), req)
-	requireCode(t, err, apierr.NotFound)
+	requireCode(t, err, errcode.NotFound)
 
 	out, err := nodes.Delete(as(tokOps), req)
 	require.NoError(t, err)
@@ -74,11 +74,11 @@ func TestDeleteNodeCancelsItsCommandsAndIsNotFoundAfter(t *testing.T) {
 	require.Equal(t, map[string]int{pending.GetId(): 1, running.GetId(): 1, acked.GetId(): 1}, settled, "command.settled once each")
 
 	_, err = nodes.Get(as(tokOps), &apiv1.GetNodeRequest{TenantId: tenantA, NodeId: nodeA1})
-	requireCode(t, err, apierr.NotFound)
+	requireCode(t, err, errcode.NotFound)
 	_, err = b.run(t, tokOps, &apiv1.RunCommandRequest{TenantId: tenantA, NodeId: nodeA1, Kind: "diag.nvml"})
-	requireCode(t, err, apierr.NotFound)
+	requireCode(t, err, errcode.NotFound)
 	_, err = nodes.SetSpec(as(tokOps), &apiv1.SetNodeSpecRequest{TenantId: tenantA, NodeId: nodeA1, Spec: nil})
-	requireCode(t, err, apierr.NotFound)
+	requireCode(t, err, errcode.NotFound)
 	_, err = nodes.Delete(as(tokOps), req)
-	requireCode(t, err, apierr.NotFound)
+	requireCode(t, err, errcode.NotFound)
 }

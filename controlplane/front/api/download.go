@@ -13,6 +13,7 @@ import (
 
 	"github.com/better-compute/commands/controlplane/commands/bundles"
 	"github.com/better-compute/commands/controlplane/front/api/apierr"
+	"github.com/better-compute/commands/controlplane/internal/errcode"
 	"github.com/better-compute/commands/controlplane/trust/auth"
 )
 
@@ -58,15 +59,15 @@ func (s *Server) serveBundle(w http.ResponseWriter, r *http.Request, authn *auth
 		return s.fail(ctx, "bundles.download", err)
 	}
 	if cmd.BundleKey == "" {
-		return apierr.New(apierr.NotFound, fmt.Sprintf("command %s (%s) has no support bundle: only logs.collect uploads one", commandID, cmd.Kind),
+		return apierr.New(errcode.NotFound, fmt.Sprintf("command %s (%s) has no support bundle: only logs.collect uploads one", commandID, cmd.Kind),
 			map[string]string{"commandId": commandID, "reason": "no-bundle"})
 	}
 	if s.bundles == nil {
-		return apierr.New(apierr.Unsupported, "this server has no supportBundles store configured", map[string]string{"reason": "no-store"})
+		return apierr.New(errcode.Unsupported, "this server has no supportBundles store configured", map[string]string{"reason": "no-store"})
 	}
 	body, info, err := s.bundles.Store().Open(ctx, cmd.BundleKey)
 	if errors.Is(err, bundles.ErrNotFound) {
-		return apierr.New(apierr.NotFound, fmt.Sprintf("the bundle of %s is not uploaded (the command is %s): wait for it to succeed", commandID, cmd.State),
+		return apierr.New(errcode.NotFound, fmt.Sprintf("the bundle of %s is not uploaded (the command is %s): wait for it to succeed", commandID, cmd.State),
 			map[string]string{"commandId": commandID, "reason": "not-uploaded", "state": string(cmd.State)})
 	}
 	if err != nil {
@@ -97,7 +98,7 @@ var httpStatus = map[codes.Code]int{
 func writeHTTPError(w http.ResponseWriter, err error) {
 	in, ok := apierr.Parse(err)
 	if !ok {
-		in = apierr.Info{GRPC: codes.Internal, Code: apierr.Internal, Message: "internal error"}
+		in = apierr.Info{GRPC: codes.Internal, Code: errcode.Internal, Message: "internal error"}
 	}
 	st, found := httpStatus[in.GRPC]
 	if !found {

@@ -5,14 +5,16 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/better-compute/commands/controlplane/commands/events"
-	"github.com/better-compute/commands/controlplane/commands/fleetruns"
-	"github.com/better-compute/commands/controlplane/front/api/apierr"
-	"github.com/better-compute/commands/controlplane/trust/auth"
-	apiv1 "github.com/better-compute/commands/proto/bc/api/v1"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/better-compute/commands/controlplane/commands/events"
+	"github.com/better-compute/commands/controlplane/commands/fleetruns"
+	"github.com/better-compute/commands/controlplane/front/api/apierr"
+	"github.com/better-compute/commands/controlplane/internal/errcode"
+	"github.com/better-compute/commands/controlplane/trust/auth"
+	apiv1 "github.com/better-compute/commands/proto/bc/api/v1"
 )
 
 type eventsServer struct {
@@ -50,11 +52,11 @@ func (e *eventsServer) Watch(req *apiv1.WatchEventsRequest, stream grpc.ServerSt
 		return err
 	}
 	if !id.SeesTenant(req.GetTenantId()) {
-		return apierr.New(apierr.NotFound, "tenant "+req.GetTenantId()+" not found", map[string]string{"tenantId": req.GetTenantId()})
+		return apierr.New(errcode.NotFound, "tenant "+req.GetTenantId()+" not found", map[string]string{"tenantId": req.GetTenantId()})
 	}
 	release, ok := s.watches.acquire(id.Name)
 	if !ok {
-		return apierr.New(apierr.InvalidState, "identity "+id.Name+" already holds "+strconv.Itoa(s.watches.max)+
+		return apierr.New(errcode.InvalidState, "identity "+id.Name+" already holds "+strconv.Itoa(s.watches.max)+
 			" open event watches on this server, its limit: close one (one watch of the tenant, filtered on the client, serves many consumers)",
 			map[string]string{"reason": "too-many-watches", "limit": strconv.Itoa(s.watches.max)})
 	}
@@ -65,7 +67,7 @@ func (e *eventsServer) Watch(req *apiv1.WatchEventsRequest, stream grpc.ServerSt
 			return s.fail(ctx, "events.watch", err)
 		}
 	} else if _, _, err := events.ParseCursor(after); err != nil {
-		return apierr.New(apierr.InvalidInput, err.Error(), map[string]string{"field": "cursor"})
+		return apierr.New(errcode.InvalidInput, err.Error(), map[string]string{"field": "cursor"})
 	}
 	// The resolved cursor goes out as a header before any event, which
 	// tells a client that started at "now" from when on it sees everything
@@ -114,7 +116,7 @@ func (e *eventsServer) Watch(req *apiv1.WatchEventsRequest, stream grpc.ServerSt
 		case <-ctx.Done():
 			return nil
 		case <-s.done:
-			return apierr.New(apierr.Unavailable, "the server is shutting down; resume the watch from your last cursor",
+			return apierr.New(errcode.Unavailable, "the server is shutting down; resume the watch from your last cursor",
 				map[string]string{"cursor": after})
 		case <-wake:
 		}

@@ -8,7 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/better-compute/commands/controlplane/front/api"
-	"github.com/better-compute/commands/controlplane/front/api/apierr"
+	"github.com/better-compute/commands/controlplane/internal/errcode"
 	"github.com/better-compute/commands/internal/testutil"
 	apiv1 "github.com/better-compute/commands/proto/bc/api/v1"
 )
@@ -131,11 +131,11 @@ func TestWatchFiltersAndVisibility(t *testing.T) {
 	stream, err = events.Watch(as(tokOps), &apiv1.WatchEventsRequest{TenantId: tenantB})
 	require.NoError(t, err)
 	_, err = stream.Recv()
-	requireCode(t, err, apierr.NotFound)
+	requireCode(t, err, errcode.NotFound)
 	stream, err = events.Watch(as(tokOps), &apiv1.WatchEventsRequest{TenantId: tenantA, Cursor: "garbage"})
 	require.NoError(t, err)
 	_, err = stream.Recv()
-	requireCode(t, err, apierr.InvalidInput)
+	requireCode(t, err, errcode.InvalidInput)
 }
 
 // openWatch opens a watch and waits for its header, which the server sends
@@ -181,7 +181,7 @@ func TestWatchesPerIdentityAreLimited(t *testing.T) {
 		_, err = stream.Recv()
 		return err
 	}
-	in := requireCode(t, refused(tokReader), apierr.InvalidState)
+	in := requireCode(t, refused(tokReader), errcode.InvalidState)
 	require.Equal(t, "too-many-watches", in.Details["reason"])
 	require.Equal(t, "16", in.Details["limit"])
 
@@ -198,13 +198,13 @@ func TestWatchesPerIdentityAreLimited(t *testing.T) {
 		cancels = append(cancels, cancel)
 		_, err := openWatch(ctx, b)
 		if err != nil {
-			requireCode(t, err, apierr.InvalidState)
+			requireCode(t, err, errcode.InvalidState)
 			return false
 		}
 		return true
 	})
 	_, err = openWatch(as(tokReader), b)
-	requireCode(t, err, apierr.InvalidState)
+	requireCode(t, err, errcode.InvalidState)
 }
 
 // The limit is configurable; negative turns it off.
@@ -218,7 +218,7 @@ func TestWatchLimitIsConfigurable(t *testing.T) {
 	stream, err := apiv1.NewEventsClient(b.conn).Watch(as(tokReader), &apiv1.WatchEventsRequest{TenantId: tenantA, Cursor: "now"})
 	require.NoError(t, err)
 	_, err = stream.Recv()
-	in := requireCode(t, err, apierr.InvalidState)
+	in := requireCode(t, err, errcode.InvalidState)
 	require.Equal(t, "1", in.Details["limit"])
 
 	u := setup(t, func(c *api.Config) { c.MaxWatchesPerIdentity = -1 })

@@ -11,6 +11,7 @@ import (
 	"github.com/better-compute/commands/controlplane/commands/queue"
 	"github.com/better-compute/commands/controlplane/fleet/nodehealth"
 	"github.com/better-compute/commands/controlplane/front/api/apierr"
+	"github.com/better-compute/commands/controlplane/internal/errcode"
 	"github.com/better-compute/commands/controlplane/trust/auth"
 	apiv1 "github.com/better-compute/commands/proto/bc/api/v1"
 )
@@ -45,7 +46,7 @@ func (f *fleetServer) Summary(ctx context.Context, req *apiv1.FleetSummaryReques
 	}
 	tenantID := req.GetTenantId()
 	if !id.SeesTenant(tenantID) {
-		return nil, apierr.New(apierr.NotFound, "tenant "+tenantID+" not found", map[string]string{"tenantId": tenantID})
+		return nil, apierr.New(errcode.NotFound, "tenant "+tenantID+" not found", map[string]string{"tenantId": tenantID})
 	}
 	now := s.now()
 	out := &apiv1.FleetSummary{AsOf: timestamppb.New(now), CommandSigning: s.queue.Signer() != nil,

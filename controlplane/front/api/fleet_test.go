@@ -10,7 +10,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/better-compute/commands/controlplane/commands/queue"
-	"github.com/better-compute/commands/controlplane/front/api/apierr"
+	"github.com/better-compute/commands/controlplane/internal/errcode"
 	apiv1 "github.com/better-compute/commands/proto/bc/api/v1"
 )
 
@@ -66,9 +66,9 @@ func TestFleetSummaryCountsWhatTheCallerReads(t *testing.T) {
 	require.EqualValues(t, 0, s.GetFailedLastHour())
 
 	_, err = fleet.Summary(as(tokOther), &apiv1.FleetSummaryRequest{TenantId: tenantA})
-	requireCode(t, err, apierr.NotFound)
+	requireCode(t, err, errcode.NotFound)
 	_, err = fleet.Summary(as(tokOps), &apiv1.FleetSummaryRequest{})
-	requireCode(t, err, apierr.InvalidInput)
+	requireCode(t, err, errcode.InvalidInput)
 }
 
 func counts(cs []*apiv1.NodeCount) []string {
@@ -116,10 +116,10 @@ func TestKindsListAndGet(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, byName["diag.nvml"].GetDigest(), got.GetDigest())
 	_, err = k.Get(as(tokReader), &apiv1.GetKindRequest{Name: "acme.flash"})
-	requireCode(t, err, apierr.NotFound)
+	requireCode(t, err, errcode.NotFound)
 	require.ErrorContains(t, err, "kindsDir")
 	_, err = k.Get(as(tokReader), &apiv1.GetKindRequest{Name: "diag.nvml", Version: "9.9.9"})
-	requireCode(t, err, apierr.NotFound)
+	requireCode(t, err, errcode.NotFound)
 	_, err = k.List(context.Background(), &apiv1.ListKindsRequest{})
-	requireCode(t, err, apierr.Unauthenticated)
+	requireCode(t, err, errcode.Unauthenticated)
 }

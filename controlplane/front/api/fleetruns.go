@@ -13,6 +13,7 @@ import (
 	"github.com/better-compute/commands/controlplane/commands/bundles"
 	"github.com/better-compute/commands/controlplane/commands/fleetruns"
 	"github.com/better-compute/commands/controlplane/front/api/apierr"
+	"github.com/better-compute/commands/controlplane/internal/errcode"
 	"github.com/better-compute/commands/controlplane/trust/auth"
 	apiv1 "github.com/better-compute/commands/proto/bc/api/v1"
 )
@@ -29,7 +30,7 @@ type fleetRunsServer struct {
 func (f *fleetRunsServer) Create(ctx context.Context, req *apiv1.CreateFleetRunRequest) (*apiv1.FleetRun, error) {
 	s := f.s
 	if s.fleet == nil {
-		return nil, apierr.New(apierr.Unsupported, "this server runs no fleet runs", nil)
+		return nil, apierr.New(errcode.Unsupported, "this server runs no fleet runs", nil)
 	}
 	id, err := identity(ctx)
 	if err != nil {
@@ -45,7 +46,7 @@ func (f *fleetRunsServer) Create(ctx context.Context, req *apiv1.CreateFleetRunR
 	if id.Agent && m.Flags.Destructive && !s.quorumNow().On() {
 		// An agent's destructive work goes only as a batch a person
 		// approves: without approver keys a batch is audit-only.
-		return nil, apierr.New(apierr.PermissionDenied, fmt.Sprintf("an agent may not run %s (destructive) on a fleet while no approver keys are configured: a person must approve it", req.GetKind()),
+		return nil, apierr.New(errcode.PermissionDenied, fmt.Sprintf("an agent may not run %s (destructive) on a fleet while no approver keys are configured: a person must approve it", req.GetKind()),
 			map[string]string{"kind": req.GetKind(), "reason": "agent-destructive"})
 	}
 	secs := int32(DefaultNotAfterSeconds)
@@ -53,7 +54,7 @@ func (f *fleetRunsServer) Create(ctx context.Context, req *apiv1.CreateFleetRunR
 		secs = req.GetNotAfterSeconds()
 	}
 	if secs < MinNotAfterSeconds || secs > MaxNotAfterSeconds {
-		return nil, apierr.New(apierr.InvalidInput,
+		return nil, apierr.New(errcode.InvalidInput,
 			fmt.Sprintf("notAfterSeconds %d is outside %d to %d", secs, MinNotAfterSeconds, MaxNotAfterSeconds),
 			map[string]string{"field": "notAfterSeconds", "min": strconv.Itoa(MinNotAfterSeconds), "max": strconv.Itoa(MaxNotAfterSeconds)})
 	}
@@ -70,7 +71,7 @@ func (f *fleetRunsServer) Create(ctx context.Context, req *apiv1.CreateFleetRunR
 			return nil, err
 		}
 		if payload, err = protojson.Marshal(req.GetPayload()); err != nil {
-			return nil, apierr.New(apierr.InvalidInput, "payload: "+err.Error(), map[string]string{"field": "payload"})
+			return nil, apierr.New(errcode.InvalidInput, "payload: "+err.Error(), map[string]string{"field": "payload"})
 		}
 	}
 	// The payload is checked once, as commands.run would check it for any
@@ -82,13 +83,13 @@ func (f *fleetRunsServer) Create(ctx context.Context, req *apiv1.CreateFleetRunR
 		// never picks the destination or the cap. The schema is checked
 		// with the fields the presign will add.
 		if s.bundles == nil {
-			return nil, apierr.New(apierr.InvalidState, bundles.ErrNoDestination.Error(),
+			return nil, apierr.New(errcode.InvalidState, bundles.ErrNoDestination.Error(),
 				map[string]string{"kind": logsCollect, "reason": "no-upload-destination"})
 		}
 		merged, err := bundles.MergePayload(payload, "support-bundles/payload-check.bundle",
 			bundles.UploadFields{UploadURL: "https://payload-check.invalid/", MaxBytes: bundles.DefaultMaxBytes, SupportBundle: true})
 		if err != nil {
-			return nil, apierr.New(apierr.InvalidInput, err.Error(), map[string]string{"kind": logsCollect, "field": "payload"})
+			return nil, apierr.New(errcode.InvalidInput, err.Error(), map[string]string{"kind": logsCollect, "field": "payload"})
 		}
 		checked = merged
 	}
@@ -123,7 +124,7 @@ func (f *fleetRunsServer) Create(ctx context.Context, req *apiv1.CreateFleetRunR
 func (f *fleetRunsServer) readRun(ctx context.Context, tenantID, runID, permission string) (*auth.Identity, fleetruns.Run, error) {
 	s := f.s
 	if s.fleet == nil {
-		return nil, fleetruns.Run{}, apierr.New(apierr.Unsupported, "this server runs no fleet runs", nil)
+		return nil, fleetruns.Run{}, apierr.New(errcode.Unsupported, "this server runs no fleet runs", nil)
 	}
 	id, err := identity(ctx)
 	if err != nil {
@@ -163,7 +164,7 @@ func (f *fleetRunsServer) Get(ctx context.Context, req *apiv1.GetFleetRunRequest
 func (f *fleetRunsServer) List(ctx context.Context, req *apiv1.ListFleetRunsRequest) (*apiv1.ListFleetRunsResponse, error) {
 	s := f.s
 	if s.fleet == nil {
-		return nil, apierr.New(apierr.Unsupported, "this server runs no fleet runs", nil)
+		return nil, apierr.New(errcode.Unsupported, "this server runs no fleet runs", nil)
 	}
 	id, err := identity(ctx)
 	if err != nil {

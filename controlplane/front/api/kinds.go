@@ -6,6 +6,7 @@ import (
 
 	"github.com/better-compute/commands/controlplane/commands/kinds"
 	"github.com/better-compute/commands/controlplane/front/api/apierr"
+	"github.com/better-compute/commands/controlplane/internal/errcode"
 	apiv1 "github.com/better-compute/commands/proto/bc/api/v1"
 )
 
@@ -53,7 +54,7 @@ func (k *kindsServer) Get(ctx context.Context, req *apiv1.GetKindRequest) (*apiv
 	if req.GetVersion() != "" {
 		what += " version " + req.GetVersion()
 	}
-	return nil, apierr.New(apierr.NotFound, what+" is not registered: kinds.list lists what is, and bc-server's kindsDir is where a manifest goes",
+	return nil, apierr.New(errcode.NotFound, what+" is not registered: kinds.list lists what is, and bc-server's kindsDir is where a manifest goes",
 		map[string]string{"kind": req.GetName(), "version": req.GetVersion()})
 }
 

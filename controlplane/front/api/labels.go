@@ -8,6 +8,7 @@ import (
 
 	"github.com/better-compute/commands/controlplane/fleet/labels"
 	"github.com/better-compute/commands/controlplane/front/api/apierr"
+	"github.com/better-compute/commands/controlplane/internal/errcode"
 	"github.com/better-compute/commands/controlplane/internal/pgtx"
 	"github.com/better-compute/commands/controlplane/trust/auth"
 	apiv1 "github.com/better-compute/commands/proto/bc/api/v1"
@@ -27,7 +28,7 @@ func (n *nodesServer) SetLabels(ctx context.Context, req *apiv1.SetNodeLabelsReq
 		return err
 	})
 	if errors.Is(err, labels.ErrNodeNotFound) {
-		return nil, apierr.New(apierr.NotFound, "node "+req.GetNodeId()+" not found", map[string]string{"nodeId": req.GetNodeId()})
+		return nil, apierr.New(errcode.NotFound, "node "+req.GetNodeId()+" not found", map[string]string{"nodeId": req.GetNodeId()})
 	}
 	if err != nil {
 		return nil, s.fail(ctx, "nodes.setLabels", err)

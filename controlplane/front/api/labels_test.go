@@ -8,7 +8,7 @@ import (
 
 	"github.com/better-compute/commands/controlplane/commands/fleetruns"
 	"github.com/better-compute/commands/controlplane/front/api"
-	"github.com/better-compute/commands/controlplane/front/api/apierr"
+	"github.com/better-compute/commands/controlplane/internal/errcode"
 	apiv1 "github.com/better-compute/commands/proto/bc/api/v1"
 )
 
@@ -30,12 +30,12 @@ func TestNodeLabelsSetShowAndSelect(t *testing.T) {
 	require.NoError(t, err)
 
 	_, err = nodes.SetLabels(as(tokOps), &apiv1.SetNodeLabelsRequest{TenantId: tenantA, NodeId: nodeGPU, Labels: map[string]string{"bad key": "x"}})
-	requireCode(t, err, apierr.InvalidInput)
+	requireCode(t, err, errcode.InvalidInput)
 	require.ErrorContains(t, err, `label key "bad key"`)
 	_, err = nodes.SetLabels(as(tokReader), &apiv1.SetNodeLabelsRequest{TenantId: tenantA, NodeId: nodeGPU, Labels: map[string]string{"a": "b"}})
-	requireCode(t, err, apierr.PermissionDenied)
+	requireCode(t, err, errcode.PermissionDenied)
 	_, err = nodes.SetLabels(as(tokOther), &apiv1.SetNodeLabelsRequest{TenantId: tenantA, NodeId: nodeGPU, Labels: map[string]string{"a": "b"}})
-	requireCode(t, err, apierr.NotFound)
+	requireCode(t, err, errcode.NotFound)
 
 	resp, err := nodes.List(as(tokOps), &apiv1.ListNodesRequest{TenantId: tenantA, Selector: "rack in (r1,r2)"})
 	require.NoError(t, err)
@@ -48,7 +48,7 @@ func TestNodeLabelsSetShowAndSelect(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, resp.GetItems(), 1)
 	_, err = nodes.List(as(tokOps), &apiv1.ListNodesRequest{TenantId: tenantA, Selector: "rack in (r1"})
-	requireCode(t, err, apierr.InvalidInput)
+	requireCode(t, err, errcode.InvalidInput)
 	require.ErrorContains(t, err, "'(' without ')'")
 }
 
@@ -89,15 +89,15 @@ func TestCommandsListAcrossTheTenant(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, byReq.GetItems())
 	_, err = cmds.List(as(tokOps), &apiv1.ListCommandsRequest{TenantId: tenantA, State: "broken"})
-	requireCode(t, err, apierr.InvalidInput)
+	requireCode(t, err, errcode.InvalidInput)
 
 	got, err := cmds.Get(as(tokOps), &apiv1.GetCommandRequest{TenantId: tenantA, CommandId: ids[2]})
 	require.NoError(t, err)
 	require.Equal(t, "node_h", got.GetNodeId())
 	_, err = cmds.Get(as(tokNarrow), &apiv1.GetCommandRequest{TenantId: tenantA, CommandId: ids[2]})
-	requireCode(t, err, apierr.PermissionDenied)
+	requireCode(t, err, errcode.PermissionDenied)
 	_, err = cmds.Get(as(tokOther), &apiv1.GetCommandRequest{TenantId: tenantA, CommandId: ids[2]})
-	requireCode(t, err, apierr.NotFound)
+	requireCode(t, err, errcode.NotFound)
 }
 
 // A fleet run's events name no node; they reach the run's requester and
@@ -133,9 +133,9 @@ func TestFleetRunEventsAndListReachOnlyWhoMayReadTheRun(t *testing.T) {
 	require.Equal(t, narrow.GetId(), page.GetItems()[0].GetId())
 	require.Empty(t, page.GetNextCursor(), "its own runs only, filtered before paging")
 	_, err = runs.Get(as(tokNarrow), &apiv1.GetFleetRunRequest{TenantId: tenantA, RunId: run.GetId()})
-	requireCode(t, err, apierr.PermissionDenied)
+	requireCode(t, err, errcode.PermissionDenied)
 	_, err = runs.Get(as(tokOther), &apiv1.GetFleetRunRequest{TenantId: tenantA, RunId: run.GetId()})
-	requireCode(t, err, apierr.NotFound)
+	requireCode(t, err, errcode.NotFound)
 }
 
 // A fleet run of logs.collect, as commands.run, never lets the caller pick
@@ -148,7 +148,7 @@ func TestFleetRunOfLogsCollectRefusesACallersDestination(t *testing.T) {
 	require.NoError(t, err)
 	_, err = runs.Create(as(tokOps), &apiv1.CreateFleetRunRequest{TenantId: tenantA, Kind: "logs.collect", Payload: evil,
 		Targets: &apiv1.FleetRunTargets{NodeIds: []string{nodeA1}}})
-	requireCode(t, err, apierr.InvalidInput)
+	requireCode(t, err, errcode.InvalidInput)
 	require.ErrorContains(t, err, "uploadUrl")
 	run, err := runs.Create(as(tokOps), &apiv1.CreateFleetRunRequest{TenantId: tenantA, Kind: "logs.collect",
 		Targets: &apiv1.FleetRunTargets{NodeIds: []string{nodeA1}}})

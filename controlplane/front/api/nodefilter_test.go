@@ -6,7 +6,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/better-compute/commands/controlplane/front/api/apierr"
+	"github.com/better-compute/commands/controlplane/internal/errcode"
 	apiv1 "github.com/better-compute/commands/proto/bc/api/v1"
 )
 
@@ -77,7 +77,7 @@ func TestNodesListFiltersOnTheServer(t *testing.T) {
 		"query":       {TenantId: tenantA, Query: string(make([]byte, 201))},
 	} {
 		_, err := nodes.List(as(tokOps), req)
-		requireCode(t, err, apierr.InvalidInput)
+		requireCode(t, err, errcode.InvalidInput)
 		require.ErrorContains(t, err, field, "the error names the field")
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/better-compute/commands/controlplane/commands/queue"
 	"github.com/better-compute/commands/controlplane/fleet/labels"
 	"github.com/better-compute/commands/controlplane/front/api/apierr"
+	"github.com/better-compute/commands/controlplane/internal/errcode"
 	"github.com/better-compute/commands/controlplane/trust/auth"
 	apiv1 "github.com/better-compute/commands/proto/bc/api/v1"
 )
@@ -26,13 +27,13 @@ func (n *nodesServer) List(ctx context.Context, req *apiv1.ListNodesRequest) (*a
 	s := n.s
 	id, ok := auth.FromContext(ctx)
 	if !ok {
-		return nil, apierr.Errorf(apierr.Unauthenticated, "no authenticated identity")
+		return nil, apierr.Errorf(errcode.Unauthenticated, "no authenticated identity")
 	}
 	if err := validID("tenantId", req.GetTenantId()); err != nil {
 		return nil, err
 	}
 	if !id.SeesTenant(req.GetTenantId()) {
-		return nil, apierr.New(apierr.NotFound, "tenant "+req.GetTenantId()+" not found", map[string]string{"tenantId": req.GetTenantId()})
+		return nil, apierr.New(errcode.NotFound, "tenant "+req.GetTenantId()+" not found", map[string]string{"tenantId": req.GetTenantId()})
 	}
 	if req.GetPool() != "" {
 		if err := validID("pool", req.GetPool()); err != nil {

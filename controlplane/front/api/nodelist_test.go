@@ -14,8 +14,8 @@ import (
 
 	"github.com/better-compute/commands/controlplane/commands/queue"
 	"github.com/better-compute/commands/controlplane/front/api"
-	"github.com/better-compute/commands/controlplane/front/api/apierr"
 	"github.com/better-compute/commands/controlplane/front/gateway"
+	"github.com/better-compute/commands/controlplane/internal/errcode"
 	"github.com/better-compute/commands/controlplane/testing/fakedaemon"
 	"github.com/better-compute/commands/controlplane/trust/pki"
 	"github.com/better-compute/commands/internal/testutil"
@@ -83,10 +83,10 @@ func TestNodesList_PagesTheTenantsNodesByID(t *testing.T) {
 
 	neg := int32(-1)
 	_, err = nodes.List(as(tokOps), &apiv1.ListNodesRequest{TenantId: tenantA, Limit: &neg})
-	in := requireCode(t, err, apierr.InvalidInput)
+	in := requireCode(t, err, errcode.InvalidInput)
 	require.Equal(t, "limit", in.Details["field"])
 	_, err = nodes.List(as(tokOps), &apiv1.ListNodesRequest{TenantId: tenantA, Cursor: "not a cursor"})
-	in = requireCode(t, err, apierr.InvalidInput)
+	in = requireCode(t, err, errcode.InvalidInput)
 	require.Equal(t, "cursor", in.Details["field"])
 	require.Contains(t, in.Message, "nextCursor")
 }
@@ -98,13 +98,13 @@ func TestNodesList_TenantIsolation(t *testing.T) {
 	b := setup(t)
 	nodes := apiv1.NewNodesClient(b.conn)
 	_, err := nodes.List(as(tokOther), &apiv1.ListNodesRequest{TenantId: tenantA})
-	requireCode(t, err, apierr.NotFound)
+	requireCode(t, err, errcode.NotFound)
 	_, err = nodes.List(as(tokOps), &apiv1.ListNodesRequest{TenantId: tenantB})
-	requireCode(t, err, apierr.NotFound)
+	requireCode(t, err, errcode.NotFound)
 	_, err = nodes.List(as(tokOps), &apiv1.ListNodesRequest{TenantId: "tenant_nobody"})
-	requireCode(t, err, apierr.NotFound)
+	requireCode(t, err, errcode.NotFound)
 	_, err = nodes.List(as(tokOps), &apiv1.ListNodesRequest{})
-	requireCode(t, err, apierr.InvalidInput)
+	requireCode(t, err, errcode.InvalidInput)
 
 	resp, err := nodes.List(as(tokOther), &apiv1.ListNodesRequest{TenantId: tenantB})
 	require.NoError(t, err)

@@ -14,6 +14,7 @@ import (
 	"github.com/better-compute/commands/controlplane/commands/queue"
 	"github.com/better-compute/commands/controlplane/fleet/nodehealth"
 	"github.com/better-compute/commands/controlplane/front/api/apierr"
+	"github.com/better-compute/commands/controlplane/internal/errcode"
 	"github.com/better-compute/commands/controlplane/internal/ids"
 	"github.com/better-compute/commands/controlplane/modules/remediation"
 	"github.com/better-compute/commands/controlplane/trust/auth"
@@ -43,7 +44,7 @@ func (n *nodesServer) Get(ctx context.Context, req *apiv1.GetNodeRequest) (*apiv
 	row, err := scanNodeRow(s.pool.QueryRow(ctx, `SELECT `+nodeColumns+`
 		FROM nodes WHERE id = $1 AND tenant_id = $2 AND deleted_at IS NULL`, req.GetNodeId(), req.GetTenantId(), sessionStaleAfter.Seconds()))
 	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, apierr.New(apierr.NotFound, "node "+req.GetNodeId()+" not found", map[string]string{"nodeId": req.GetNodeId()})
+		return nil, apierr.New(errcode.NotFound, "node "+req.GetNodeId()+" not found", map[string]string{"nodeId": req.GetNodeId()})
 	}
 	if err != nil {
 		return nil, s.fail(ctx, "nodes.get", err)
@@ -205,7 +206,7 @@ func (n *nodesServer) Create(ctx context.Context, req *apiv1.CreateNodeRequest) 
 		nodeID = ids.NewNode()
 	}
 	if !id.SeesTenant(req.GetTenantId()) {
-		return nil, apierr.New(apierr.NotFound, "tenant "+req.GetTenantId()+" not found", map[string]string{"tenantId": req.GetTenantId()})
+		return nil, apierr.New(errcode.NotFound, "tenant "+req.GetTenantId()+" not found", map[string]string{"tenantId": req.GetTenantId()})
 	}
 	if !id.Allowed(auth.PermNodesCreate, auth.NodeResource(nodeID)) {
 		return nil, auth.Denied(auth.PermNodesCreate, auth.NodeResource(nodeID))
@@ -215,7 +216,7 @@ func (n *nodesServer) Create(ctx context.Context, req *apiv1.CreateNodeRequest) 
 		allowed = req.GetAllowedKinds()
 	}
 	node, err := s.queue.CreateNode(ctx, s.pool, queue.Node{ID: nodeID, TenantID: req.GetTenantId(), Role: req.GetRole(), AllowedKinds: allowed, Pool: req.GetPool()})
-	if errors.Is(err, &queue.Error{Code: queue.Conflict, Reason: "node-exists"}) {
+	if errors.Is(err, &errcode.Error{Code: errcode.Conflict, Reason: "node-exists"}) {
 		return nil, s.nodeIDTaken(ctx, req.GetTenantId(), nodeID)
 	}
 	if err != nil {
@@ -258,9 +259,9 @@ func (s *Server) nodeIDTaken(ctx context.Context, tenantID, nodeID string) error
 	_, err := s.queue.GetNode(ctx, s.pool, tenantID, nodeID)
 	switch {
 	case err == nil:
-		return apierr.New(apierr.Conflict, "node "+nodeID+" already exists", map[string]string{"reason": "node-exists", "nodeId": nodeID})
-	case queue.CodeOf(err) == queue.NotFound:
-		return apierr.New(apierr.Conflict, "node id "+nodeID+" is not available: choose another, or leave nodeId empty for one the server chooses",
+		return apierr.New(errcode.Conflict, "node "+nodeID+" already exists", map[string]string{"reason": "node-exists", "nodeId": nodeID})
+	case errcode.CodeOf(err) == errcode.NotFound:
+		return apierr.New(errcode.Conflict, "node id "+nodeID+" is not available: choose another, or leave nodeId empty for one the server chooses",
 			map[string]string{"reason": "node-id-unavailable", "nodeId": nodeID})
 	}
 	return s.fail(ctx, "nodes.create", err)

@@ -7,7 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/better-compute/commands/controlplane/front/api/apierr"
+	"github.com/better-compute/commands/controlplane/internal/errcode"
 	apiv1 "github.com/better-compute/commands/proto/bc/api/v1"
 )
 
@@ -19,16 +19,16 @@ func TestNodesAdminAndGet(t *testing.T) {
 	require.NoError(t, err)
 	require.Regexp(t, "^tenant_", tn.GetId())
 	_, err = nodes.CreateTenant(as(tokOps), &apiv1.CreateTenantRequest{TenantId: tenantA})
-	requireCode(t, err, apierr.PermissionDenied)
+	requireCode(t, err, errcode.PermissionDenied)
 	_, err = nodes.CreateTenant(as(tokAdmin), &apiv1.CreateTenantRequest{TenantId: tenantA})
-	requireCode(t, err, apierr.Conflict)
+	requireCode(t, err, errcode.Conflict)
 
 	n, err := nodes.Create(as(tokAdmin), &apiv1.CreateNodeRequest{TenantId: tn.GetId()})
 	require.NoError(t, err)
 	require.Regexp(t, "^node_", n.GetId())
 	require.Equal(t, "node", n.GetRole())
 	_, err = nodes.Create(as(tokReader), &apiv1.CreateNodeRequest{TenantId: tenantA})
-	requireCode(t, err, apierr.PermissionDenied)
+	requireCode(t, err, errcode.PermissionDenied)
 
 	_, err = b.pool.Exec(context.Background(), `UPDATE nodes SET inventory = '{"gpus":[{"uuid":"GPU-1"}]}',
 		conditions = '[{"type":"RebootRequired","status":"True","reason":"kernel-update","since":"2026-01-02T03:04:05Z"}]' WHERE id = $1`, nodeA1)
@@ -50,7 +50,7 @@ func TestCreateNodeRevealsNoOtherTenantsNode(t *testing.T) {
 	b := setup(t)
 	nodes := apiv1.NewNodesClient(b.conn)
 	other, err := nodes.Create(as(tokOther), &apiv1.CreateNodeRequest{TenantId: tenantB, NodeId: nodeA1})
-	in := requireCode(t, err, apierr.Conflict)
+	in := requireCode(t, err, errcode.Conflict)
 	require.Equal(t, "node-id-unavailable", in.Details["reason"])
 	require.NotContains(t, in.Message, tenantA)
 	require.NotContains(t, in.Message, "exists")
@@ -62,7 +62,7 @@ func TestCreateNodeRevealsNoOtherTenantsNode(t *testing.T) {
 	_, err = nodes.Delete(as(tokAdmin), &apiv1.DeleteNodeRequest{TenantId: tenantB, NodeId: "node_b9"})
 	require.NoError(t, err)
 	_, err = nodes.Create(as(tokOther), &apiv1.CreateNodeRequest{TenantId: tenantB, NodeId: "node_b9"})
-	deleted := requireCode(t, err, apierr.Conflict)
+	deleted := requireCode(t, err, errcode.Conflict)
 	cross := in
 	cross.Message = strings.ReplaceAll(cross.Message, nodeA1, "node_b9")
 	cross.Details = map[string]string{"reason": cross.Details["reason"], "nodeId": "node_b9"}
@@ -70,6 +70,6 @@ func TestCreateNodeRevealsNoOtherTenantsNode(t *testing.T) {
 
 	// The caller's own live node is node-exists.
 	_, err = nodes.Create(as(tokOps), &apiv1.CreateNodeRequest{TenantId: tenantA, NodeId: nodeA1})
-	in = requireCode(t, err, apierr.Conflict)
+	in = requireCode(t, err, errcode.Conflict)
 	require.Equal(t, "node-exists", in.Details["reason"])
 }

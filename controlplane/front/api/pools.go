@@ -11,6 +11,7 @@ import (
 	"github.com/better-compute/commands/controlplane/commands/batches"
 	"github.com/better-compute/commands/controlplane/fleet/pools"
 	"github.com/better-compute/commands/controlplane/front/api/apierr"
+	"github.com/better-compute/commands/controlplane/internal/errcode"
 	"github.com/better-compute/commands/controlplane/modules/remediation"
 	"github.com/better-compute/commands/controlplane/trust/auth"
 	apiv1 "github.com/better-compute/commands/proto/bc/api/v1"
@@ -45,7 +46,7 @@ func poolProto(st pools.Status) *apiv1.Pool {
 func poolAuth(ctx context.Context, tenantID, pool, permission string) (*auth.Identity, error) {
 	id, ok := auth.FromContext(ctx)
 	if !ok {
-		return nil, apierr.Errorf(apierr.Unauthenticated, "no authenticated identity")
+		return nil, apierr.Errorf(errcode.Unauthenticated, "no authenticated identity")
 	}
 	if err := auth.CheckID("tenantId", tenantID); err != nil {
 		return nil, err
@@ -56,10 +57,10 @@ func poolAuth(ctx context.Context, tenantID, pool, permission string) (*auth.Ide
 		}
 	}
 	if !id.SeesTenant(tenantID) {
-		return nil, apierr.New(apierr.NotFound, "tenant "+tenantID+" not found", map[string]string{"tenantId": tenantID})
+		return nil, apierr.New(errcode.NotFound, "tenant "+tenantID+" not found", map[string]string{"tenantId": tenantID})
 	}
 	if pool != "" && !id.Allowed(permission, auth.PoolResource(pool)) {
-		return nil, apierr.New(apierr.PermissionDenied, "missing "+permission+" on "+auth.PoolResource(pool),
+		return nil, apierr.New(errcode.PermissionDenied, "missing "+permission+" on "+auth.PoolResource(pool),
 			map[string]string{"permission": permission, "resource": auth.PoolResource(pool)})
 	}
 	return id, nil
@@ -117,7 +118,7 @@ func (p *poolsServer) Get(ctx context.Context, req *apiv1.GetPoolRequest) (*apiv
 		return nil, s.fail(ctx, "pools.get", err)
 	}
 	if !ok {
-		return nil, apierr.New(apierr.NotFound, "pool "+req.GetPool()+" not found: no node carries it and it has no budget", map[string]string{"pool": req.GetPool()})
+		return nil, apierr.New(errcode.NotFound, "pool "+req.GetPool()+" not found: no node carries it and it has no budget", map[string]string{"pool": req.GetPool()})
 	}
 	return p.status(ctx, "pools.get", req.GetTenantId(), req.GetPool())
 }
@@ -243,7 +244,7 @@ func (r *reconcilerServer) ListBatches(ctx context.Context, req *apiv1.ListPlatf
 	}
 	limit := int(req.GetLimit())
 	if limit < 0 || limit > 200 {
-		return nil, apierr.New(apierr.InvalidInput, "limit must be 0 to 200", map[string]string{"field": "limit"})
+		return nil, apierr.New(errcode.InvalidInput, "limit must be 0 to 200", map[string]string{"field": "limit"})
 	}
 	list, err := batches.ListByRequesterPrefix(ctx, s.pool, req.GetTenantId(), remediation.PlatformRequesterPrefix, limit)
 	if err != nil {
@@ -284,7 +285,7 @@ func budgetPatch(req *apiv1.SetPoolBudgetRequest) (pools.Patch, error) {
 			continue
 		}
 		if w.secs < 0 || w.secs > 30*86400 || (w.secs != 0 && w.secs < 60) {
-			return pools.Patch{}, apierr.New(apierr.InvalidInput, fmt.Sprintf("%s %d must be 60 to 2592000 (0 for the default hour)", w.field, w.secs), map[string]string{"field": w.field})
+			return pools.Patch{}, apierr.New(errcode.InvalidInput, fmt.Sprintf("%s %d must be 60 to 2592000 (0 for the default hour)", w.field, w.secs), map[string]string{"field": w.field})
 		}
 		d := time.Duration(w.secs) * time.Second
 		*w.dst = &d

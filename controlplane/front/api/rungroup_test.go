@@ -11,7 +11,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/better-compute/commands/controlplane/front/api"
-	"github.com/better-compute/commands/controlplane/front/api/apierr"
+	"github.com/better-compute/commands/controlplane/internal/errcode"
 	"github.com/better-compute/commands/controlplane/internal/groupcommit"
 	"github.com/better-compute/commands/internal/testutil"
 	apiv1 "github.com/better-compute/commands/proto/bc/api/v1"
@@ -43,7 +43,7 @@ func TestRun_ConcurrentCallersShareACommitAndKeepTheirOwnErrors(t *testing.T) {
 	// Refused before joining: it is answered while the worker is still held.
 	_, err = b.run(t, tokOps, &apiv1.RunCommandRequest{TenantId: tenantA, NodeId: nodeA1, Kind: "inventory.refresh",
 		Payload: &structpb.Struct{Fields: map[string]*structpb.Value{"bogus": structpb.NewBoolValue(true)}}})
-	requireCode(t, err, apierr.InvalidInput)
+	requireCode(t, err, errcode.InvalidInput)
 
 	const good = 6
 	type answer struct {
@@ -86,9 +86,9 @@ func TestRun_ConcurrentCallersShareACommitAndKeepTheirOwnErrors(t *testing.T) {
 		require.NoError(t, answers[i].err, "caller %d", i)
 		require.True(t, answers[i].committed, "caller %d was answered before its command was committed", i)
 	}
-	in := requireCode(t, answers[good].err, apierr.Conflict)
+	in := requireCode(t, answers[good].err, errcode.Conflict)
 	require.Equal(t, taken.GetId(), in.Details["commandId"], "its own conflict names the command its key holds")
-	in = requireCode(t, answers[good+1].err, apierr.InvalidInput)
+	in = requireCode(t, answers[good+1].err, errcode.InvalidInput)
 	require.Equal(t, "batch-not-found", in.Details["reason"])
 	var after int
 	require.NoError(t, b.pool.QueryRow(context.Background(), `SELECT count(*) FROM commands`).Scan(&after))

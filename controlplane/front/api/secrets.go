@@ -7,6 +7,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/better-compute/commands/controlplane/front/api/apierr"
+	"github.com/better-compute/commands/controlplane/internal/errcode"
 	"github.com/better-compute/commands/controlplane/trust/auth"
 	"github.com/better-compute/commands/controlplane/trust/secrets"
 	apiv1 "github.com/better-compute/commands/proto/bc/api/v1"
@@ -27,9 +28,9 @@ func secretProto(m secrets.Meta) *apiv1.Secret {
 func (x *secretsServer) fail(ctx context.Context, op string, err error) error {
 	switch {
 	case errors.Is(err, secrets.ErrInvalid):
-		return apierr.New(apierr.InvalidInput, err.Error(), map[string]string{"reason": "invalid-secret"})
+		return apierr.New(errcode.InvalidInput, err.Error(), map[string]string{"reason": "invalid-secret"})
 	case errors.Is(err, secrets.ErrNotFound):
-		return apierr.New(apierr.NotFound, err.Error(), map[string]string{"reason": "secret-not-found"})
+		return apierr.New(errcode.NotFound, err.Error(), map[string]string{"reason": "secret-not-found"})
 	}
 	return x.s.fail(ctx, op, err)
 }
@@ -75,7 +76,7 @@ func (x *secretsServer) Delete(ctx context.Context, req *apiv1.DeleteSecretReque
 		return nil, x.fail(ctx, "secrets.delete", err)
 	}
 	if !ok {
-		return nil, apierr.New(apierr.NotFound, "tenant "+req.GetTenantId()+" has no secret "+req.GetName(), map[string]string{"reason": "secret-not-found"})
+		return nil, apierr.New(errcode.NotFound, "tenant "+req.GetTenantId()+" has no secret "+req.GetName(), map[string]string{"reason": "secret-not-found"})
 	}
 	x.s.logger.Info("secret deleted", "tenant_id", req.GetTenantId(), "name", req.GetName(), "by", id.Name)
 	return &apiv1.DeleteSecretResponse{Deleted: true}, nil

@@ -19,6 +19,7 @@ import (
 	"github.com/better-compute/commands/controlplane/commands/queue"
 	"github.com/better-compute/commands/controlplane/front/api"
 	"github.com/better-compute/commands/controlplane/front/api/apierr"
+	"github.com/better-compute/commands/controlplane/internal/errcode"
 	"github.com/better-compute/commands/controlplane/internal/storetest"
 	"github.com/better-compute/commands/controlplane/trust/auth"
 	logsmanifest "github.com/better-compute/commands/plugins/logs/manifest"
@@ -158,7 +159,7 @@ func (b *bundle) run(t testing.TB, token string, req *apiv1.RunCommandRequest) (
 }
 
 // requireCode asserts an API error: its gRPC code and ErrorInfo reason.
-func requireCode(t testing.TB, err error, code apierr.Code) apierr.Info {
+func requireCode(t testing.TB, err error, code errcode.Code) apierr.Info {
 	t.Helper()
 	require.Error(t, err)
 	in, ok := apierr.Parse(err)

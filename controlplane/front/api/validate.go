@@ -8,6 +8,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/better-compute/commands/controlplane/front/api/apierr"
+	"github.com/better-compute/commands/controlplane/internal/errcode"
 	"github.com/better-compute/commands/controlplane/trust/auth"
 	"github.com/better-compute/commands/internal/names"
 )
@@ -21,7 +22,7 @@ import (
 
 // invalid is INVALID_INPUT naming field.
 func invalid(field, message string) error {
-	return apierr.New(apierr.InvalidInput, message, map[string]string{"field": field})
+	return apierr.New(errcode.InvalidInput, message, map[string]string{"field": field})
 }
 
 // validID checks a required id.
@@ -75,7 +76,7 @@ func validName(field, name string) error {
 // byte: JSON allows \u0000, PostgreSQL's jsonb does not.
 func validJSONText(field string, v *structpb.Struct) error {
 	if path, bad := nulIn(structpb.NewStructValue(v), field); bad {
-		return apierr.New(apierr.InvalidInput, path+" holds a NUL character, which the control plane cannot store",
+		return apierr.New(errcode.InvalidInput, path+" holds a NUL character, which the control plane cannot store",
 			map[string]string{"field": field, "path": path})
 	}
 	return nil

@@ -12,7 +12,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/better-compute/commands/controlplane/front/api"
-	"github.com/better-compute/commands/controlplane/front/api/apierr"
+	"github.com/better-compute/commands/controlplane/internal/errcode"
 	apiv1 "github.com/better-compute/commands/proto/bc/api/v1"
 )
 
@@ -38,7 +38,7 @@ func TestMalformedNamesAreInvalidInputNamingTheField(t *testing.T) {
 		t.Run(what, func(t *testing.T) {
 			field := func(err error, want string) {
 				t.Helper()
-				in := requireCode(t, err, apierr.InvalidInput)
+				in := requireCode(t, err, errcode.InvalidInput)
 				require.Equal(t, want, in.Details["field"], "%v", err)
 				require.Less(t, len(in.Message), 400, "the message quotes a long id short")
 			}
@@ -68,15 +68,15 @@ func TestMalformedNamesAreInvalidInputNamingTheField(t *testing.T) {
 	}
 	for _, role := range []string{"admin", "ROOT!", "node\x00"} {
 		_, err := nodes.Create(as(tokAdmin), &apiv1.CreateNodeRequest{TenantId: tenantA, NodeId: "node_r", Role: role})
-		in := requireCode(t, err, apierr.InvalidInput)
+		in := requireCode(t, err, errcode.InvalidInput)
 		require.Equal(t, "role", in.Details["field"])
 		require.Contains(t, in.Message, "node, discovery, site")
 	}
 	_, err := nodes.Create(as(tokAdmin), &apiv1.CreateNodeRequest{TenantId: tenantA, NodeId: "node_k", AllowedKinds: []string{"diag.nvml", "diag nvml"}})
-	in := requireCode(t, err, apierr.InvalidInput)
+	in := requireCode(t, err, errcode.InvalidInput)
 	require.Equal(t, "allowedKinds[1]", in.Details["field"])
 	_, err = nodes.CreateTenant(as(tokAdmin), &apiv1.CreateTenantRequest{Name: "Acme\x00"})
-	in = requireCode(t, err, apierr.InvalidInput)
+	in = requireCode(t, err, errcode.InvalidInput)
 	require.Equal(t, "name", in.Details["field"])
 
 	// What the grammar allows still works, and nothing malformed was stored.
@@ -100,20 +100,20 @@ func TestNULInAPayloadIsInvalidInput(t *testing.T) {
 	p, err := structpb.NewStruct(map[string]any{"sections": []any{"gpus", "a\x00b"}})
 	require.NoError(t, err)
 	_, err = b.run(t, tokOps, &apiv1.RunCommandRequest{TenantId: tenantA, NodeId: nodeA1, Kind: "inventory.refresh", Payload: p})
-	in := requireCode(t, err, apierr.InvalidInput)
+	in := requireCode(t, err, errcode.InvalidInput)
 	require.Equal(t, "payload", in.Details["field"])
 	require.Equal(t, "payload.sections[1]", in.Details["path"])
 
 	p, err = structpb.NewStruct(map[string]any{"a\x00": true})
 	require.NoError(t, err)
 	_, err = b.run(t, tokOps, &apiv1.RunCommandRequest{TenantId: tenantA, NodeId: nodeA1, Kind: "diag.nvml", Payload: p})
-	in = requireCode(t, err, apierr.InvalidInput)
+	in = requireCode(t, err, errcode.InvalidInput)
 	require.Equal(t, "payload", in.Details["field"])
 
 	spec, err := structpb.NewStruct(map[string]any{"holds": []any{map[string]any{"gpu": "GPU-\x00", "state": "live"}}})
 	require.NoError(t, err)
 	_, err = apiv1.NewNodesClient(b.conn).SetSpec(as(tokAdmin), &apiv1.SetNodeSpecRequest{TenantId: tenantA, NodeId: nodeA1, Spec: spec})
-	in = requireCode(t, err, apierr.InvalidInput)
+	in = requireCode(t, err, errcode.InvalidInput)
 	require.Equal(t, "spec", in.Details["field"])
 }
 
@@ -144,7 +144,7 @@ func TestUnexpectedErrorIsInternalWithAnErrorIDInTheLog(t *testing.T) {
 	_, err := b.pool.Exec(context.Background(), `ALTER TABLE nodes RENAME COLUMN inventory TO inventory_gone`)
 	require.NoError(t, err)
 	_, err = apiv1.NewNodesClient(b.conn).Get(as(tokReader), &apiv1.GetNodeRequest{TenantId: tenantA, NodeId: nodeA1})
-	in := requireCode(t, err, apierr.Internal)
+	in := requireCode(t, err, errcode.Internal)
 	errID := in.Details["errorId"]
 	require.Regexp(t, `^err_[0-9A-Z]{26}$`, errID)
 	require.Contains(t, in.Message, errID)

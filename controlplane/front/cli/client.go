@@ -1,9 +1,6 @@
 package cli
 
 import (
-	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"os"
@@ -13,9 +10,8 @@ import (
 
 	"go.yaml.in/yaml/v3"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials"
-	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/metadata"
+
+	"github.com/better-compute/commands/controlplane/front/apidial"
 )
 
 // Settings say where the API is and who the caller is. Each comes from a
@@ -134,57 +130,5 @@ func loadSettings(path string, explicit bool, getenv func(string) string, flags 
 // dial opens a client connection with the settings' transport security and
 // bearer token.
 func dial(s Settings) (*grpc.ClientConn, error) {
-	target, plaintext := s.Endpoint, s.Plaintext
-	switch {
-	case strings.HasPrefix(target, "http://"):
-		target, plaintext = strings.TrimPrefix(target, "http://"), true
-	case strings.HasPrefix(target, "https://"):
-		target, plaintext = strings.TrimPrefix(target, "https://"), false
-	}
-	var creds credentials.TransportCredentials
-	if plaintext {
-		creds = insecure.NewCredentials()
-	} else {
-		cfg := &tls.Config{MinVersion: tls.VersionTLS12}
-		if s.CACert != "" {
-			pem, err := os.ReadFile(s.CACert)
-			if err != nil {
-				return nil, fmt.Errorf("reading CA certificate: %w", err)
-			}
-			pool := x509.NewCertPool()
-			if !pool.AppendCertsFromPEM(pem) {
-				return nil, fmt.Errorf("CA certificate %s holds no PEM certificate", s.CACert)
-			}
-			cfg.RootCAs = pool
-		}
-		if s.Cert != "" || s.Key != "" {
-			pair, err := tls.LoadX509KeyPair(s.Cert, s.Key)
-			if err != nil {
-				return nil, fmt.Errorf("loading client certificate: %w", err)
-			}
-			cfg.Certificates = []tls.Certificate{pair}
-		}
-		creds = credentials.NewTLS(cfg)
-	}
-	opts := []grpc.DialOption{grpc.WithTransportCredentials(creds)}
-	if s.Token != "" {
-		// The token goes in metadata by interceptor rather than as
-		// PerRPCCredentials, which grpc-go refuses over plaintext; loopback
-		// development needs it there.
-		withToken := func(ctx context.Context) context.Context {
-			return metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+s.Token)
-		}
-		opts = append(opts,
-			grpc.WithUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, o ...grpc.CallOption) error {
-				return invoker(withToken(ctx), method, req, reply, cc, o...)
-			}),
-			grpc.WithStreamInterceptor(func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, o ...grpc.CallOption) (grpc.ClientStream, error) {
-				return streamer(withToken(ctx), desc, cc, method, o...)
-			}))
-	}
-	conn, err := grpc.NewClient(target, opts...)
-	if err != nil {
-		return nil, fmt.Errorf("connecting to %s: %w", s.Endpoint, err)
-	}
-	return conn, nil
+	return apidial.Dial(apidial.Settings{Endpoint: s.Endpoint, Token: s.Token, CACert: s.CACert, Cert: s.Cert, Key: s.Key, Plaintext: s.Plaintext})
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/better-compute/commands/controlplane/fleet/bindings"
+	"github.com/better-compute/commands/controlplane/internal/dbhealth"
 	agentv1 "github.com/better-compute/commands/proto/bc/agent/v1"
 )
 
@@ -24,7 +25,7 @@ func (s *session) allocationBound(ctx context.Context, ab *agentv1.AllocationBou
 	case b.Allocation != "":
 		s.logger.Warn("allocation binding refused", "allocation", b.Allocation, "error", err)
 	default:
-		if unreachable(err) {
+		if dbhealth.Transient(err) {
 			return s.dbErr(ctx, "storing an allocation binding", err)
 		}
 		s.logger.Warn("allocation binding refused", "error", err)

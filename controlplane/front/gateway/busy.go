@@ -5,7 +5,7 @@ import (
 	"errors"
 	"time"
 
-	"github.com/better-compute/commands/controlplane/commands/queue"
+	"github.com/better-compute/commands/controlplane/internal/errcode"
 	"github.com/better-compute/commands/internal/backoff"
 	agentv1 "github.com/better-compute/commands/proto/bc/agent/v1"
 )
@@ -24,13 +24,13 @@ func (s *session) requeueBusy(ctx context.Context, u *agentv1.CommandUpdate) (ou
 	}
 	backoff := BusyBackoff(attempts, s.g.opts.BusyBackoffMin, s.g.opts.BusyBackoffMax)
 	_, _, err := s.g.queue.Requeue(ctx, s.g.pool, s.id.NodeID, u.GetCommandId(), s.epoch, backoff)
-	if errors.Is(err, queue.ErrNotFound) {
+	if errors.Is(err, errcode.ErrNotFound) {
 		return landed, nil // not this node's command
 	}
 	if err != nil {
 		return s.landErr(ctx, "requeueing a BUSY command", u, err)
 	}
-	s.g.outage.ok()
+	s.g.outage.OK()
 	// Requeued, or already moved on (settled, running, fenced): either way
 	// this session no longer holds it.
 	s.releaseCredit(u.GetCommandId())

@@ -10,6 +10,7 @@ import (
 
 	"github.com/better-compute/commands/controlplane/commands/batches"
 	"github.com/better-compute/commands/controlplane/commands/queue"
+	"github.com/better-compute/commands/controlplane/internal/dbhealth"
 	agentv1 "github.com/better-compute/commands/proto/bc/agent/v1"
 	"github.com/better-compute/commands/sdk/kind"
 )
@@ -26,7 +27,7 @@ func (s *session) sync(ctx context.Context) error {
 	if err != nil {
 		return s.dbErr(ctx, "reading open commands", err)
 	}
-	s.g.outage.ok()
+	s.g.outage.OK()
 	replay := !s.replayed
 	s.replayed = true
 	s.starved = false
@@ -150,7 +151,7 @@ func (s *session) dispatch(ctx context.Context, c queue.Command, now time.Time) 
 	// it BATCH_UNAPPROVED for good).
 	extras, err := s.batchExtras(ctx, c)
 	if err != nil {
-		if !unreachable(err) {
+		if !dbhealth.Transient(err) {
 			// Not an outage: say why it waits in the API, not only here.
 			if _, werr := s.g.queue.SetWaiting(ctx, s.g.pool, s.id.NodeID, c.ID, ReasonBatchUnavailable,
 				"its batch's approval cannot be read: "+err.Error(), nil); werr != nil {

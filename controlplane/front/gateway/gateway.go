@@ -24,6 +24,7 @@ import (
 	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/better-compute/commands/controlplane/commands/queue"
+	"github.com/better-compute/commands/controlplane/internal/dbhealth"
 	"github.com/better-compute/commands/controlplane/internal/groupcommit"
 	"github.com/better-compute/commands/controlplane/internal/pgtx"
 	agentv1 "github.com/better-compute/commands/proto/bc/agent/v1"
@@ -136,7 +137,7 @@ type Gateway struct {
 	logger hclog.Logger
 	opts   Options
 	hub    *hub
-	outage *outage
+	outage *dbhealth.Outage
 	// group stores sessions' reports and dispatches in shared transactions.
 	group *groupcommit.Committer
 	// transitions is the group's set of transitions: a group's dispatches
@@ -170,7 +171,7 @@ func New(pool *pgxpool.Pool, q *queue.Queue, logger hclog.Logger, opts Options) 
 		logger: logger,
 		opts:   opts,
 		hub:    newHub(),
-		outage: &outage{logger: logger},
+		outage: newOutage(logger),
 		group:  group,
 		lister: newLister(pool, q),
 		transitions: groupcommit.NewSet(group, func(ctx context.Context, tx pgx.Tx, ts []queue.Transition) ([]queue.TransitionResult, error) {

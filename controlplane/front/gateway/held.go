@@ -79,7 +79,7 @@ func (s *session) holdReport(r report) {
 		return
 	}
 	s.held.reports = append(s.held.reports, r)
-	s.g.outage.heldReport()
+	s.g.outage.Count(reportsHeld)
 	s.logger.Debug("report held until the database returns", "command_id", u.GetCommandId(), "state", u.GetState(), "update_seq", u.GetUpdateSeq())
 	if s.held.timer == nil {
 		s.held.arm()

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/better-compute/commands/controlplane/commands/queue"
+	"github.com/better-compute/commands/controlplane/internal/dbhealth"
 	"github.com/better-compute/commands/internal/backoff"
 )
 
@@ -150,12 +151,12 @@ func (h *hub) signalAll(mark func(w *waker)) {
 // listen holds a LISTEN connection, reconnecting with a backoff. After a
 // reconnect every session is woken, since notifications may have been lost.
 // A listener lost with the database counts towards the outage, logged once.
-func (h *hub) listen(ctx context.Context, pool *pgxpool.Pool, logger hclog.Logger, o *outage) {
+func (h *hub) listen(ctx context.Context, pool *pgxpool.Pool, logger hclog.Logger, o *dbhealth.Outage) {
 	backoff.Loop(ctx, 100*time.Millisecond, 5*time.Second, func(ctx context.Context) (bool, error) {
 		return h.listenOnce(ctx, pool, o)
 	}, func(err error, wait time.Duration) {
-		if unreachable(err) {
-			o.failed("listening for dispatch wake-ups", err)
+		if dbhealth.Transient(err) {
+			o.Failed("listening for dispatch wake-ups", err)
 			logger.Debug("dispatch listener lost; reconnecting", "error", err, "backoff", wait)
 		} else {
 			logger.Warn("dispatch listener lost; reconnecting", "error", err, "backoff", wait)
@@ -165,7 +166,7 @@ func (h *hub) listen(ctx context.Context, pool *pgxpool.Pool, logger hclog.Logge
 
 // listenOnce holds one LISTEN connection until it fails; listened says
 // whether it got as far as listening.
-func (h *hub) listenOnce(ctx context.Context, pool *pgxpool.Pool, o *outage) (listened bool, err error) {
+func (h *hub) listenOnce(ctx context.Context, pool *pgxpool.Pool, o *dbhealth.Outage) (listened bool, err error) {
 	conn, err := pool.Acquire(ctx)
 	if err != nil {
 		return false, fmt.Errorf("acquiring the listener's connection: %w", err)
@@ -174,7 +175,7 @@ func (h *hub) listenOnce(ctx context.Context, pool *pgxpool.Pool, o *outage) (li
 	if err := queue.ListenDispatch(ctx, conn.Conn()); err != nil {
 		return false, err
 	}
-	o.ok()
+	o.OK()
 	h.wakeAll()
 	for {
 		w, err := queue.WaitDispatch(ctx, conn.Conn())

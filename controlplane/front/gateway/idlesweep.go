@@ -3,6 +3,8 @@ package gateway
 import (
 	"context"
 	"time"
+
+	"github.com/better-compute/commands/controlplane/internal/dbhealth"
 )
 
 // sweepChunk bounds the node ids of one sweep statement.
@@ -40,14 +42,14 @@ func (g *Gateway) sweepOnce(ctx context.Context) {
 			if ctx.Err() != nil {
 				return
 			}
-			if unreachable(err) {
-				g.outage.failed("sweeping idle sessions", err)
+			if dbhealth.Transient(err) {
+				g.outage.Failed("sweeping idle sessions", err)
 			} else {
 				g.logger.Warn("sweeping idle sessions failed; trying again in the next sweep", "error", err, "every", g.opts.IdlePoll)
 			}
 			return
 		}
-		g.outage.ok()
+		g.outage.OK()
 		for _, id := range open {
 			if idle[id] {
 				// A lost NOTIFY, or one still on its way.

@@ -3,6 +3,8 @@ package gateway
 import (
 	"context"
 	"time"
+
+	"github.com/better-compute/commands/controlplane/internal/dbhealth"
 )
 
 // ProgressEvery is the least time between two progress writes of one
@@ -23,9 +25,9 @@ func (s *session) progress(ctx context.Context, commandID string, step []byte) (
 
 func (s *session) writeProgress(ctx context.Context, commandID string, step []byte) (outcome, error) {
 	if _, err := s.g.queue.RecordProgress(ctx, s.g.pool, commandID, s.epoch, step); err != nil {
-		if unreachable(err) {
+		if dbhealth.Transient(err) {
 			// A step is not worth holding: the next one supersedes it.
-			s.g.outage.failed("storing progress", err)
+			s.g.outage.Failed("storing progress", err)
 			return landed, nil
 		}
 		s.logger.Debug("progress not stored", "command_id", commandID, "error", err)

@@ -120,7 +120,7 @@ func (s *session) land(ctx context.Context, u *agentv1.CommandUpdate) (outcome, 
 		return landed, nil // not this node's command: nothing will ever land
 	}
 	cur, changed := st.cur, st.changed
-	s.g.outage.ok()
+	s.g.outage.OK()
 	s.g.opts.Observer.Reported(cur, changed)
 	if !changed && t.Progress != nil && !cur.State.Terminal() {
 		// A step of a command already running: the transition changed

@@ -14,7 +14,8 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	"github.com/better-compute/commands/controlplane/commands/queue"
+	"github.com/better-compute/commands/controlplane/internal/dbhealth"
+	"github.com/better-compute/commands/controlplane/internal/errcode"
 	"github.com/better-compute/commands/controlplane/trust/nodecerts"
 	"github.com/better-compute/commands/internal/trust"
 	agentv1 "github.com/better-compute/commands/proto/bc/agent/v1"
@@ -119,8 +120,8 @@ func (g *Gateway) Connect(stream grpc.BidiStreamingServer[agentv1.NodeMessage, a
 			g.logger.Warn("session refused: certificate", "node_id", id.NodeID, "serial", nodecerts.Serial(leaf), "error", err)
 			return err
 		}
-		if ctx.Err() == nil && unreachable(err) {
-			g.outage.failed("checking a node certificate", err)
+		if ctx.Err() == nil && dbhealth.Transient(err) {
+			g.outage.Failed("checking a node certificate", err)
 		}
 		return status.Errorf(codes.Unavailable, "checking the node certificate: %v", err)
 	}
@@ -142,16 +143,16 @@ func (g *Gateway) Connect(stream grpc.BidiStreamingServer[agentv1.NodeMessage, a
 	}
 	epoch, err := g.beginSession(ctx, hello, id.Role)
 	if err != nil {
-		var qe *queue.Error
-		if errors.As(err, &qe) && qe.Code == queue.NotFound {
+		var qe *errcode.Error
+		if errors.As(err, &qe) && qe.Code == errcode.NotFound {
 			return status.Errorf(codes.NotFound, "node %s is not registered or was deleted", id.NodeID)
 		}
-		if ctx.Err() == nil && unreachable(err) {
-			g.outage.failed("beginning a session", err)
+		if ctx.Err() == nil && dbhealth.Transient(err) {
+			g.outage.Failed("beginning a session", err)
 		}
 		return status.Errorf(codes.Unavailable, "beginning the session: %v", err)
 	}
-	g.outage.ok()
+	g.outage.OK()
 	s := &session{
 		g: g, id: id, cert: leaf, hello: hello, epoch: epoch, stream: stream,
 		logger:      g.logger.With("node_id", id.NodeID, "epoch", epoch),

@@ -18,7 +18,7 @@ func (s *session) sendSpec(ctx context.Context, have int64) error {
 		s.specDue = true
 		return s.dbErr(ctx, "reading the node spec", err)
 	}
-	s.g.outage.ok()
+	s.g.outage.OK()
 	s.specDue = false
 	if spec.Generation == 0 || spec.Generation <= have {
 		return nil

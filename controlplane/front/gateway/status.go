@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 
+	"github.com/better-compute/commands/controlplane/internal/dbhealth"
 	agentv1 "github.com/better-compute/commands/proto/bc/agent/v1"
 )
 
@@ -37,7 +38,7 @@ func (s *session) status(ctx context.Context, st *agentv1.NodeStatus) error {
 		return nil
 	}
 	err = s.g.queue.RecordNodeStatus(ctx, s.g.pool, s.id.NodeID, inv, cb)
-	if err != nil && ctx.Err() == nil && unreachable(err) {
+	if err != nil && ctx.Err() == nil && dbhealth.Transient(err) {
 		s.holdStatus(st)
 	}
 	return s.dbErr(ctx, "storing the node status", err)

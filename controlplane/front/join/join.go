@@ -228,7 +228,7 @@ func (s *Service) Join(ctx context.Context, req *agentv1.JoinRequest) (*agentv1.
 			allowed = id.AllowedKinds
 		}
 		if err := s.queue.SetAllowedKinds(ctx, tx, id.NodeID, allowed); err != nil {
-			if queue.CodeOf(err) == queue.NotFound {
+			if errcode.CodeOf(err) == errcode.NotFound {
 				return status.Errorf(codes.NotFound, "node %s was deleted", id.NodeID)
 			}
 			return err

@@ -1,36 +1,21 @@
 package mcp
 
 import (
-	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"os"
 	"strings"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials"
-	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/metadata"
+
+	"github.com/better-compute/commands/controlplane/front/apidial"
 )
 
-// APISettings say where bc-server's API is and which principal bc-mcp is.
-// They mirror the CLI's settings, but bc-mcp reads them only from its own
-// flags and BC_MCP_* variables, never from the CLI's config file or BC_TOKEN:
-// a person's token must not become the agent's by accident.
-type APISettings struct {
-	// Endpoint is host:port; an http:// prefix means plaintext, https:// TLS.
-	Endpoint string
-	// Token is the agent identity's bearer token.
-	Token string
-	// CACert verifies the server (PEM file); empty uses the system roots.
-	CACert string
-	// Cert and Key are a client certificate for mTLS (PEM files).
-	Cert, Key string
-	// Plaintext turns TLS off (loopback and tests only).
-	Plaintext bool
-}
+// APISettings say where bc-server's API is and which principal bc-mcp is:
+// the CLI's settings, but bc-mcp reads them only from its own flags and
+// BC_MCP_* variables, never from the CLI's config file or BC_TOKEN: a
+// person's token must not become the agent's by accident.
+type APISettings = apidial.Settings
 
 // ErrNoToken is returned by Dial without a bearer token: bc-mcp always acts
 // as its own agent principal, never anonymously.
@@ -51,64 +36,14 @@ func ReadToken(path string) (string, error) {
 }
 
 // Dial opens a client connection to the API with the settings' transport
-// security; every call carries the bearer token.
+// security; every call carries the bearer token. Unlike the CLI, bc-mcp has
+// no default endpoint and no anonymous mode, so both are refused here.
 func Dial(s APISettings) (*grpc.ClientConn, error) {
 	if s.Token == "" {
 		return nil, ErrNoToken
 	}
-	target, plaintext := s.Endpoint, s.Plaintext
-	switch {
-	case strings.HasPrefix(target, "http://"):
-		target, plaintext = strings.TrimPrefix(target, "http://"), true
-	case strings.HasPrefix(target, "https://"):
-		target, plaintext = strings.TrimPrefix(target, "https://"), false
-	}
-	if target == "" {
+	if target, _ := apidial.Target(s.Endpoint, s.Plaintext); target == "" {
 		return nil, errors.New("no API endpoint (--endpoint or BC_MCP_ENDPOINT)")
 	}
-	creds, err := transportCreds(s, plaintext)
-	if err != nil {
-		return nil, err
-	}
-	// The token goes in metadata by interceptor rather than as
-	// PerRPCCredentials, which grpc-go refuses over plaintext; loopback
-	// development and the tests need it there (as the CLI does).
-	withToken := func(ctx context.Context) context.Context {
-		return metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+s.Token)
-	}
-	conn, err := grpc.NewClient(target,
-		grpc.WithTransportCredentials(creds),
-		grpc.WithUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, o ...grpc.CallOption) error {
-			return invoker(withToken(ctx), method, req, reply, cc, o...)
-		}))
-	if err != nil {
-		return nil, fmt.Errorf("connecting to %s: %w", s.Endpoint, err)
-	}
-	return conn, nil
-}
-
-func transportCreds(s APISettings, plaintext bool) (credentials.TransportCredentials, error) {
-	if plaintext {
-		return insecure.NewCredentials(), nil
-	}
-	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
-	if s.CACert != "" {
-		pem, err := os.ReadFile(s.CACert)
-		if err != nil {
-			return nil, fmt.Errorf("reading CA certificate: %w", err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("CA certificate %s holds no PEM certificate", s.CACert)
-		}
-		cfg.RootCAs = pool
-	}
-	if s.Cert != "" || s.Key != "" {
-		pair, err := tls.LoadX509KeyPair(s.Cert, s.Key)
-		if err != nil {
-			return nil, fmt.Errorf("loading client certificate: %w", err)
-		}
-		cfg.Certificates = []tls.Certificate{pair}
-	}
-	return credentials.NewTLS(cfg), nil
+	return apidial.Dial(s)
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/better-compute/commands/controlplane/internal/dbhealth"
+	"github.com/better-compute/commands/controlplane/internal/errcode"
 	"github.com/better-compute/commands/internal/pgtest"
 )
 
@@ -50,6 +51,32 @@ func TestUnreachableIsOnlyALostDatabase(t *testing.T) {
 	proxy.Restore()
 }
 
+// Transient takes a lost transaction race as worth retrying and a
+// server's answer about the statement, or a refusal of ours, as not; what
+// is neither it retries rather than drop.
+func TestTransientRetriesAllButAnAnswer(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	proxy := pgtest.NewProxy(t)
+	name := pgtest.Create(t)
+	pool, err := pgxpool.NewWithConfig(ctx, proxy.Config(t, name))
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+
+	_, err = pool.Exec(ctx, `SELECT 1/0`)
+	require.False(t, dbhealth.Transient(err), "%v", err)
+	_, err = pool.Exec(ctx, `DO $$ BEGIN RAISE EXCEPTION 'lost a race' USING ERRCODE = '40001'; END $$`)
+	require.True(t, dbhealth.Transient(err), "%v", err)
+	require.False(t, dbhealth.Unreachable(err), "a serialization failure is an answer, not a lost database")
+	require.False(t, dbhealth.Transient(fmt.Errorf("storing: %w", errcode.Newf(errcode.NotFound, "node-not-found", nil, "node n not found"))))
+	require.True(t, dbhealth.Transient(errors.New("something unforeseen")))
+
+	proxy.Cut()
+	_, err = pool.Exec(ctx, `SELECT 1`)
+	require.True(t, dbhealth.Transient(err), "%v", err)
+	proxy.Restore()
+}
+
 type syncBuf struct {
 	lock sync.Mutex
 	b    bytes.Buffer
@@ -72,7 +99,7 @@ func (s *syncBuf) String() string {
 func TestOutageLogsOnceAndItsEndOnce(t *testing.T) {
 	t.Parallel()
 	buf := &syncBuf{}
-	o := dbhealth.New(hclog.New(&hclog.LoggerOptions{Output: buf}), "API requests fail with UNAVAILABLE")
+	o := dbhealth.New(hclog.New(&hclog.LoggerOptions{Output: buf}), "API requests fail with UNAVAILABLE", dbhealth.ByOperation())
 	o.OK()
 	require.Empty(t, buf.String(), "no outage, nothing to say")
 	var wg sync.WaitGroup
@@ -99,4 +126,28 @@ func TestOutageLogsOnceAndItsEndOnce(t *testing.T) {
 	require.Contains(t, lines[1], "failed_operations=100")
 	require.Contains(t, lines[1], `by_operation="commands.run=75, commands.get=25"`)
 	require.False(t, o.Down())
+}
+
+// Without ByOperation the end line gives the failures in all and each count
+// asked for, zero included; a count outside an outage counts nothing.
+func TestOutageCountsWhatItWasAsked(t *testing.T) {
+	t.Parallel()
+	buf := &syncBuf{}
+	o := dbhealth.New(hclog.New(&hclog.LoggerOptions{Output: buf}), "holding node reports and retrying",
+		dbhealth.WithCount("reports_held"), dbhealth.WithCount("retries"))
+	o.Count("reports_held")
+	o.Failed("beginning a session", errors.New("dial tcp: connection refused"))
+	o.Failed("storing progress", errors.New("dial tcp: connection refused"))
+	o.Count("reports_held")
+	o.Count("reports_held")
+	o.OK()
+	o.Failed("beginning a session", errors.New("dial tcp: connection refused"))
+	o.OK()
+
+	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
+	require.Len(t, lines, 4, buf.String())
+	require.Contains(t, lines[0], "[WARN]  database unreachable; holding node reports and retrying until it returns: operation=\"beginning a session\"")
+	require.Regexp(t, `\[INFO\]  database reachable again: outage=\S+ failed_operations=2 reports_held=2 retries=0$`, lines[1])
+	require.Regexp(t, `failed_operations=1 reports_held=0 retries=0$`, lines[3], "each outage counts afresh")
+	require.NotContains(t, buf.String(), "by_operation")
 }

@@ -2,6 +2,8 @@
 // carries one: a leaf that imports nothing of the control plane, so the
 // queue (whose refusals the API reports) and the API's status mapping
 // (which the CLI links) share one set without the CLI linking the queue.
+// It is the one spelling of each code: apierr and queue kept aliases of
+// these names for code written before, marked deprecated.
 package errcode
 
 import (
@@ -22,6 +24,9 @@ const (
 	PermissionDenied Code = "PERMISSION_DENIED"
 	Unauthenticated  Code = "UNAUTHENTICATED"
 	Unavailable      Code = "UNAVAILABLE"
+	// Internal is for what no other code covers: the API reports it for a
+	// failure of its own, and a refusal never carries it.
+	Internal Code = "INTERNAL"
 )
 
 // Error is a refusal the API passes to its caller: a code, a machine-readable

@@ -55,7 +55,7 @@ func (s *Service) quorum() batches.Quorum {
 
 func (s *Service) lookupNode(ctx context.Context, nodeID string) (string, bool, error) {
 	n, err := s.Queue.GetNode(ctx, s.Pool, "", nodeID)
-	if queue.CodeOf(err) == queue.NotFound {
+	if errcode.CodeOf(err) == errcode.NotFound {
 		return "", false, nil
 	}
 	if err != nil {
@@ -107,7 +107,7 @@ func (s *Service) Bulk(ctx context.Context, req *apiv1.MetalBulkRequest) (*apiv1
 		var payload []byte
 		if st.GetPayload() != nil {
 			if payload, err = protojson.Marshal(st.GetPayload()); err != nil {
-				return nil, apierr.New(apierr.InvalidInput, "steps: payload: "+err.Error(), map[string]string{"field": "steps"})
+				return nil, apierr.New(errcode.InvalidInput, "steps: payload: "+err.Error(), map[string]string{"field": "steps"})
 			}
 		}
 		step, err := BulkStep(st.GetMachine(), st.GetKind(), payload)
@@ -157,7 +157,7 @@ func (s *Service) GetRun(ctx context.Context, req *apiv1.GetMetalRunRequest) (*a
 	// A caller who may not read the site node's commands cannot see the
 	// run: the same NOT_FOUND as a run that does not exist.
 	if _, err := auth.AuthorizeNode(ctx, s.lookupNode, req.GetTenantId(), rep.SiteNodeID, auth.PermNodesRead); err != nil {
-		if apierr.CodeOf(err) == apierr.PermissionDenied || apierr.CodeOf(err) == apierr.NotFound {
+		if apierr.CodeOf(err) == errcode.PermissionDenied || apierr.CodeOf(err) == errcode.NotFound {
 			return nil, s.fail(ctx, "metal.getRun", NotFound(req.GetRunId()))
 		}
 		return nil, err
@@ -199,15 +199,15 @@ func (s *Service) fail(ctx context.Context, op string, err error) error {
 		if _, set := details["reason"]; !set && qe.Reason != "" {
 			details["reason"] = qe.Reason
 		}
-		return apierr.New(apierr.Code(qe.Code), qe.Message, details)
+		return apierr.New(errcode.Code(qe.Code), qe.Message, details)
 	}
 	if ctx.Err() != nil {
 		return status.FromContextError(ctx.Err()).Err()
 	}
 	if dbhealth.Unreachable(err) {
-		return apierr.New(apierr.Unavailable, op+": the database is unavailable; retry", nil)
+		return apierr.New(errcode.Unavailable, op+": the database is unavailable; retry", nil)
 	}
 	errID := ids.New("err_")
 	s.Logger.Error("internal error", "op", op, "error_id", errID, "error", err)
-	return apierr.New(apierr.Internal, op+": internal error (error id "+errID+"; the server log has it)", map[string]string{"errorId": errID})
+	return apierr.New(errcode.Internal, op+": internal error (error id "+errID+"; the server log has it)", map[string]string{"errorId": errID})
 }

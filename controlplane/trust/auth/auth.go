@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/peer"
 
 	"github.com/better-compute/commands/controlplane/front/api/apierr"
+	"github.com/better-compute/commands/controlplane/internal/errcode"
 )
 
 // Authenticator maps a bearer token or a verified client certificate to an
@@ -133,12 +134,12 @@ func (a *Authenticator) Authenticate(ctx context.Context) (*Identity, error) {
 	if vals := md.Get("authorization"); len(vals) > 0 {
 		scheme, token, ok := strings.Cut(vals[0], " ")
 		if !ok || !strings.EqualFold(scheme, "bearer") || token == "" {
-			return nil, apierr.Errorf(apierr.Unauthenticated, "authorization must be \"Bearer <token>\"")
+			return nil, apierr.Errorf(errcode.Unauthenticated, "authorization must be \"Bearer <token>\"")
 		}
 		if id, found := ids.byToken[sha256.Sum256([]byte(token))]; found {
 			return id, nil
 		}
-		return nil, apierr.Errorf(apierr.Unauthenticated, "unknown bearer token")
+		return nil, apierr.Errorf(errcode.Unauthenticated, "unknown bearer token")
 	}
 	if cert := verifiedLeaf(ctx); cert != nil {
 		if id, found := ids.byCertHash[sha256.Sum256(cert.Raw)]; found {
@@ -147,9 +148,9 @@ func (a *Authenticator) Authenticate(ctx context.Context) (*Identity, error) {
 		if id, found := ids.byCN[cert.Subject.CommonName]; found {
 			return id, nil
 		}
-		return nil, apierr.Errorf(apierr.Unauthenticated, "client certificate %q names no identity", cert.Subject.CommonName)
+		return nil, apierr.Errorf(errcode.Unauthenticated, "client certificate %q names no identity", cert.Subject.CommonName)
 	}
-	return nil, apierr.Errorf(apierr.Unauthenticated, "no credentials: send a bearer token or a client certificate")
+	return nil, apierr.Errorf(errcode.Unauthenticated, "no credentials: send a bearer token or a client certificate")
 }
 
 // verifiedLeaf returns the client certificate only when the TLS handshake

@@ -24,6 +24,7 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	"github.com/better-compute/commands/controlplane/front/api/apierr"
+	"github.com/better-compute/commands/controlplane/internal/errcode"
 	"github.com/better-compute/commands/controlplane/trust/auth"
 )
 
@@ -124,7 +125,7 @@ func TestBearerTokens(t *testing.T) {
 	require.NoError(t, call("bearer hashed-secret"))
 	for _, bad := range []string{"", "Bearer wrong", "Basic plain-secret", "Bearer"} {
 		err := call(bad)
-		require.True(t, apierr.Is(err, apierr.Unauthenticated), "%q: %v", bad, err)
+		require.True(t, apierr.Is(err, errcode.Unauthenticated), "%q: %v", bad, err)
 	}
 
 }
@@ -237,8 +238,8 @@ func TestClientCertificates(t *testing.T) {
 	require.NoError(t, check(&robot), "a verified certificate with a configured common name")
 	require.NoError(t, check(&byHash), "a verified certificate pinned by digest")
 	stranger := p.issue(t, "stranger", false)
-	require.True(t, apierr.Is(check(&stranger), apierr.Unauthenticated))
-	require.True(t, apierr.Is(check(nil), apierr.Unauthenticated))
+	require.True(t, apierr.Is(check(&stranger), errcode.Unauthenticated))
+	require.True(t, apierr.Is(check(nil), errcode.Unauthenticated))
 
 	other := newPKI(t).issue(t, "robot.example", false)
 	require.Error(t, check(&other), "a certificate from another CA fails the handshake")
@@ -256,7 +257,7 @@ func TestReload(t *testing.T) {
 	require.NoError(t, check("old"))
 	require.NoError(t, a.Reload(&auth.Config{Identities: []auth.IdentityConfig{{Name: "a", Tenants: []string{"*"}, Tokens: []string{"new"}}}}))
 	require.NoError(t, check("new"))
-	require.True(t, apierr.Is(check("old"), apierr.Unauthenticated), "a rotated-out token stops working")
+	require.True(t, apierr.Is(check("old"), errcode.Unauthenticated), "a rotated-out token stops working")
 	require.Error(t, a.Reload(&auth.Config{Identities: []auth.IdentityConfig{{Name: "", Tokens: []string{"x"}}}}))
 	require.NoError(t, check("new"), "a refused reload keeps the identities")
 }

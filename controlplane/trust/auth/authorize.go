@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/better-compute/commands/controlplane/front/api/apierr"
+	"github.com/better-compute/commands/controlplane/internal/errcode"
 	"github.com/better-compute/commands/internal/names"
 )
 
@@ -15,10 +16,10 @@ import (
 // have: the answer is the same whoever asks.
 func CheckID(field, value string) error {
 	if value == "" {
-		return apierr.New(apierr.InvalidInput, field+" is required", map[string]string{"field": field})
+		return apierr.New(errcode.InvalidInput, field+" is required", map[string]string{"field": field})
 	}
 	if err := names.ID(field, value); err != nil {
-		return apierr.New(apierr.InvalidInput, strings.TrimPrefix(err.Error(), names.ErrInvalid.Error()+": "),
+		return apierr.New(errcode.InvalidInput, strings.TrimPrefix(err.Error(), names.ErrInvalid.Error()+": "),
 			map[string]string{"field": field})
 	}
 	return nil
@@ -35,7 +36,7 @@ type NodeLookup func(ctx context.Context, nodeID string) (tenantID string, found
 func AuthorizeNode(ctx context.Context, lookup NodeLookup, tenantID, nodeID, permission string) (*Identity, error) {
 	id, ok := FromContext(ctx)
 	if !ok {
-		return nil, apierr.Errorf(apierr.Unauthenticated, "no authenticated identity")
+		return nil, apierr.Errorf(errcode.Unauthenticated, "no authenticated identity")
 	}
 	if err := CheckID("tenantId", tenantID); err != nil {
 		return nil, err
@@ -43,7 +44,7 @@ func AuthorizeNode(ctx context.Context, lookup NodeLookup, tenantID, nodeID, per
 	if err := CheckID("nodeId", nodeID); err != nil {
 		return nil, err
 	}
-	notFound := apierr.New(apierr.NotFound, "node "+nodeID+" not found", map[string]string{"nodeId": nodeID})
+	notFound := apierr.New(errcode.NotFound, "node "+nodeID+" not found", map[string]string{"nodeId": nodeID})
 	if !id.SeesTenant(tenantID) {
 		return nil, notFound
 	}
@@ -63,7 +64,7 @@ func AuthorizeNode(ctx context.Context, lookup NodeLookup, tenantID, nodeID, per
 // Denied is PERMISSION_DENIED for a caller without permission on resource:
 // the one answer every check gives, naming both.
 func Denied(permission, resource string) error {
-	return apierr.New(apierr.PermissionDenied, "missing "+permission+" on "+resource,
+	return apierr.New(errcode.PermissionDenied, "missing "+permission+" on "+resource,
 		map[string]string{"permission": permission, "resource": resource})
 }
 
@@ -72,13 +73,13 @@ func Denied(permission, resource string) error {
 func AuthorizeTenant(ctx context.Context, tenantID, permission string) (*Identity, error) {
 	id, ok := FromContext(ctx)
 	if !ok {
-		return nil, apierr.Errorf(apierr.Unauthenticated, "no authenticated identity")
+		return nil, apierr.Errorf(errcode.Unauthenticated, "no authenticated identity")
 	}
 	if err := CheckID("tenantId", tenantID); err != nil {
 		return nil, err
 	}
 	if !id.SeesTenant(tenantID) {
-		return nil, apierr.New(apierr.NotFound, "tenant "+tenantID+" not found", map[string]string{"tenantId": tenantID})
+		return nil, apierr.New(errcode.NotFound, "tenant "+tenantID+" not found", map[string]string{"tenantId": tenantID})
 	}
 	if !id.Allowed(permission, TenantResource(tenantID)) {
 		return nil, Denied(permission, TenantResource(tenantID))

@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/better-compute/commands/controlplane/front/api/apierr"
+	"github.com/better-compute/commands/controlplane/internal/errcode"
 	"github.com/better-compute/commands/controlplane/trust/auth"
 )
 
@@ -25,7 +26,7 @@ func TestAuthorizeNodeVisibilityBeforePermission(t *testing.T) {
 	require.NoError(t, err)
 
 	_, err = auth.AuthorizeNode(ctx, lookup, "tenant_a", "node_mine", auth.PermNodesExec)
-	require.True(t, apierr.Is(err, apierr.PermissionDenied), "missing grant on a visible node: %v", err)
+	require.True(t, apierr.Is(err, errcode.PermissionDenied), "missing grant on a visible node: %v", err)
 
 	for _, c := range []struct{ tenant, node string }{
 		{"tenant_a", "node_theirs"}, // another tenant's node, through our tenant
@@ -34,14 +35,14 @@ func TestAuthorizeNodeVisibilityBeforePermission(t *testing.T) {
 	} {
 		for _, perm := range []string{auth.PermNodesRead, auth.PermNodesExec} {
 			_, err = auth.AuthorizeNode(ctx, lookup, c.tenant, c.node, perm)
-			require.True(t, apierr.Is(err, apierr.NotFound), "%v %s: never PERMISSION_DENIED: %v", c, perm, err)
+			require.True(t, apierr.Is(err, errcode.NotFound), "%v %s: never PERMISSION_DENIED: %v", c, perm, err)
 		}
 	}
 
 	_, err = auth.AuthorizeNode(context.Background(), lookup, "tenant_a", "node_mine", auth.PermNodesRead)
-	require.True(t, apierr.Is(err, apierr.Unauthenticated))
+	require.True(t, apierr.Is(err, errcode.Unauthenticated))
 	_, err = auth.AuthorizeNode(ctx, lookup, "", "node_mine", auth.PermNodesRead)
-	require.True(t, apierr.Is(err, apierr.InvalidInput))
+	require.True(t, apierr.Is(err, errcode.InvalidInput))
 }
 
 func TestAuthorizeTenant(t *testing.T) {
@@ -52,5 +53,5 @@ func TestAuthorizeTenant(t *testing.T) {
 	_, err := auth.AuthorizeTenant(ctx, "tenant_new", auth.PermTenantsCreate)
 	require.NoError(t, err)
 	_, err = auth.AuthorizeTenant(ctx, "tenant_new", auth.PermNodesCreate)
-	require.True(t, apierr.Is(err, apierr.PermissionDenied))
+	require.True(t, apierr.Is(err, errcode.PermissionDenied))
 }

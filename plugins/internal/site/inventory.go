@@ -137,6 +137,8 @@ func LoadInventory(path string) (*Inventory, error) {
 // ParseInventory parses an inventory (YAML or JSON) and reports every
 // problem, each naming its entry and field. Unknown fields are refused, so
 // a misspelt key is an error rather than a silent default.
+// sigs.k8s.io/yaml reads it, as bcd's own config: JSON-shaped types, and
+// the YAML 1.1 scalars inventories have always been read with.
 func ParseInventory(b []byte) (*Inventory, error) {
 	if len(b) > MaxInventoryBytes {
 		return nil, fmt.Errorf("%d bytes, more than the %d allowed", len(b), MaxInventoryBytes)

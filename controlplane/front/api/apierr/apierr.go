@@ -19,41 +19,70 @@ import (
 // Domain is the ErrorInfo domain of every API error.
 const Domain = "api.better-compute"
 
-// Code is one of the spec's error codes. They live in errcode, which the
-// queue uses for its refusals too; one set, so the two never drift.
+// Code is one of the spec's error codes.
+//
+// Deprecated: use errcode.Code; the codes live in errcode, which the queue
+// uses for its refusals too, so that each has one spelling.
 type Code = errcode.Code
 
-// The spec's error codes, and INTERNAL for what no code covers.
+// The spec's error codes, as errcode spells them.
 const (
-	InvalidInput          = errcode.InvalidInput
-	InvalidState          = errcode.InvalidState
-	NotFound              = errcode.NotFound
-	Conflict              = errcode.Conflict
-	Unsupported           = errcode.Unsupported
-	PermissionDenied      = errcode.PermissionDenied
-	Unauthenticated       = errcode.Unauthenticated
-	Unavailable           = errcode.Unavailable
-	Internal         Code = "INTERNAL"
+	// InvalidInput is errcode.InvalidInput.
+	//
+	// Deprecated: use errcode.InvalidInput.
+	InvalidInput = errcode.InvalidInput
+	// InvalidState is errcode.InvalidState.
+	//
+	// Deprecated: use errcode.InvalidState.
+	InvalidState = errcode.InvalidState
+	// NotFound is errcode.NotFound.
+	//
+	// Deprecated: use errcode.NotFound.
+	NotFound = errcode.NotFound
+	// Conflict is errcode.Conflict.
+	//
+	// Deprecated: use errcode.Conflict.
+	Conflict = errcode.Conflict
+	// Unsupported is errcode.Unsupported.
+	//
+	// Deprecated: use errcode.Unsupported.
+	Unsupported = errcode.Unsupported
+	// PermissionDenied is errcode.PermissionDenied.
+	//
+	// Deprecated: use errcode.PermissionDenied.
+	PermissionDenied = errcode.PermissionDenied
+	// Unauthenticated is errcode.Unauthenticated.
+	//
+	// Deprecated: use errcode.Unauthenticated.
+	Unauthenticated = errcode.Unauthenticated
+	// Unavailable is errcode.Unavailable.
+	//
+	// Deprecated: use errcode.Unavailable.
+	Unavailable = errcode.Unavailable
+	// Internal is errcode.Internal.
+	//
+	// Deprecated: use errcode.Internal.
+	Internal = errcode.Internal
 )
 
 // grpcCodes maps each code to its gRPC code. CONFLICT is AlreadyExists: the
 // only conflict the API reports is an idempotency key already used for
 // another kind, which is "that key already exists", not an aborted
 // transaction that a retry could fix (Aborted would invite a retry).
-var grpcCodes = map[Code]codes.Code{
-	InvalidInput:     codes.InvalidArgument,
-	InvalidState:     codes.FailedPrecondition,
-	NotFound:         codes.NotFound,
-	Conflict:         codes.AlreadyExists,
-	Unsupported:      codes.Unimplemented,
-	PermissionDenied: codes.PermissionDenied,
-	Unauthenticated:  codes.Unauthenticated,
-	Unavailable:      codes.Unavailable,
-	Internal:         codes.Internal,
+var grpcCodes = map[errcode.Code]codes.Code{
+	errcode.InvalidInput:     codes.InvalidArgument,
+	errcode.InvalidState:     codes.FailedPrecondition,
+	errcode.NotFound:         codes.NotFound,
+	errcode.Conflict:         codes.AlreadyExists,
+	errcode.Unsupported:      codes.Unimplemented,
+	errcode.PermissionDenied: codes.PermissionDenied,
+	errcode.Unauthenticated:  codes.Unauthenticated,
+	errcode.Unavailable:      codes.Unavailable,
+	errcode.Internal:         codes.Internal,
 }
 
 // GRPCCode returns the gRPC code for c (Internal for an unknown code).
-func GRPCCode(c Code) codes.Code {
+func GRPCCode(c errcode.Code) codes.Code {
 	if gc, ok := grpcCodes[c]; ok {
 		return gc
 	}
@@ -62,17 +91,17 @@ func GRPCCode(c Code) codes.Code {
 
 // New returns a gRPC status error with code c, message and an ErrorInfo
 // whose reason is c and whose metadata is details.
-func New(c Code, message string, details map[string]string) error {
+func New(c errcode.Code, message string, details map[string]string) error {
 	return Status(c, message, details).Err()
 }
 
 // Errorf is New without details and with a formatted message.
-func Errorf(c Code, format string, args ...any) error {
+func Errorf(c errcode.Code, format string, args ...any) error {
 	return New(c, fmt.Sprintf(format, args...), nil)
 }
 
 // Status builds the status that New returns as an error.
-func Status(c Code, message string, details map[string]string) *status.Status {
+func Status(c errcode.Code, message string, details map[string]string) *status.Status {
 	st := status.New(GRPCCode(c), message)
 	info := &errdetails.ErrorInfo{Reason: string(c), Domain: Domain}
 	if len(details) > 0 {
@@ -83,7 +112,7 @@ func Status(c Code, message string, details map[string]string) *status.Status {
 	}
 	withInfo, err := st.WithDetails(info)
 	if err != nil {
-		// WithDetails fails only for a status with code OK, which no Code maps to.
+		// WithDetails fails only for a status with code OK, which no code maps to.
 		return st
 	}
 	return withInfo
@@ -94,7 +123,7 @@ type Info struct {
 	// GRPC is the status code.
 	GRPC codes.Code
 	// Code is ErrorInfo.Reason: the spec's code name.
-	Code Code
+	Code errcode.Code
 	// Message is the status message.
 	Message string
 	// Details is ErrorInfo.Metadata.
@@ -114,7 +143,7 @@ func Parse(err error) (Info, bool) {
 	in := Info{GRPC: st.Code(), Message: st.Message()}
 	for _, d := range st.Details() {
 		if ei, isInfo := d.(*errdetails.ErrorInfo); isInfo {
-			in.Code = Code(ei.GetReason())
+			in.Code = errcode.Code(ei.GetReason())
 			in.Details = ei.GetMetadata()
 		}
 	}
@@ -125,7 +154,7 @@ func Parse(err error) (Info, bool) {
 }
 
 // CodeOf returns the API code of err, or "" when err is not an API error.
-func CodeOf(err error) Code {
+func CodeOf(err error) errcode.Code {
 	in, ok := Parse(err)
 	if !ok {
 		return ""
@@ -133,13 +162,13 @@ func CodeOf(err error) Code {
 	return in.Code
 }
 
-func fromGRPC(gc codes.Code) Code {
+func fromGRPC(gc codes.Code) errcode.Code {
 	for c, g := range grpcCodes {
 		if g == gc {
 			return c
 		}
 	}
-	return Internal
+	return errcode.Internal
 }
 
 // String renders the info for people: "NOT_FOUND: node not found (kind=x)".
@@ -164,7 +193,7 @@ func (in Info) String() string {
 }
 
 // Is reports whether err is an API error with code c.
-func Is(err error, c Code) bool {
+func Is(err error, c errcode.Code) bool {
 	var target interface{ GRPCStatus() *status.Status }
 	if !errors.As(err, &target) {
 		return false

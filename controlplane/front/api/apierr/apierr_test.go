@@ -10,21 +10,22 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/better-compute/commands/controlplane/front/api/apierr"
+	"github.com/better-compute/commands/controlplane/internal/errcode"
 )
 
 // The architecture's codes, each with its gRPC code and the spec's name in
 // ErrorInfo.Reason.
 func TestCodesMapOntoGRPC(t *testing.T) {
 	t.Parallel()
-	want := map[apierr.Code]codes.Code{
-		apierr.InvalidInput:     codes.InvalidArgument,
-		apierr.InvalidState:     codes.FailedPrecondition,
-		apierr.NotFound:         codes.NotFound,
-		apierr.Conflict:         codes.AlreadyExists,
-		apierr.Unsupported:      codes.Unimplemented,
-		apierr.PermissionDenied: codes.PermissionDenied,
-		apierr.Unauthenticated:  codes.Unauthenticated,
-		apierr.Unavailable:      codes.Unavailable,
+	want := map[errcode.Code]codes.Code{
+		errcode.InvalidInput:     codes.InvalidArgument,
+		errcode.InvalidState:     codes.FailedPrecondition,
+		errcode.NotFound:         codes.NotFound,
+		errcode.Conflict:         codes.AlreadyExists,
+		errcode.Unsupported:      codes.Unimplemented,
+		errcode.PermissionDenied: codes.PermissionDenied,
+		errcode.Unauthenticated:  codes.Unauthenticated,
+		errcode.Unavailable:      codes.Unavailable,
 	}
 	for c, gc := range want {
 		err := apierr.New(c, "msg", map[string]string{"reason": "batch-required", "kind": "node.reboot"})
@@ -43,15 +44,15 @@ func TestParseWithoutErrorInfo(t *testing.T) {
 	t.Parallel()
 	in, ok := apierr.Parse(status.Error(codes.NotFound, "x"))
 	require.True(t, ok)
-	require.Equal(t, apierr.NotFound, in.Code, "derived from the gRPC code")
+	require.Equal(t, errcode.NotFound, in.Code, "derived from the gRPC code")
 	_, ok = apierr.Parse(errors.New("plain"))
 	require.False(t, ok)
-	require.Equal(t, apierr.Code(""), apierr.CodeOf(errors.New("plain")))
-	require.False(t, apierr.Is(errors.New("plain"), apierr.NotFound))
+	require.Equal(t, errcode.Code(""), apierr.CodeOf(errors.New("plain")))
+	require.False(t, apierr.Is(errors.New("plain"), errcode.NotFound))
 }
 
 func TestInfoString(t *testing.T) {
 	t.Parallel()
-	in, _ := apierr.Parse(apierr.New(apierr.InvalidState, "needs a batch", map[string]string{"reason": "batch-required", "kind": "node.reboot"}))
+	in, _ := apierr.Parse(apierr.New(errcode.InvalidState, "needs a batch", map[string]string{"reason": "batch-required", "kind": "node.reboot"}))
 	require.Equal(t, "INVALID_STATE: needs a batch (kind=node.reboot, reason=batch-required)", in.String())
 }
