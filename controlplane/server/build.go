@@ -72,16 +72,24 @@ func (b *builder) steps() []step {
 		{"support bundles", b.supportBundles},
 		{"queue", b.queue},
 		{"signing", b.signing},
+		{"signing metric", noCtx(func() error { b.s.registerSigningMetric(); return nil })},
 		{"secrets", b.secrets},
-		{"gateway", b.gateway},
+		{"gateway", noCtx(b.gateway)},
 		{"sweeper", b.sweeper},
 		{"history", func(ctx context.Context) error { return b.s.newHistory(ctx, b.cfg, b.blob) }},
 		{"modules", func(context.Context) error { return b.s.startModules(b.cfg, b.reg) }},
 		{"api", b.api},
-		{"grpc", b.grpcServer},
+		{"grpc", noCtx(b.grpcServer)},
 		{"listeners", b.listeners},
 		{"http", b.httpServer},
 	}
+}
+
+// noCtx is a step that needs no context: what it builds (the gateway's and
+// the API's gRPC servers, a metric read at scrape time) takes each call's
+// own context later, not New's.
+func noCtx(f func() error) func(context.Context) error {
+	return func(context.Context) error { return f() }
 }
 
 // push adds a closer; closeAll runs them newest first.
@@ -215,7 +223,6 @@ func (b *builder) signing(ctx context.Context) error {
 		return err
 	}
 	b.s.trust = trustbundle.NewSource(b.s.pool, 0)
-	b.s.registerSigningMetric()
 	b.s.warnUnsigned(ctx)
 	return nil
 }
@@ -233,7 +240,7 @@ func (b *builder) secrets(context.Context) error {
 	return nil
 }
 
-func (b *builder) gateway(context.Context) error {
+func (b *builder) gateway() error {
 	if b.cfg.Gateway.Listen == "" || !b.cfg.Runs(ComponentGateway) {
 		return nil
 	}
@@ -270,7 +277,7 @@ func (b *builder) api(context.Context) error {
 	return nil
 }
 
-func (b *builder) grpcServer(context.Context) error {
+func (b *builder) grpcServer() error {
 	s := b.s
 	s.authn.AllowUnauthenticated(healthpb.Health_ServiceDesc.ServiceName,
 		reflectionv1.ServerReflection_ServiceDesc.ServiceName, reflectionv1alpha.ServerReflection_ServiceDesc.ServiceName)

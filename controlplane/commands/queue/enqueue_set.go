@@ -12,9 +12,7 @@ import (
 
 	"github.com/better-compute/commands/controlplane/commands/events"
 	"github.com/better-compute/commands/controlplane/internal/errcode"
-	"github.com/better-compute/commands/controlplane/internal/ids"
 	"github.com/better-compute/commands/controlplane/internal/pgtx"
-	"github.com/better-compute/commands/internal/trust"
 	"github.com/better-compute/commands/sdk/kind"
 )
 
@@ -149,7 +147,43 @@ type checked struct {
 	notAfter time.Time
 }
 
+// seqd is what the seq statement returns for an item its node took.
+type seqd struct {
+	tenant  string
+	seq     int64
+	created time.Time
+	payload []byte
+}
+
+// enqueueRound queues one round (no idempotency key twice on a node) in
+// steps that each read top-down: Enqueue's own checks (checkRound), one
+// round trip for the seqs (takeSeqs), the rows made and signed (newRows),
+// one round trip for the insert, and the outcomes, where a row another
+// transaction queued under the same key meanwhile becomes that row's
+// duplicate and gives its seq back (settleInserted).
 func (q *Queue) enqueueRound(ctx context.Context, tx pgx.Tx, ps []EnqueueParams, round []int, out []EnqueueOutcome, final bool) error {
+	items := q.checkRound(ps, round, out)
+	if len(items) == 0 {
+		return nil
+	}
+	seqs, err := takeSeqs(ctx, tx, ps, items, final)
+	if err != nil {
+		return err
+	}
+	rows, err := q.newRows(ctx, tx, ps, items, seqs, out)
+	if err != nil || rows.len() == 0 {
+		return err
+	}
+	inserted, err := rows.insert(ctx, tx, final)
+	if err != nil {
+		return err
+	}
+	return rows.settleInserted(ctx, tx, ps, inserted, out)
+}
+
+// checkRound runs Enqueue's own checks on the round's items: a refused item
+// gets its error in out and is left out.
+func (q *Queue) checkRound(ps []EnqueueParams, round []int, out []EnqueueOutcome) []checked {
 	var items []checked
 	for _, i := range round {
 		m, payload, err := q.check(ps[i])
@@ -163,26 +197,22 @@ func (q *Queue) enqueueRound(ctx context.Context, tx pgx.Tx, ps []EnqueueParams,
 		}
 		items = append(items, checked{i: i, m: m, payload: payload, notAfter: notAfter})
 	}
-	if len(items) == 0 {
-		return nil
-	}
+	return items
+}
+
+// takeSeqs takes, in one round trip under generic plans (see
+// genericPlans), the seqs of the items their nodes take, by index into
+// items. An item with a key already queued gets no seq; newRows reads it
+// back, which only a retry pays for.
+func takeSeqs(ctx context.Context, tx pgx.Tx, ps []EnqueueParams, items []checked, final bool) (map[int]seqd, error) {
 	n := len(items)
 	nodes, tenants, kinds, keys, roles, payloads := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 	for j, it := range items {
 		p := ps[it.i]
 		nodes[j], tenants[j], kinds[j], keys[j], roles[j], payloads[j] = p.NodeID, p.TenantID, p.Kind, p.IdempotencyKey, strings.Join(it.m.Roles, ","), string(it.payload)
 	}
-	// One round trip: the seqs of the items their nodes take, under generic
-	// plans (see genericPlans). An item with a key already queued gets no
-	// seq; it is read back below, which only a retry pays for.
 	b := &pgx.Batch{}
 	genericPlans(b, true)
-	type seqd struct {
-		tenant  string
-		seq     int64
-		created time.Time
-		payload []byte
-	}
 	seqs := map[int]seqd{}
 	b.Queue(enqueueSeqSQL, nodes, tenants, kinds, keys, roles, payloads).Query(func(rows pgx.Rows) error {
 		for rows.Next() {
@@ -203,146 +233,9 @@ func (q *Queue) enqueueRound(ctx context.Context, tx pgx.Tx, ps []EnqueueParams,
 		genericPlans(b, false)
 	}
 	if err := tx.SendBatch(ctx, b).Close(); err != nil {
-		return fmt.Errorf("enqueueing %d commands: taking their seqs: %w", n, err)
+		return nil, fmt.Errorf("enqueueing %d commands: taking their seqs: %w", n, err)
 	}
-	// The new commands, their bytes made (and signed) from what their rows
-	// will hold.
-	var (
-		news                                                                    []int // indexes into items
-		cIDs, cTenants, cNodes, cKinds, cLanes, cKeys, cBatches, cBundles, cTPs []string
-		cReqs, cVias                                                            []string
-		cPayloads                                                               []string
-		cSeqs, cGens                                                            []int64
-		cNotAfter, cCreated                                                     []time.Time
-		cNotBefore                                                              []*time.Time
-		cRetry, cDestr, cSelf, cAttest, cAwait                                  []bool
-		cBytes, cSigs, cCerts                                                   [][]byte
-		cCmds                                                                   []Command // as their rows will read
-	)
-	signer := q.Signer()
-	for j, it := range items {
-		p := ps[it.i]
-		s, ok := seqs[j]
-		if !ok {
-			// Its node did not take it. A key queued by another
-			// transaction that committed after the duplicates were read
-			// lands here too: it is a duplicate after all. Otherwise say
-			// why, as Enqueue does.
-			if p.IdempotencyKey != "" {
-				d, err := byKey(ctx, tx, p.NodeID, p.IdempotencyKey)
-				if err == nil {
-					out[it.i] = duplicateOf(d, p)
-					continue
-				}
-				if !errors.Is(err, pgx.ErrNoRows) {
-					return fmt.Errorf("enqueueing %s on %s: reading its idempotency key: %w", p.Kind, p.NodeID, err)
-				}
-			}
-			out[it.i] = EnqueueOutcome{Err: q.enqueueMiss(ctx, tx, p, it.m)}
-			continue
-		}
-		c := Command{
-			ID: ids.NewCommand(), TenantID: s.tenant, NodeID: p.NodeID, Seq: s.seq, Kind: p.Kind, Lane: it.m.Lane,
-			Payload: s.payload, IdempotencyKey: p.IdempotencyKey, NotAfter: it.notAfter.Truncate(time.Microsecond),
-			MinGeneration: p.MinGeneration, BatchID: p.BatchID, CreatedAt: s.created, SecretRefs: p.SecretRefs,
-		}
-		if p.NotBefore != nil {
-			nb := p.NotBefore.Truncate(time.Microsecond)
-			c.NotBefore = &nb
-		}
-		wire, err := MarshalCommand(c)
-		if err != nil {
-			return err
-		}
-		var sig, cert []byte
-		if signer != nil {
-			// Signed in the enqueue transaction: a command is never stored
-			// unsigned while signing is on, and the bytes signed are the
-			// bytes stored.
-			if sig, cert, err = signer.Sign(trust.PurposeCommand, wire); err != nil {
-				return fmt.Errorf("signing command %s: %w", c.ID, err)
-			}
-		}
-		news = append(news, j)
-		cIDs, cTenants, cNodes, cKinds, cLanes = append(cIDs, c.ID), append(cTenants, c.TenantID), append(cNodes, c.NodeID), append(cKinds, c.Kind), append(cLanes, string(c.Lane))
-		cKeys, cBatches, cBundles, cTPs = append(cKeys, p.IdempotencyKey), append(cBatches, p.BatchID), append(cBundles, p.BundleKey), append(cTPs, p.TraceParent)
-		cReqs, cVias = append(cReqs, p.Requester), append(cVias, p.RequestedVia)
-		cPayloads, cSeqs, cGens = append(cPayloads, string(s.payload)), append(cSeqs, c.Seq), append(cGens, p.MinGeneration)
-		cNotAfter, cCreated, cNotBefore = append(cNotAfter, c.NotAfter), append(cCreated, s.created), append(cNotBefore, c.NotBefore)
-		cRetry, cDestr, cSelf, cAttest, cAwait = append(cRetry, it.m.Flags.RetrySafe), append(cDestr, it.m.Flags.Destructive),
-			append(cSelf, it.m.Flags.SelfTerminating), append(cAttest, it.m.Flags.Attested), append(cAwait, p.AwaitingApproval)
-		cBytes, cSigs, cCerts = append(cBytes, wire), append(cSigs, sig), append(cCerts, cert)
-		cCmds = append(cCmds, stored(c, it.m, p, wire, sig, cert))
-	}
-	if len(news) == 0 {
-		return nil
-	}
-	inserted := make(map[string]bool, len(news))
-	insert, send := enqueueInsertSQL, func(b *pgx.Batch) error { return tx.SendBatch(ctx, b).Close() }
-	if final {
-		insert, send = enqueueFinalSQL, func(b *pgx.Batch) error { return pgtx.SendFinal(ctx, tx, b) }
-	}
-	b = &pgx.Batch{}
-	b.Queue(insert, cIDs, cTenants, cNodes, cSeqs, cKinds, cLanes, cPayloads, cKeys,
-		cNotAfter, cNotBefore, cGens, cRetry, cDestr, cSelf, cAttest, cBatches, cBundles, cAwait, cTPs, cCreated, cBytes, cSigs, cCerts,
-		cReqs, cVias,
-	).Query(func(rows pgx.Rows) error {
-		var id string
-		for rows.Next() {
-			if err := rows.Scan(&id); err != nil {
-				return err
-			}
-			inserted[id] = true
-		}
-		return rows.Err()
-	})
-	if err := send(b); err != nil {
-		return fmt.Errorf("enqueueing %d commands: %w", len(news), err)
-	}
-	if final && len(inserted) != len(news) {
-		// Cannot happen: without ON CONFLICT every row is inserted or
-		// the statement fails.
-		return fmt.Errorf("enqueueing %d commands: the database returned %d", len(news), len(inserted))
-	}
-	// A command missing from what the insert returned met a row that
-	// another transaction queued under the same key after the duplicates
-	// were read (the insert waited for it to commit): it is that row's
-	// duplicate, and its seq goes back to its node, gapless, when no command
-	// of this round took a later one there.
-	var lost []int // indexes into news
-	top := map[string]int64{}
-	for k := range news {
-		if !inserted[cIDs[k]] {
-			lost = append(lost, k)
-			continue
-		}
-		top[cNodes[k]] = max(top[cNodes[k]], cSeqs[k])
-	}
-	back := map[string]int64{}
-	for _, k := range lost {
-		if cSeqs[k] < top[cNodes[k]] {
-			return ErrKeyRace
-		}
-		back[cNodes[k]]++
-	}
-	for node, n := range back {
-		if _, err := tx.Exec(ctx, `UPDATE nodes SET next_cmd_seq = next_cmd_seq - $2 WHERE id = $1`, node, n); err != nil {
-			return fmt.Errorf("returning the seqs of %d duplicate enqueue(s): %w", n, err)
-		}
-	}
-	for k, j := range news {
-		p := ps[items[j].i]
-		if !inserted[cIDs[k]] {
-			d, err := byKey(ctx, tx, p.NodeID, p.IdempotencyKey)
-			if err != nil {
-				return fmt.Errorf("enqueueing %s on %s: reading the command its idempotency key names: %w", p.Kind, p.NodeID, err)
-			}
-			out[items[j].i] = duplicateOf(d, p)
-			continue
-		}
-		out[items[j].i] = EnqueueOutcome{Command: cCmds[k]}
-	}
-	return nil
+	return seqs, nil
 }
 
 // genericPlans queues, on b, the statement that makes the transaction's
