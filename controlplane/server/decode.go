@@ -10,7 +10,7 @@ import (
 	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/better-compute/commands/controlplane/front/api/apierr"
+	"github.com/better-compute/commands/controlplane/internal/apierr"
 	"github.com/better-compute/commands/controlplane/internal/errcode"
 )
 

@@ -77,6 +77,8 @@ func TestAWrongImportBreaksItsWall(t *testing.T) {
 		{into: "controlplane/internal/ids", imports: Module + "/controlplane/trust/pki", rule: ruleNamed(t, "the control plane's PostgreSQL plumbing")},
 		{into: "controlplane/front/gateway", imports: Module + "/controlplane/testing/fakedaemon", rule: ruleNamed(t, "production code never links the test doubles")},
 		{into: "controlplane/commands/queue", imports: Module + "/controlplane/front/mcp", rule: ruleNamed(t, "the core rooms")},
+		{into: "controlplane/trust/pki", imports: Module + "/controlplane/front/mcp", rule: ruleNamed(t, "trust links no front door")},
+		{into: "controlplane/modules/reconciler", imports: Module + "/controlplane/front/mcp", rule: ruleNamed(t, "a module links no front door")},
 		{into: "controlplane/fleet/bindings", imports: Module + "/controlplane/modules/metal", rule: ruleNamed(t, "the core rooms")},
 	}
 	dir := t.TempDir()
@@ -137,7 +139,7 @@ func TestArchitectureDiagramIsFresh(t *testing.T) {
 // in that room, and an import between rooms is an arrow.
 func TestRoomsAreReadFromThePaths(t *testing.T) {
 	for path, room := range map[string]string{
-		Module + "/controlplane/front/api/apierr": "controlplane/front",
+		Module + "/controlplane/internal/apierr":  "controlplane/internal",
 		Module + "/controlplane/internal/store":   "controlplane/internal",
 		Module + "/controlplane/modules":          "controlplane/modules",
 		Module + "/internal/tools/kinddoc":        "internal/tools",

@@ -212,4 +212,22 @@ var Rules = []Rule{
 			return false
 		},
 	},
+	{
+		// The server's configuration types are the exception for now:
+		// trustbundle builds the bundle from the pki settings.
+		Name: "trust links no front door, module or console",
+		From: func(p string) bool { return under(p, "controlplane/trust") },
+		Forbid: func(_ string, p *Package) bool {
+			return under(p.ImportPath, "controlplane/front") || under(p.ImportPath, "controlplane/modules") ||
+				under(p.ImportPath, "controlplane/console")
+		},
+	},
+	{
+		Name: "a module links no front door, the server or the console",
+		From: func(p string) bool { return under(p, "controlplane/modules") },
+		Forbid: func(_ string, p *Package) bool {
+			return under(p.ImportPath, "controlplane/front") || under(p.ImportPath, "controlplane/server") ||
+				under(p.ImportPath, "controlplane/console")
+		},
+	},
 }

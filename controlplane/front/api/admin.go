@@ -13,8 +13,8 @@ import (
 
 	"github.com/better-compute/commands/controlplane/fleet/bindings"
 	"github.com/better-compute/commands/controlplane/fleet/nodespecs"
-	"github.com/better-compute/commands/controlplane/front/api/apierr"
 	"github.com/better-compute/commands/controlplane/front/join"
+	"github.com/better-compute/commands/controlplane/internal/apierr"
 	"github.com/better-compute/commands/controlplane/internal/errcode"
 	"github.com/better-compute/commands/controlplane/internal/pgtx"
 	"github.com/better-compute/commands/controlplane/trust/auth"

@@ -16,7 +16,7 @@ import (
 
 	"github.com/better-compute/commands/controlplane/commands/bundles"
 	"github.com/better-compute/commands/controlplane/commands/queue"
-	"github.com/better-compute/commands/controlplane/front/api/apierr"
+	"github.com/better-compute/commands/controlplane/internal/apierr"
 	"github.com/better-compute/commands/controlplane/internal/ids"
 	"github.com/better-compute/commands/controlplane/trust/auth"
 	"github.com/better-compute/commands/internal/tracing"

@@ -12,7 +12,7 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	"github.com/better-compute/commands/controlplane/commands/bundles"
-	"github.com/better-compute/commands/controlplane/front/api/apierr"
+	"github.com/better-compute/commands/controlplane/internal/apierr"
 	"github.com/better-compute/commands/controlplane/internal/errcode"
 	"github.com/better-compute/commands/controlplane/trust/auth"
 )

@@ -12,7 +12,7 @@ import (
 	"github.com/better-compute/commands/controlplane/commands/batches"
 	"github.com/better-compute/commands/controlplane/commands/bundles"
 	"github.com/better-compute/commands/controlplane/commands/fleetruns"
-	"github.com/better-compute/commands/controlplane/front/api/apierr"
+	"github.com/better-compute/commands/controlplane/internal/apierr"
 	"github.com/better-compute/commands/controlplane/internal/errcode"
 	"github.com/better-compute/commands/controlplane/trust/auth"
 	apiv1 "github.com/better-compute/commands/proto/bc/api/v1"

@@ -18,7 +18,7 @@ import (
 	"github.com/better-compute/commands/controlplane/commands/kinds"
 	"github.com/better-compute/commands/controlplane/commands/queue"
 	"github.com/better-compute/commands/controlplane/front/api"
-	"github.com/better-compute/commands/controlplane/front/api/apierr"
+	"github.com/better-compute/commands/controlplane/internal/apierr"
 	"github.com/better-compute/commands/controlplane/internal/errcode"
 	"github.com/better-compute/commands/controlplane/internal/storetest"
 	"github.com/better-compute/commands/controlplane/trust/auth"

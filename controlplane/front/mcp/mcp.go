@@ -29,7 +29,7 @@ import (
 	gomcp "github.com/modelcontextprotocol/go-sdk/mcp"
 	"google.golang.org/grpc"
 
-	"github.com/better-compute/commands/controlplane/front/api/apierr"
+	"github.com/better-compute/commands/controlplane/internal/apierr"
 	apiv1 "github.com/better-compute/commands/proto/bc/api/v1"
 )
 
