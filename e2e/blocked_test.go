@@ -11,12 +11,13 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/status"
+
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/structpb"
 
-	"github.com/better-compute/commands/controlplane/internal/apierr"
 	"github.com/better-compute/commands/controlplane/server"
 	"github.com/better-compute/commands/controlplane/server/servertest"
 	"github.com/better-compute/commands/internal/testutil"
@@ -257,10 +258,17 @@ func fileSum(t *testing.T, path string) string {
 	return hex.EncodeToString(s[:])
 }
 
-// errorReason is the API error's reason detail (ErrorInfo metadata).
+// errorReason is the API error's reason detail (ErrorInfo metadata), read
+// as any client reads it: from the gRPC status's details.
 func errorReason(t *testing.T, err error) string {
 	t.Helper()
-	in, ok := apierr.Parse(err)
+	st, ok := status.FromError(err)
 	require.True(t, ok, "%v", err)
-	return in.Details["reason"]
+	for _, d := range st.Details() {
+		if ei, isInfo := d.(*errdetails.ErrorInfo); isInfo {
+			return ei.GetMetadata()["reason"]
+		}
+	}
+	t.Fatalf("no ErrorInfo in %v", err)
+	return ""
 }
