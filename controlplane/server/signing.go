@@ -85,7 +85,7 @@ func (s *Server) applyPKI(ctx context.Context, pc serverconfig.PKIConfig, what s
 	if err != nil {
 		return err
 	}
-	content, err := trustbundle.Content(pc, a.RootPublic())
+	content, err := trustbundle.Content(bundleSettings(pc), a.RootPublic())
 	if err != nil {
 		return err
 	}
@@ -117,4 +117,19 @@ func (s *Server) Quorum() batches.Quorum {
 		return *q
 	}
 	return batches.Quorum{}
+}
+
+// bundleSettings is the part of the pki section that the trust bundle
+// carries, in trustbundle's own type.
+func bundleSettings(pc serverconfig.PKIConfig) trustbundle.Settings {
+	s := trustbundle.Settings{
+		CommandSigningRoots:         pc.CommandSigningRoots,
+		ReleaseKeys:                 pc.ReleaseKeys,
+		ApprovalThreshold:           pc.ApprovalThreshold,
+		UnbatchedDestructivePerHour: pc.UnbatchedDestructivePerHour,
+	}
+	for _, a := range pc.Approvers {
+		s.Approvers = append(s.Approvers, trustbundle.Approver{Name: a.Name, PublicKey: a.PublicKey})
+	}
+	return s
 }

@@ -78,6 +78,7 @@ func TestAWrongImportBreaksItsWall(t *testing.T) {
 		{into: "controlplane/front/gateway", imports: Module + "/controlplane/testing/fakedaemon", rule: ruleNamed(t, "production code never links the test doubles")},
 		{into: "controlplane/commands/queue", imports: Module + "/controlplane/front/mcp", rule: ruleNamed(t, "the core rooms")},
 		{into: "controlplane/trust/pki", imports: Module + "/controlplane/front/mcp", rule: ruleNamed(t, "trust links no front door")},
+		{into: "controlplane/trust/trustbundle", imports: Module + "/controlplane/server/serverconfig", rule: ruleNamed(t, "trust links no front door")},
 		{into: "controlplane/modules/reconciler", imports: Module + "/controlplane/front/mcp", rule: ruleNamed(t, "a module links no front door")},
 		{into: "controlplane/fleet/bindings", imports: Module + "/controlplane/modules/metal", rule: ruleNamed(t, "the core rooms")},
 	}

@@ -213,13 +213,14 @@ var Rules = []Rule{
 		},
 	},
 	{
-		// The server's configuration types are the exception for now:
-		// trustbundle builds the bundle from the pki settings.
-		Name: "trust links no front door, module or console",
+		// The trust bundle is built from trustbundle.Settings, trust's own
+		// type, which the server fills from its pki section: trust links
+		// no configuration of the server's.
+		Name: "trust links no front door, module, server or console",
 		From: func(p string) bool { return under(p, "controlplane/trust") },
 		Forbid: func(_ string, p *Package) bool {
 			return under(p.ImportPath, "controlplane/front") || under(p.ImportPath, "controlplane/modules") ||
-				under(p.ImportPath, "controlplane/console")
+				under(p.ImportPath, "controlplane/server") || under(p.ImportPath, "controlplane/console")
 		},
 	},
 	{

@@ -21,7 +21,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/better-compute/commands/controlplane/internal/store"
-	"github.com/better-compute/commands/controlplane/server/serverconfig"
 	"github.com/better-compute/commands/controlplane/trust/signing"
 	"github.com/better-compute/commands/internal/trust"
 	agentv1 "github.com/better-compute/commands/proto/bc/agent/v1"
@@ -30,11 +29,35 @@ import (
 // publishLockKey serialises publishers (replicas starting together).
 const publishLockKey = 0x62635f7472757374 // "bc_trust"
 
+// Settings are what a trust bundle is built from: the part of bc-server's
+// pki configuration that nodes are told. They are trust's own type, so the
+// trust room does not link the server's configuration (the server fills
+// them from its pki section; the error messages name those keys).
+type Settings struct {
+	// CommandSigningRoots are more roots' public keys (PEM files) carried
+	// during a rotation (pki.commandSigningRoots).
+	CommandSigningRoots []string
+	// ReleaseKeys are bcd release keys' public keys (pki.releaseKeys).
+	ReleaseKeys []string
+	// Approvers are the destructive-batch approvers (pki.approvers).
+	Approvers []Approver
+	// ApprovalThreshold is how many approvers a batch needs, all when 0.
+	ApprovalThreshold int
+	// UnbatchedDestructivePerHour is the break-glass allowance.
+	UnbatchedDestructivePerHour int
+}
+
+// Approver is one approver: who, and the public key file (PEM).
+type Approver struct {
+	Name      string
+	PublicKey string
+}
+
 // Content builds the bundle's content from the pki settings: the signing
 // root first, then the rotation's roots, the approvers, the threshold (all
 // approvers when 0) and the allowance. Version and IssuedAt are left for
 // Publish.
-func Content(cfg serverconfig.PKIConfig, root ed25519.PublicKey) (trust.Bundle, error) {
+func Content(cfg Settings, root ed25519.PublicKey) (trust.Bundle, error) {
 	b := trust.Bundle{Roots: []trust.Root{{PublicKey: root}}}
 	seen := map[string]bool{trust.Ed25519KeyID(root): true}
 	for _, p := range cfg.CommandSigningRoots {

@@ -10,7 +10,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/better-compute/commands/controlplane/internal/storetest"
-	"github.com/better-compute/commands/controlplane/server/serverconfig"
 	"github.com/better-compute/commands/controlplane/trust/signing"
 	"github.com/better-compute/commands/internal/trust"
 )
@@ -43,7 +42,7 @@ func TestPublish_VersionFollowsContentNeverBelowTrustVersion(t *testing.T) {
 	require.NoError(t, err)
 	require.Nil(t, none, "no bundle until one is published: commands go unsigned")
 
-	c1, err := Content(serverconfig.PKIConfig{}, a.RootPublic())
+	c1, err := Content(Settings{}, a.RootPublic())
 	require.NoError(t, err)
 	b1, err := Publish(ctx, pool, c1, a, 0, now)
 	require.NoError(t, err)
@@ -53,7 +52,7 @@ func TestPublish_VersionFollowsContentNeverBelowTrustVersion(t *testing.T) {
 	require.Equal(t, b1.Version, again.Version, "the same content keeps its version")
 	require.Equal(t, b1.Signed, again.Signed)
 
-	cfg := serverconfig.PKIConfig{CommandSigningRoots: []string{writePub(t, dir, "next.pub")}}
+	cfg := Settings{CommandSigningRoots: []string{writePub(t, dir, "next.pub")}}
 	c2, err := Content(cfg, a.RootPublic())
 	require.NoError(t, err)
 	b2, err := Publish(ctx, pool, c2, a, 0, now)
@@ -77,12 +76,12 @@ func TestContent_ApproversAndThreshold(t *testing.T) {
 	pub, _, err := trust.NewEd25519()
 	require.NoError(t, err)
 	a1, a2 := writePub(t, dir, "a1.pub"), writePub(t, dir, "a2.pub")
-	b, err := Content(serverconfig.PKIConfig{Approvers: []serverconfig.ApproverConfig{{Name: "a1", PublicKey: a1}, {Name: "a2", PublicKey: a2}}}, pub)
+	b, err := Content(Settings{Approvers: []Approver{{Name: "a1", PublicKey: a1}, {Name: "a2", PublicKey: a2}}}, pub)
 	require.NoError(t, err)
 	require.Equal(t, 2, b.ApprovalThreshold, "all approvers when the threshold is 0")
-	_, err = Content(serverconfig.PKIConfig{Approvers: []serverconfig.ApproverConfig{{Name: "a1", PublicKey: a1}, {Name: "again", PublicKey: a1}}}, pub)
+	_, err = Content(Settings{Approvers: []Approver{{Name: "a1", PublicKey: a1}, {Name: "again", PublicKey: a1}}}, pub)
 	require.ErrorContains(t, err, "listed twice")
-	_, err = Content(serverconfig.PKIConfig{ApprovalThreshold: 3, Approvers: []serverconfig.ApproverConfig{{Name: "a1", PublicKey: a1}}}, pub)
+	_, err = Content(Settings{ApprovalThreshold: 3, Approvers: []Approver{{Name: "a1", PublicKey: a1}}}, pub)
 	require.ErrorContains(t, err, "approvalThreshold")
 }
 
@@ -94,7 +93,7 @@ func TestContent_ReleaseKeys(t *testing.T) {
 	pub, _, err := trust.NewEd25519()
 	require.NoError(t, err)
 	r1 := writePub(t, dir, "r1.pub")
-	b, err := Content(serverconfig.PKIConfig{ReleaseKeys: []string{r1, r1}}, pub)
+	b, err := Content(Settings{ReleaseKeys: []string{r1, r1}}, pub)
 	require.NoError(t, err)
 	require.Len(t, b.ReleaseKeys, 1)
 	want, err := trust.LoadEd25519PublicKey(r1)
@@ -102,6 +101,6 @@ func TestContent_ReleaseKeys(t *testing.T) {
 	require.Equal(t, want, b.ReleaseKeys[0].PublicKey)
 	bad := filepath.Join(dir, "bad.pub")
 	require.NoError(t, os.WriteFile(bad, []byte("nope"), 0o644))
-	_, err = Content(serverconfig.PKIConfig{ReleaseKeys: []string{bad}}, pub)
+	_, err = Content(Settings{ReleaseKeys: []string{bad}}, pub)
 	require.ErrorContains(t, err, "pki.releaseKeys")
 }
