@@ -2,14 +2,8 @@ package apidial_test
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
-	"math/big"
 	"net"
 	"os"
 	"path/filepath"
@@ -27,50 +21,8 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/better-compute/commands/controlplane/front/apidial"
+	"github.com/better-compute/commands/internal/testutil"
 )
-
-// pki is a CA, a server certificate for 127.0.0.1 and a client
-// certificate, as PEM files.
-type pki struct {
-	ca, srvCert, srvKey, cliCert, cliKey string
-}
-
-func writePKI(t *testing.T, dir, clientCN string) pki {
-	t.Helper()
-	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	require.NoError(t, err)
-	caTmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "test ca"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
-	require.NoError(t, err)
-	caCert, err := x509.ParseCertificate(caDER)
-	require.NoError(t, err)
-	write := func(name, typ string, der []byte) string {
-		p := filepath.Join(dir, name)
-		require.NoError(t, os.WriteFile(p, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600))
-		return p
-	}
-	issue := func(name string, serial int64, tmpl *x509.Certificate) (string, string) {
-		key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-		require.NoError(t, err)
-		tmpl.SerialNumber = big.NewInt(serial)
-		tmpl.NotBefore, tmpl.NotAfter = time.Now().Add(-time.Hour), time.Now().Add(time.Hour)
-		tmpl.KeyUsage = x509.KeyUsageDigitalSignature
-		der, err := x509.CreateCertificate(rand.Reader, tmpl, caCert, &key.PublicKey, caKey)
-		require.NoError(t, err)
-		kb, err := x509.MarshalPKCS8PrivateKey(key)
-		require.NoError(t, err)
-		return write(name+".crt", "CERTIFICATE", der), write(name+".key", "PRIVATE KEY", kb)
-	}
-	var p pki
-	p.ca = write("ca.crt", "CERTIFICATE", caDER)
-	p.srvCert, p.srvKey = issue("server", 2, &x509.Certificate{Subject: pkix.Name{CommonName: "server"},
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}, IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}})
-	p.cliCert, p.cliKey = issue("client", 3, &x509.Certificate{Subject: pkix.Name{CommonName: clientCN},
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}})
-	return p
-}
 
 // seen is what the server saw of a call: its bearer header and the common
 // name of the client's certificate, if any.
@@ -120,13 +72,13 @@ func serve(t *testing.T, tlsCfg *tls.Config) (string, <-chan seen) {
 	return lis.Addr().String(), calls
 }
 
-func serverTLS(t *testing.T, p pki, requireClient bool) *tls.Config {
+func serverTLS(t *testing.T, p testutil.PKIFiles, requireClient bool) *tls.Config {
 	t.Helper()
-	pair, err := tls.LoadX509KeyPair(p.srvCert, p.srvKey)
+	pair, err := tls.LoadX509KeyPair(p.ServerCert, p.ServerKey)
 	require.NoError(t, err)
 	cfg := &tls.Config{Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12}
 	if requireClient {
-		b, err := os.ReadFile(p.ca)
+		b, err := os.ReadFile(p.CA)
 		require.NoError(t, err)
 		pool := x509.NewCertPool()
 		require.True(t, pool.AppendCertsFromPEM(b))
@@ -150,10 +102,10 @@ func TestTLSVerifiesTheServerAndCarriesTheToken(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	p := writePKI(t, t.TempDir(), "robot")
+	p := testutil.WritePKI(t, t.TempDir(), "robot")
 	addr, calls := serve(t, serverTLS(t, p, false))
 
-	s := apidial.Settings{Endpoint: addr, Token: "s3cret", CACert: p.ca}
+	s := apidial.Settings{Endpoint: addr, Token: "s3cret", CACert: p.CA}
 	require.NoError(t, check(ctx, t, s))
 	require.Equal(t, seen{auth: "Bearer s3cret"}, <-calls)
 
@@ -173,7 +125,7 @@ func TestAnUnknownServerIsRefused(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	p := writePKI(t, t.TempDir(), "robot")
+	p := testutil.WritePKI(t, t.TempDir(), "robot")
 	addr, _ := serve(t, serverTLS(t, p, false))
 
 	err := check(ctx, t, apidial.Settings{Endpoint: addr})
@@ -187,13 +139,13 @@ func TestClientCertificate(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	p := writePKI(t, t.TempDir(), "robot.example.com")
+	p := testutil.WritePKI(t, t.TempDir(), "robot.example.com")
 	addr, calls := serve(t, serverTLS(t, p, true))
 
-	require.NoError(t, check(ctx, t, apidial.Settings{Endpoint: "https://" + addr, CACert: p.ca, Cert: p.cliCert, Key: p.cliKey}))
+	require.NoError(t, check(ctx, t, apidial.Settings{Endpoint: "https://" + addr, CACert: p.CA, Cert: p.ClientCert, Key: p.ClientKey}))
 	require.Equal(t, seen{clientCN: "robot.example.com"}, <-calls)
 
-	err := check(ctx, t, apidial.Settings{Endpoint: addr, CACert: p.ca})
+	err := check(ctx, t, apidial.Settings{Endpoint: addr, CACert: p.CA})
 	require.Equal(t, codes.Unavailable, status.Code(err), "%v", err)
 }
 
@@ -208,9 +160,9 @@ func TestTheEndpointSchemeDecidesTheTransport(t *testing.T) {
 	require.NoError(t, check(ctx, t, apidial.Settings{Endpoint: plainAddr, Plaintext: true}))
 	require.Equal(t, seen{}, <-plainCalls, "no token, no header")
 
-	p := writePKI(t, t.TempDir(), "robot")
+	p := testutil.WritePKI(t, t.TempDir(), "robot")
 	tlsAddr, tlsCalls := serve(t, serverTLS(t, p, false))
-	require.NoError(t, check(ctx, t, apidial.Settings{Endpoint: "https://" + tlsAddr, Plaintext: true, CACert: p.ca}))
+	require.NoError(t, check(ctx, t, apidial.Settings{Endpoint: "https://" + tlsAddr, Plaintext: true, CACert: p.CA}))
 	require.Equal(t, seen{}, <-tlsCalls)
 
 	for _, c := range []struct {
@@ -234,7 +186,7 @@ func TestTheEndpointSchemeDecidesTheTransport(t *testing.T) {
 func TestBadFilesFailTheDial(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	p := writePKI(t, dir, "robot")
+	p := testutil.WritePKI(t, dir, "robot")
 	notPEM := filepath.Join(dir, "not.pem")
 	require.NoError(t, os.WriteFile(notPEM, []byte("hello"), 0o600))
 
@@ -245,8 +197,8 @@ func TestBadFilesFailTheDial(t *testing.T) {
 	}{
 		{"missing CA", apidial.Settings{Endpoint: "h:1", CACert: filepath.Join(dir, "nope.pem")}, "reading CA certificate: open "},
 		{"CA without PEM", apidial.Settings{Endpoint: "h:1", CACert: notPEM}, "CA certificate " + notPEM + " holds no PEM certificate"},
-		{"cert without key", apidial.Settings{Endpoint: "h:1", Cert: p.cliCert}, "loading client certificate: "},
-		{"key of another cert", apidial.Settings{Endpoint: "h:1", Cert: p.cliCert, Key: p.srvKey}, "loading client certificate: "},
+		{"cert without key", apidial.Settings{Endpoint: "h:1", Cert: p.ClientCert}, "loading client certificate: "},
+		{"key of another cert", apidial.Settings{Endpoint: "h:1", Cert: p.ClientCert, Key: p.ServerKey}, "loading client certificate: "},
 	} {
 		_, err := apidial.Dial(c.s)
 		require.ErrorContains(t, err, c.want, c.name)
