@@ -21,8 +21,8 @@ import (
 )
 
 // Context is what a module gets from the host: the database, the command
-// queue in its transactions, River for its own jobs, and the nodes as the
-// control plane knows them.
+// queue in its transactions (Commands: the module's only way to it),
+// River for its own jobs, and the nodes as the control plane knows them.
 type Context struct {
 	name   string
 	pool   *pgxpool.Pool
@@ -52,7 +52,9 @@ func (c *Context) Queue() *queue.Queue { return c.queue }
 // Logger is the module's logger.
 func (c *Context) Logger() hclog.Logger { return c.logger }
 
-// Commands queues and cancels commands in the caller's transaction.
+// Commands is the command queue as the module uses it: queueing and
+// cancelling in the caller's transaction, and reading its commands back.
+// It is the module's only way to the queue.
 func (c *Context) Commands() Commands { return Commands{q: c.queue, module: c.name} }
 
 // Jobs is River, for the module's own jobs and workflow steps: InsertTx in
@@ -139,6 +141,18 @@ func (n NodeView) GPUInUse(uuid string) (bool, string) {
 // Node reads node nodeID on db.
 func (c *Context) Node(ctx context.Context, db store.DBTX, nodeID string) (NodeView, error) {
 	return ReadNode(ctx, db, nodeID)
+}
+
+// NodeTenant is the tenant of live node nodeID, read on db: for a module's
+// own API to authorize its caller on the node (auth.AuthorizeNode). An
+// unknown node and a deleted one are NOT_FOUND, as the queue's GetNode
+// answers the API.
+func (c *Context) NodeTenant(ctx context.Context, db store.DBTX, nodeID string) (string, error) {
+	n, err := c.queue.GetNode(ctx, db, "", nodeID)
+	if err != nil {
+		return "", err
+	}
+	return n.TenantID, nil
 }
 
 // ReadNode reads a node's view on db.
