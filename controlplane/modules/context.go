@@ -31,9 +31,9 @@ type Context struct {
 	logger hclog.Logger
 }
 
-// NewContext builds a module's context (the host does; tests of a module
-// may too). jobs may be nil for a module without River jobs.
-func NewContext(name string, pool *pgxpool.Pool, q *queue.Queue, jobs *river.Client[pgx.Tx], logger hclog.Logger) *Context {
+// newContext builds a module's context; the host does, once per module,
+// and hands it to the module's Init.
+func newContext(name string, pool *pgxpool.Pool, q *queue.Queue, jobs *river.Client[pgx.Tx], logger hclog.Logger) *Context {
 	if logger == nil {
 		logger = hclog.NewNullLogger()
 	}
@@ -45,9 +45,6 @@ func (c *Context) Name() string { return c.name }
 
 // Pool is the control plane's database.
 func (c *Context) Pool() *pgxpool.Pool { return c.pool }
-
-// Queue is the command queue (for reads: Get, List).
-func (c *Context) Queue() *queue.Queue { return c.queue }
 
 // Logger is the module's logger.
 func (c *Context) Logger() hclog.Logger { return c.logger }
