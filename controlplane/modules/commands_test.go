@@ -145,3 +145,85 @@ func TestStepKeyRetryAppendsTheAttempt(t *testing.T) {
 	require.False(t, dup)
 	require.NotEqual(t, first.ID, retry.ID)
 }
+
+// EnqueueFor queues for the person who asked the module's own API: the
+// command names them as its requester and the module as the way it came;
+// the module's key rules hold as for Enqueue. Check refuses what Enqueue
+// would without queueing anything.
+func TestEnqueueForRecordsWhoAskedAndCheckQueuesNothing(t *testing.T) {
+	b := setup(t)
+	h, err := modules.NewHost(b.pool, b.q, b.reg, modules.HostOptions{}, nopModule{"wf"})
+	require.NoError(t, err)
+	cmds := h.Context("wf").Commands()
+	var cmd modules.StoredCommand
+	require.NoError(t, pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) error {
+		var err error
+		cmd, _, err = cmds.EnqueueFor(b.ctx, tx, "alice", b.step(modules.StepKey("for-1", "s", 1)))
+		return err
+	}))
+	got, err := cmds.Get(b.ctx, b.pool, b.node, cmd.ID)
+	require.NoError(t, err)
+	require.Equal(t, "alice", got.Requester)
+	require.Equal(t, queue.ViaModule+":wf", got.RequestedVia)
+	require.Equal(t, modules.StatePending, got.State)
+	err = pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) error {
+		_, _, err := cmds.EnqueueFor(b.ctx, tx, "alice", b.step(queue.APIKey(b.tenant, "alice", "k")))
+		return err
+	})
+	require.ErrorIs(t, err, errcode.ErrInvalidInput)
+
+	require.NoError(t, cmds.Check(b.step("")))
+	bad := b.step("")
+	bad.Kind = "test.unknown"
+	require.Error(t, cmds.Check(bad))
+	list, _, err := cmds.List(b.ctx, b.pool, modules.ListParams{NodeID: b.node})
+	require.NoError(t, err)
+	require.Len(t, list, 1, "Check queued nothing")
+}
+
+// Fail settles an in-flight command failed in the control plane's name;
+// the forward-only rule leaves a settled one as it is, and InFlight names
+// only what was sent and not settled. A later report of the node is stored
+// beside the failed command, where Contradictions reads it.
+func TestFailAndInFlight(t *testing.T) {
+	b := setup(t)
+	h, err := modules.NewHost(b.pool, b.q, b.reg, modules.HostOptions{}, nopModule{"wf"})
+	require.NoError(t, err)
+	cmds := h.Context("wf").Commands()
+	var sent, pending modules.StoredCommand
+	require.NoError(t, pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) error {
+		var err error
+		if sent, _, err = cmds.Enqueue(b.ctx, tx, b.step(modules.StepKey("f-1", "a", 1))); err != nil {
+			return err
+		}
+		pending, _, err = cmds.Enqueue(b.ctx, tx, b.step(modules.StepKey("f-1", "b", 1)))
+		return err
+	}))
+	_, _, err = b.q.Transition(b.ctx, b.pool, queue.Transition{CommandID: sent.ID, NodeID: b.node, To: queue.Running})
+	require.NoError(t, err)
+	refs := []modules.CommandRef{{NodeID: b.node, CommandID: sent.ID}, {NodeID: b.node, CommandID: pending.ID}}
+	in, err := cmds.InFlight(b.ctx, b.pool, refs)
+	require.NoError(t, err)
+	require.Equal(t, map[string]bool{sent.ID: true}, in)
+
+	failed, changed, err := cmds.Fail(b.ctx, b.pool, b.node, sent.ID, "rejoin-timeout", "no news")
+	require.NoError(t, err)
+	require.True(t, changed)
+	require.Equal(t, modules.StateFailed, failed.State)
+	require.Equal(t, "rejoin-timeout", failed.Reason)
+	_, changed, err = cmds.Fail(b.ctx, b.pool, b.node, sent.ID, "other", "again")
+	require.NoError(t, err)
+	require.False(t, changed, "a settled command keeps its first outcome")
+	in, err = cmds.InFlight(b.ctx, b.pool, refs)
+	require.NoError(t, err)
+	require.Empty(t, in)
+
+	recorded, err := b.q.RecordContradiction(b.ctx, b.pool, failed, queue.Transition{CommandID: sent.ID, NodeID: b.node, To: queue.Succeeded})
+	require.NoError(t, err)
+	require.True(t, recorded)
+	xs, err := cmds.Contradictions(b.ctx, b.pool, sent.ID)
+	require.NoError(t, err)
+	require.Len(t, xs, 1)
+	require.Equal(t, modules.StateSucceeded, xs[0].ReportedState)
+	require.Equal(t, modules.StateFailed, xs[0].StoredState)
+}

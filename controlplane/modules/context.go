@@ -21,8 +21,8 @@ import (
 )
 
 // Context is what a module gets from the host: the database, the command
-// queue in its transactions, River for its own jobs, and the nodes as the
-// control plane knows them.
+// queue in its transactions (Commands: the module's only way to it),
+// River for its own jobs, and the nodes as the control plane knows them.
 type Context struct {
 	name   string
 	pool   *pgxpool.Pool
@@ -31,9 +31,9 @@ type Context struct {
 	logger hclog.Logger
 }
 
-// NewContext builds a module's context (the host does; tests of a module
-// may too). jobs may be nil for a module without River jobs.
-func NewContext(name string, pool *pgxpool.Pool, q *queue.Queue, jobs *river.Client[pgx.Tx], logger hclog.Logger) *Context {
+// newContext builds a module's context; the host does, once per module,
+// and hands it to the module's Init.
+func newContext(name string, pool *pgxpool.Pool, q *queue.Queue, jobs *river.Client[pgx.Tx], logger hclog.Logger) *Context {
 	if logger == nil {
 		logger = hclog.NewNullLogger()
 	}
@@ -46,13 +46,12 @@ func (c *Context) Name() string { return c.name }
 // Pool is the control plane's database.
 func (c *Context) Pool() *pgxpool.Pool { return c.pool }
 
-// Queue is the command queue (for reads: Get, List).
-func (c *Context) Queue() *queue.Queue { return c.queue }
-
 // Logger is the module's logger.
 func (c *Context) Logger() hclog.Logger { return c.logger }
 
-// Commands queues and cancels commands in the caller's transaction.
+// Commands is the command queue as the module uses it: queueing and
+// cancelling in the caller's transaction, and reading its commands back.
+// It is the module's only way to the queue.
 func (c *Context) Commands() Commands { return Commands{q: c.queue, module: c.name} }
 
 // Jobs is River, for the module's own jobs and workflow steps: InsertTx in
@@ -139,6 +138,18 @@ func (n NodeView) GPUInUse(uuid string) (bool, string) {
 // Node reads node nodeID on db.
 func (c *Context) Node(ctx context.Context, db store.DBTX, nodeID string) (NodeView, error) {
 	return ReadNode(ctx, db, nodeID)
+}
+
+// NodeTenant is the tenant of live node nodeID, read on db: for a module's
+// own API to authorize its caller on the node (auth.AuthorizeNode). An
+// unknown node and a deleted one are NOT_FOUND, as the queue's GetNode
+// answers the API.
+func (c *Context) NodeTenant(ctx context.Context, db store.DBTX, nodeID string) (string, error) {
+	n, err := c.queue.GetNode(ctx, db, "", nodeID)
+	if err != nil {
+		return "", err
+	}
+	return n.TenantID, nil
 }
 
 // ReadNode reads a node's view on db.

@@ -85,7 +85,7 @@ func NewHost(pool *pgxpool.Pool, q *queue.Queue, reg *kinds.Registry, opts HostO
 	}
 	h.svc = svc
 	for _, m := range modules {
-		mc := NewContext(m.Name(), pool, q, svc.Client(), opts.Logger)
+		mc := newContext(m.Name(), pool, q, svc.Client(), opts.Logger)
 		h.contexts[m.Name()] = mc
 		if in, ok := m.(Initializer); ok {
 			if err := in.Init(mc); err != nil {

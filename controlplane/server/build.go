@@ -295,8 +295,10 @@ func (b *builder) grpcServer() error {
 	s.grpc = grpc.NewServer(opts...)
 	if b.cfg.Runs(ComponentAPI) {
 		s.api.Register(s.grpc)
-		// The metal module's workflows (metal.power, metal.bulk).
-		(&metal.Service{Pool: s.pool, Queue: s.queue, Quorum: s.Quorum, Logger: b.logger.Named("metal")}).Register(s.grpc)
+		// The metal module's workflows (metal.power, metal.bulk), on the
+		// context the module host gave the metal module (loaded in every
+		// process by the modules step, before this one).
+		(&metal.Service{Context: s.modules.Context("metal"), Quorum: s.Quorum, Logger: b.logger.Named("metal")}).Register(s.grpc)
 	}
 	s.health = health.NewServer()
 	healthpb.RegisterHealthServer(s.grpc, s.health)

@@ -73,14 +73,14 @@ func (s *Server) moduleList(cfg Config) ([]modules.Module, error) {
 	if err := checkModuleTimes(mc); err != nil {
 		return nil, err
 	}
-	ro := rollout.New(s.pool, s.queue, s.logger)
+	ro := rollout.New(s.logger)
 	if mc.Rollout.Interval > 0 {
 		ro.Every = time.Duration(mc.Rollout.Interval)
 	}
 	if mc.Rollout.RejoinGrace > 0 {
 		ro.RejoinGrace = time.Duration(mc.Rollout.RejoinGrace)
 	}
-	out := []modules.Module{ro, metal.Module{Pool: s.pool, Queue: s.queue}}
+	out := []modules.Module{ro, &metal.Module{}}
 	cooldown := time.Duration(mc.Cooldown)
 	if mc.Remediation.Enabled {
 		out = append(out, remediation.NewProvision(remediation.ProvisionOptions{Engine: eng, Interval: time.Duration(mc.Interval), Cooldown: cooldown}))

@@ -6,8 +6,9 @@
 // vendor who fetches it fetches nothing else; inside the control plane, the
 // rooms of docs/architecture.md: internal/ stays neutral, the PostgreSQL
 // plumbing links no other room, the core rooms (commands, fleet) link no
-// front door, module or server, and only bc-sim links the test doubles. A
-// broken wall is reported with the import chain that breaks it.
+// front door, module or server, only bc-sim links the test doubles, and a
+// module reaches the command queue only through the module API. A broken
+// wall is reported with the import chain that breaks it.
 package depcheck
 
 import (
@@ -168,6 +169,39 @@ func (g *Graph) chain(root string, tests bool, bad func(*Package) bool) []string
 				queue = append(queue, q)
 			}
 		}
+	}
+	return nil
+}
+
+// direct returns [root, q] for the first of root's own imports, in sorted
+// order, that bad accepts ([root (test), q] for one of its tests'), or
+// nil: what the imports link in turn is not judged (Rule.Direct).
+func (g *Graph) direct(root string, tests bool, bad func(*Package) bool) []string {
+	p := g.pkgs[root]
+	if p == nil {
+		return nil
+	}
+	judge := func(from string, imps []string) []string {
+		imps = append([]string(nil), imps...)
+		sort.Strings(imps)
+		for _, q := range imps {
+			pkg := g.pkgs[q]
+			if pkg == nil {
+				// Only a test imports it: judged by its path alone, as
+				// chain does.
+				pkg = &Package{ImportPath: q}
+			}
+			if bad(pkg) {
+				return []string{from, q}
+			}
+		}
+		return nil
+	}
+	if c := judge(root, p.Imports); c != nil {
+		return c
+	}
+	if tests {
+		return judge(root+" (test)", append(append([]string(nil), p.TestImports...), p.XTestImports...))
 	}
 	return nil
 }

@@ -18,6 +18,10 @@ type Rule struct {
 	Forbid func(from string, p *Package) bool
 	// Tests holds the rule for the packages' tests as well.
 	Tests bool
+	// Direct judges only the packages' own imports (and their tests',
+	// with Tests), not what those link in turn: a wall that says "only
+	// through X" forbids the direct import and lets X link it.
+	Direct bool
 }
 
 // Violation is a broken wall and the import chain that breaks it.
@@ -39,7 +43,12 @@ func Check(g *Graph, rules []Rule) []Violation {
 			if !r.From(root) {
 				continue
 			}
-			if c := g.chain(root, r.Tests, func(p *Package) bool { return r.Forbid(root, p) }); c != nil {
+			bad := func(p *Package) bool { return r.Forbid(root, p) }
+			find := g.chain
+			if r.Direct {
+				find = g.direct
+			}
+			if c := find(root, r.Tests, bad); c != nil {
 				out = append(out, Violation{Rule: r.Name, Chain: c})
 			}
 		}
@@ -230,5 +239,22 @@ var Rules = []Rule{
 			return under(p.ImportPath, "controlplane/front") || under(p.ImportPath, "controlplane/server") ||
 				under(p.ImportPath, "controlplane/console")
 		},
+	},
+	{
+		// The module API (controlplane/modules) is the way: its Commands
+		// queue with the module's key rules and name the module as who
+		// asked. controlplane/modules/modulestest is the one written
+		// exception: a module's test bench builds the queue the host hands
+		// the modules and plays what no module does (the API's tenants and
+		// nodes, a node's reports of its commands), so that the modules'
+		// tests need not import the queue either.
+		Name: "a module reaches the command queue only through the module API, nor do its tests",
+		From: func(p string) bool {
+			return under(p, "controlplane/modules") && p != Module+"/controlplane/modules" &&
+				p != Module+"/controlplane/modules/modulestest"
+		},
+		Forbid: func(_ string, p *Package) bool { return p.ImportPath == Module+"/controlplane/commands/queue" },
+		Tests:  true,
+		Direct: true,
 	},
 }

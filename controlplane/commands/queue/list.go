@@ -189,6 +189,45 @@ func (q *Queue) NodesWithOpen(ctx context.Context, db DBTX, nodeIDs []string) ([
 	return ids, nil
 }
 
+// CommandRef names a command on its node.
+type CommandRef struct{ NodeID, CommandID string }
+
+// inFlightSQL reads which of the named commands are in flight, by primary
+// key: unnest pairs each command id with its node.
+const inFlightSQL = `SELECT c.id FROM unnest($1::text[], $2::text[]) AS r(node_id, id)
+	JOIN commands c ON c.id = r.id AND c.node_id = r.node_id
+	WHERE c.state IN ('dispatched', 'acked', 'running')`
+
+// InFlight returns which of refs are in flight, by command id: sent to
+// their node (dispatched, acked or running) and not settled. A command
+// that is pending or terminal, an unknown one and one of another node than
+// its ref names are not. One statement for the whole list, so that a
+// module's pass over the commands it waits on (the rollout module's
+// upgrades past their rejoin window) reads their states through the queue
+// rather than with SQL of its own against the commands table.
+func (q *Queue) InFlight(ctx context.Context, db DBTX, refs []CommandRef) (map[string]bool, error) {
+	out := map[string]bool{}
+	if len(refs) == 0 {
+		return out, nil
+	}
+	nodeIDs, commandIDs := make([]string, len(refs)), make([]string, len(refs))
+	for i, r := range refs {
+		nodeIDs[i], commandIDs[i] = r.NodeID, r.CommandID
+	}
+	rows, err := db.Query(ctx, inFlightSQL, nodeIDs, commandIDs)
+	if err != nil {
+		return nil, fmt.Errorf("reading which of %d commands are in flight: %w", len(refs), err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("reading which of %d commands are in flight: %w", len(refs), err)
+	}
+	for _, id := range ids {
+		out[id] = true
+	}
+	return out, nil
+}
+
 const listCursorPrefix = "seq:"
 
 // EncodeListCursor makes the opaque cursor of a page that continues below seq.

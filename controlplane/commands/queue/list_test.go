@@ -128,3 +128,33 @@ func TestListOpenManyIsListOpenPerNode(t *testing.T) {
 	require.Len(t, many[b.node.ID], 3, "the settled one is not open")
 	require.NotContains(t, many, idle.ID)
 }
+
+// InFlight names, of the commands it is asked about, those sent to their
+// node and not settled: not a pending one, a settled one, an unknown one,
+// nor one asked about under another node.
+func TestInFlightNamesTheDispatchedNotSettledCommands(t *testing.T) {
+	b := setup(t)
+	other, err := b.q.CreateNode(b.ctx, b.pool, queue.Node{TenantID: b.tenant.ID})
+	require.NoError(t, err)
+	var cs []queue.Command
+	for i := range 6 {
+		c, _ := b.enqueue(t, b.params(fmt.Sprintf("f-%d", i)))
+		cs = append(cs, c)
+	}
+	b.transition(t, queue.Transition{CommandID: cs[1].ID, To: queue.Dispatched})
+	b.transition(t, queue.Transition{CommandID: cs[2].ID, To: queue.Acked})
+	b.transition(t, queue.Transition{CommandID: cs[3].ID, To: queue.Running})
+	b.transition(t, queue.Transition{CommandID: cs[4].ID, To: queue.Failed, Reason: "timeout"})
+	b.transition(t, queue.Transition{CommandID: cs[5].ID, To: queue.Running})
+	refs := []queue.CommandRef{
+		{NodeID: b.node.ID, CommandID: cs[0].ID}, {NodeID: b.node.ID, CommandID: cs[1].ID}, {NodeID: b.node.ID, CommandID: cs[2].ID},
+		{NodeID: b.node.ID, CommandID: cs[3].ID}, {NodeID: b.node.ID, CommandID: cs[4].ID},
+		{NodeID: other.ID, CommandID: cs[5].ID}, {NodeID: b.node.ID, CommandID: "cmd_unknown"},
+	}
+	got, err := b.q.InFlight(b.ctx, b.pool, refs)
+	require.NoError(t, err)
+	require.Equal(t, map[string]bool{cs[1].ID: true, cs[2].ID: true, cs[3].ID: true}, got)
+	none, err := b.q.InFlight(b.ctx, b.pool, nil)
+	require.NoError(t, err)
+	require.Empty(t, none)
+}

@@ -7,11 +7,10 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/better-compute/commands/controlplane/commands/batches"
-	"github.com/better-compute/commands/controlplane/commands/queue"
 	"github.com/better-compute/commands/controlplane/commands/wakes"
+	"github.com/better-compute/commands/controlplane/modules"
 	"github.com/better-compute/commands/sdk/kind"
 )
 
@@ -20,25 +19,37 @@ import (
 // settles, to queue that machine's next step (metal.bulk runs a sequence
 // per machine: boot from PXE, then cycle).
 type Module struct {
-	Pool  *pgxpool.Pool
-	Queue *queue.Queue
+	mc *modules.Context
 }
 
+var (
+	_ modules.KindProvider = (*Module)(nil)
+	_ modules.Waker        = (*Module)(nil)
+	_ modules.Initializer  = (*Module)(nil)
+)
+
 // Name is the module's name.
-func (Module) Name() string { return "metal" }
+func (*Module) Name() string { return "metal" }
 
 // Kinds are the module's kinds.
-func (Module) Kinds() []kind.Manifest { return Manifests() }
+func (*Module) Kinds() []kind.Manifest { return Manifests() }
 
 // Prefixes are the keys the module owns: its runs' steps.
-func (Module) Prefixes() []string { return []string{"wf:" + string(RunPrefix)} }
+func (*Module) Prefixes() []string { return []string{"wf:" + string(RunPrefix)} }
+
+// Init keeps the module's context: its wakes reach the database and the
+// command queue through it.
+func (m *Module) Init(mc *modules.Context) error {
+	m.mc = mc
+	return nil
+}
 
 // Wake advances the run whose step settled: when it succeeded, the
 // machine's next step is queued in the run's batch; when it did not, the
 // machine's later steps are skipped, saying why. It is idempotent (a wake
 // comes at least once): the run row is locked, and a step already queued
 // or skipped is left as it is.
-func (m Module) Wake(ctx context.Context, w wakes.Wake) error {
+func (m *Module) Wake(ctx context.Context, w wakes.Wake) error {
 	rest, ok := strings.CutPrefix(w.Key, "wf:")
 	if !ok {
 		return nil
@@ -47,7 +58,7 @@ func (m Module) Wake(ctx context.Context, w wakes.Wake) error {
 	if !ok {
 		return nil
 	}
-	return pgx.BeginFunc(ctx, m.Pool, func(tx pgx.Tx) error {
+	return pgx.BeginFunc(ctx, m.mc.Pool(), func(tx pgx.Tx) error {
 		r, err := getBy(ctx, tx, `id = $1 FOR UPDATE`, runID)
 		if err != nil {
 			return fmt.Errorf("metal run %s: %w", runID, err)
@@ -71,7 +82,7 @@ func (m Module) Wake(ctx context.Context, w wakes.Wake) error {
 		if next < 0 || r.Steps[next].CommandID != "" || r.Steps[next].Skipped != "" {
 			return nil
 		}
-		if w.State != string(queue.Succeeded) {
+		if w.State != string(modules.StateSucceeded) {
 			for i := range r.Steps {
 				if r.Steps[i].Machine == done.Machine && r.Steps[i].Seq > done.Seq {
 					r.Steps[i].Skipped = fmt.Sprintf("step %d (%s) ended %s %s", done.Seq, done.Kind, w.State, w.Reason)
@@ -82,7 +93,7 @@ func (m Module) Wake(ctx context.Context, w wakes.Wake) error {
 			if err != nil {
 				return fmt.Errorf("metal run %s: reading its batch: %w", r.ID, err)
 			}
-			cmd, err := enqueueStep(ctx, tx, m.Queue, r, b, r.Steps[next])
+			cmd, err := enqueueStep(ctx, tx, m.mc.Commands(), r, b, r.Steps[next])
 			if err != nil {
 				// The step cannot be queued (its batch expired, the site
 				// node was deleted): skip the rest and say why, rather

@@ -8,7 +8,6 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
@@ -16,11 +15,11 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/better-compute/commands/controlplane/commands/batches"
-	"github.com/better-compute/commands/controlplane/commands/queue"
 	"github.com/better-compute/commands/controlplane/internal/apierr"
 	"github.com/better-compute/commands/controlplane/internal/dbhealth"
 	"github.com/better-compute/commands/controlplane/internal/errcode"
 	"github.com/better-compute/commands/controlplane/internal/ids"
+	"github.com/better-compute/commands/controlplane/modules"
 	"github.com/better-compute/commands/controlplane/trust/auth"
 	apiv1 "github.com/better-compute/commands/proto/bc/api/v1"
 )
@@ -28,8 +27,10 @@ import (
 // Service is bc.api.v1.Metal.
 type Service struct {
 	apiv1.UnimplementedMetalServer
-	Pool  *pgxpool.Pool
-	Queue *queue.Queue
+	// Context is the metal module's own, as the module host loaded it
+	// (Host.Context("metal")): the database, and the command queue through
+	// the module API.
+	Context *modules.Context
 	// Quorum returns the approver keys and threshold now (they reload).
 	Quorum func() batches.Quorum
 	Now    func() time.Time
@@ -54,14 +55,14 @@ func (s *Service) quorum() batches.Quorum {
 }
 
 func (s *Service) lookupNode(ctx context.Context, nodeID string) (string, bool, error) {
-	n, err := s.Queue.GetNode(ctx, s.Pool, "", nodeID)
+	tenantID, err := s.Context.NodeTenant(ctx, s.Context.Pool(), nodeID)
 	if errcode.CodeOf(err) == errcode.NotFound {
 		return "", false, nil
 	}
 	if err != nil {
 		return "", false, s.fail(ctx, "looking up node", err)
 	}
-	return n.TenantID, true, nil
+	return tenantID, true, nil
 }
 
 // authorizeStart checks compute:nodes:exec on the site node (the commands
@@ -124,9 +125,9 @@ func (s *Service) Bulk(ctx context.Context, req *apiv1.MetalBulkRequest) (*apiv1
 func (s *Service) start(ctx context.Context, p StartParams) (*apiv1.MetalRun, error) {
 	var run Run
 	var dup bool
-	err := pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error {
+	err := pgx.BeginFunc(ctx, s.Context.Pool(), func(tx pgx.Tx) error {
 		var err error
-		run, dup, err = Start(ctx, tx, s.Queue, s.quorum(), p, s.now())
+		run, dup, err = Start(ctx, tx, s.Context.Commands(), s.quorum(), p, s.now())
 		return err
 	})
 	if err != nil {
@@ -135,7 +136,7 @@ func (s *Service) start(ctx context.Context, p StartParams) (*apiv1.MetalRun, er
 	if !dup {
 		s.Logger.Info("metal run started", "run_id", run.ID, "workflow", run.Workflow, "site_node_id", run.SiteNodeID, "batch_id", run.BatchID, "machines", len(run.Steps), "requester", run.Requester)
 	}
-	rep, err := Get(ctx, s.Pool, s.Queue, run.TenantID, run.ID)
+	rep, err := Get(ctx, s.Context.Pool(), s.Context.Commands(), run.TenantID, run.ID)
 	if err != nil {
 		return nil, s.fail(ctx, p.Workflow, err)
 	}
@@ -150,7 +151,7 @@ func (s *Service) GetRun(ctx context.Context, req *apiv1.GetMetalRunRequest) (*a
 	if err := auth.CheckID("runId", req.GetRunId()); err != nil {
 		return nil, err
 	}
-	rep, err := Get(ctx, s.Pool, s.Queue, req.GetTenantId(), req.GetRunId())
+	rep, err := Get(ctx, s.Context.Pool(), s.Context.Commands(), req.GetTenantId(), req.GetRunId())
 	if err != nil {
 		return nil, s.fail(ctx, "metal.getRun", err)
 	}

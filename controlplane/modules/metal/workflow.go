@@ -14,10 +14,10 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/better-compute/commands/controlplane/commands/batches"
-	"github.com/better-compute/commands/controlplane/commands/queue"
 	"github.com/better-compute/commands/controlplane/internal/errcode"
 	"github.com/better-compute/commands/controlplane/internal/ids"
 	"github.com/better-compute/commands/controlplane/internal/store"
+	"github.com/better-compute/commands/controlplane/modules"
 	"github.com/better-compute/commands/internal/trust"
 	bmc "github.com/better-compute/commands/plugins/bmc/manifest"
 )
@@ -157,7 +157,7 @@ func BulkStep(machine, k string, payload json.RawMessage) (Step, error) {
 // quorum on the commands are held until the batch is approved; without,
 // the batch is recorded for audit and they go at once. A repeat of the
 // caller's idempotency key returns the first run.
-func Start(ctx context.Context, tx pgx.Tx, q *queue.Queue, quorum batches.Quorum, p StartParams, now time.Time) (Run, bool, error) {
+func Start(ctx context.Context, tx pgx.Tx, cmds modules.Commands, quorum batches.Quorum, p StartParams, now time.Time) (Run, bool, error) {
 	if p.Workflow != WorkflowPower && p.Workflow != WorkflowBulk {
 		return Run{}, false, invalid("workflow", "workflow %q: must be metal.power or metal.bulk", p.Workflow)
 	}
@@ -210,11 +210,11 @@ func Start(ctx context.Context, tx pgx.Tx, q *queue.Queue, quorum batches.Quorum
 		// Every step is checked now (its kind, payload and the site node's
 		// role), so that a run that cannot finish is refused whole; only
 		// each machine's first step is queued.
-		if err := q.Check(queue.EnqueueParams{TenantID: p.TenantID, NodeID: p.SiteNodeID, Kind: s.Kind, Payload: s.Payload, BatchID: b.ID}); err != nil {
+		if err := cmds.Check(modules.Command{TenantID: p.TenantID, NodeID: p.SiteNodeID, Kind: s.Kind, Payload: s.Payload, BatchID: b.ID}); err != nil {
 			return Run{}, false, fmt.Errorf("machine %s: %w", s.Machine, err)
 		}
 		if s.Seq == 1 {
-			cmd, err := enqueueStep(ctx, tx, q, r, b, s)
+			cmd, err := enqueueStep(ctx, tx, cmds, r, b, s)
 			if err != nil {
 				return Run{}, false, err
 			}
@@ -236,17 +236,16 @@ func Start(ctx context.Context, tx pgx.Tx, q *queue.Queue, quorum batches.Quorum
 }
 
 // enqueueStep queues step s of run r in batch b.
-func enqueueStep(ctx context.Context, tx pgx.Tx, q *queue.Queue, r Run, b batches.Batch, s Step) (queue.Command, error) {
-	cmd, _, err := q.Enqueue(ctx, tx, queue.EnqueueParams{
+func enqueueStep(ctx context.Context, tx pgx.Tx, cmds modules.Commands, r Run, b batches.Batch, s Step) (modules.StoredCommand, error) {
+	// The metal run's requester asked for each of its steps; the module
+	// queued them (requestedVia module:metal).
+	cmd, _, err := cmds.EnqueueFor(ctx, tx, r.Requester, modules.Command{
 		TenantID: r.TenantID, NodeID: r.SiteNodeID, Kind: s.Kind, Payload: s.Payload,
-		IdempotencyKey: queue.WorkflowKey(r.ID, s.StepID()), NotAfter: b.Deadline,
+		IdempotencyKey: modules.StepKey(r.ID, s.StepID(), 1), NotAfter: b.Deadline,
 		BatchID: b.ID, AwaitingApproval: b.State == batches.StateAwaiting, SecretRefs: r.SecretRefs,
-		// The metal run's requester asked for each of its steps; the module
-		// queued them.
-		Requester: r.Requester, RequestedVia: queue.ViaModule + ":metal",
 	})
 	if err != nil {
-		return queue.Command{}, fmt.Errorf("machine %s: %w", s.Machine, err)
+		return modules.StoredCommand{}, fmt.Errorf("machine %s: %w", s.Machine, err)
 	}
 	return cmd, nil
 }
@@ -307,7 +306,7 @@ type Report struct {
 }
 
 // Get reports a run of the tenant's.
-func Get(ctx context.Context, db store.DBTX, q *queue.Queue, tenantID, runID string) (Report, error) {
+func Get(ctx context.Context, db store.DBTX, cmds modules.Commands, tenantID, runID string) (Report, error) {
 	r, err := getBy(ctx, db, `tenant_id = $1 AND id = $2`, tenantID, runID)
 	if errors.Is(err, errNoRun) {
 		return Report{}, NotFound(runID)
@@ -320,13 +319,13 @@ func Get(ctx context.Context, db store.DBTX, q *queue.Queue, tenantID, runID str
 		return Report{}, fmt.Errorf("run %s: reading its batch: %w", r.ID, err)
 	}
 	rep := Report{Run: r, BatchState: b.State, ApprovalsNeeded: b.Needed()}
-	counts := map[queue.State]int{}
+	counts := map[modules.State]int{}
 	ended := 0
 	for _, s := range r.Steps {
 		m := Machine{Machine: s.Machine, Seq: s.Seq, Kind: s.Kind}
 		switch {
 		case s.CommandID != "":
-			c, err := q.Get(ctx, db, r.SiteNodeID, s.CommandID)
+			c, err := cmds.Get(ctx, db, r.SiteNodeID, s.CommandID)
 			if err != nil {
 				return Report{}, fmt.Errorf("run %s: machine %s: %w", r.ID, s.Machine, err)
 			}
@@ -353,7 +352,7 @@ func Get(ctx context.Context, db store.DBTX, q *queue.Queue, tenantID, runID str
 		return rep.Machines[i].Seq < rep.Machines[j].Seq
 	})
 	switch {
-	case counts[queue.Succeeded] == len(r.Steps):
+	case counts[modules.StateSucceeded] == len(r.Steps):
 		rep.State = StateSucceeded
 	case ended == len(r.Steps):
 		rep.State = StateFailed

@@ -8,17 +8,16 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hashicorp/go-hclog"
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/better-compute/commands/controlplane/commands/batches"
 	"github.com/better-compute/commands/controlplane/commands/kinds"
-	"github.com/better-compute/commands/controlplane/commands/queue"
 	"github.com/better-compute/commands/controlplane/commands/wakes"
 	"github.com/better-compute/commands/controlplane/internal/errcode"
-	"github.com/better-compute/commands/controlplane/internal/storetest"
+	"github.com/better-compute/commands/controlplane/modules"
 	"github.com/better-compute/commands/controlplane/modules/metal"
+	"github.com/better-compute/commands/controlplane/modules/modulestest"
 	"github.com/better-compute/commands/internal/trust"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
@@ -26,7 +25,9 @@ import (
 type env struct {
 	ctx        context.Context
 	pool       *pgxpool.Pool
-	q          *queue.Queue
+	bench      *modulestest.Bench
+	mod        *metal.Module
+	cmds       modules.Commands
 	tenant     string
 	site, node string
 	quorum     batches.Quorum
@@ -35,20 +36,14 @@ type env struct {
 func setup(t *testing.T) *env {
 	t.Helper()
 	t.Parallel()
-	ctx := context.Background()
-	pool := storetest.DB(t)
-	reg, err := kinds.NewRegistry(append(kinds.FirstParty(), metal.Manifests()...)...)
-	require.NoError(t, err)
-	q := queue.New(reg, hclog.NewNullLogger())
-	ten, err := q.CreateTenant(ctx, pool, queue.Tenant{Name: "acme"})
-	require.NoError(t, err)
-	site, err := q.CreateNode(ctx, pool, queue.Node{TenantID: ten.ID, Role: "site"})
-	require.NoError(t, err)
-	n, err := q.CreateNode(ctx, pool, queue.Node{TenantID: ten.ID})
-	require.NoError(t, err)
+	mod := &metal.Module{}
+	b := modulestest.New(t, modulestest.Options{Kinds: append(kinds.FirstParty(), metal.Manifests()...)}, mod)
+	ten := b.Tenant(t, "acme")
+	site := b.Node(t, modulestest.Node{TenantID: ten, Role: "site"})
+	n := b.Node(t, modulestest.Node{TenantID: ten})
 	pub, _, err := trust.NewEd25519()
 	require.NoError(t, err)
-	return &env{ctx: ctx, pool: pool, q: q, tenant: ten.ID, site: site.ID, node: n.ID,
+	return &env{ctx: b.Ctx, pool: b.Pool, bench: b, mod: mod, cmds: b.Commands(t, "metal"), tenant: ten, site: site, node: n,
 		quorum: batches.Quorum{Approvers: []trust.Approver{{Name: "alice", PublicKey: pub}}, Threshold: 1}}
 }
 
@@ -70,7 +65,7 @@ func (e *env) start(t *testing.T, p metal.StartParams) (metal.Run, bool, error) 
 	var dup bool
 	err := pgx.BeginFunc(e.ctx, e.pool, func(tx pgx.Tx) error {
 		var err error
-		run, dup, err = metal.Start(e.ctx, tx, e.q, e.quorum, p, time.Now())
+		run, dup, err = metal.Start(e.ctx, tx, e.cmds, e.quorum, p, time.Now())
 		return err
 	})
 	return run, dup, err
@@ -97,13 +92,13 @@ func TestPowerCreatesItsBatchAndHoldsEveryMachine(t *testing.T) {
 	require.Equal(t, batches.StateAwaiting, b.State)
 	require.Len(t, b.Scope, 3)
 	for i, s := range run.Steps {
-		c, err := e.q.Get(e.ctx, e.pool, e.site, s.CommandID)
+		c, err := e.cmds.Get(e.ctx, e.pool, e.site, s.CommandID)
 		require.NoError(t, err)
-		require.Equal(t, queue.Pending, c.State)
+		require.Equal(t, modules.StatePending, c.State)
 		require.True(t, c.AwaitingApproval)
 		require.Equal(t, run.BatchID, c.BatchID)
 		require.Equal(t, "bmc.power", c.Kind)
-		require.Equal(t, []string{"rack4-admin"}, queue.SecretRefsOf(c), "the command names the BMC credential, never its value")
+		require.Equal(t, []string{"rack4-admin"}, modulestest.SecretRefsOf(c), "the command names the BMC credential, never its value")
 		var p map[string]string
 		require.NoError(t, json.Unmarshal(c.Payload, &p))
 		require.Equal(t, map[string]string{"bmc": s.Machine, "action": "cycle"}, p)
@@ -117,7 +112,7 @@ func TestPowerCreatesItsBatchAndHoldsEveryMachine(t *testing.T) {
 	_, err = batches.CheckScope(e.ctx, e.pool, e.tenant, run.BatchID, e.site, "bmc.power", []byte(`{"bmc":"m4","action":"cycle"}`), time.Now())
 	require.ErrorContains(t, err, "holds no leaf")
 
-	rep, err := metal.Get(e.ctx, e.pool, e.q, e.tenant, run.ID)
+	rep, err := metal.Get(e.ctx, e.pool, e.cmds, e.tenant, run.ID)
 	require.NoError(t, err)
 	require.Equal(t, metal.StateAwaitingApproval, rep.State)
 	require.Equal(t, 1, rep.ApprovalsNeeded)
@@ -129,7 +124,7 @@ func TestPowerCreatesItsBatchAndHoldsEveryMachine(t *testing.T) {
 	require.True(t, dup)
 	require.Equal(t, run.ID, again.ID)
 
-	_, err = metal.Get(e.ctx, e.pool, e.q, "tenant_other", run.ID)
+	_, err = metal.Get(e.ctx, e.pool, e.cmds, "tenant_other", run.ID)
 	require.Equal(t, errcode.NotFound, errcode.CodeOf(err))
 }
 
@@ -140,10 +135,10 @@ func TestWithoutAQuorumTheCommandsGoAtOnce(t *testing.T) {
 	e.quorum = batches.Quorum{}
 	run, _, err := e.start(t, metal.StartParams{Workflow: metal.WorkflowPower, Steps: power(t, "on", "m1")})
 	require.NoError(t, err)
-	c, err := e.q.Get(e.ctx, e.pool, e.site, run.Steps[0].CommandID)
+	c, err := e.cmds.Get(e.ctx, e.pool, e.site, run.Steps[0].CommandID)
 	require.NoError(t, err)
 	require.False(t, c.AwaitingApproval)
-	rep, err := metal.Get(e.ctx, e.pool, e.q, e.tenant, run.ID)
+	rep, err := metal.Get(e.ctx, e.pool, e.cmds, e.tenant, run.ID)
 	require.NoError(t, err)
 	require.Equal(t, metal.StateRunning, rep.State)
 	require.Equal(t, batches.StateRecorded, rep.BatchState)
@@ -220,7 +215,7 @@ func TestBulkRunsASequencePerMachine(t *testing.T) {
 	b, err := batches.Get(e.ctx, e.pool, e.tenant, run.BatchID)
 	require.NoError(t, err)
 	require.Len(t, b.Scope, 4, "the batch covers every step, so it is approved once")
-	rep, err := metal.Get(e.ctx, e.pool, e.q, e.tenant, run.ID)
+	rep, err := metal.Get(e.ctx, e.pool, e.cmds, e.tenant, run.ID)
 	require.NoError(t, err)
 	states := func(r metal.Report) []string {
 		var out []string
@@ -231,30 +226,29 @@ func TestBulkRunsASequencePerMachine(t *testing.T) {
 	}
 	require.Equal(t, []string{"m1.1=pending", "m1.2=waiting", "m2.1=pending", "m2.2=waiting"}, states(rep))
 
-	mod := metal.Module{Pool: e.pool, Queue: e.q}
-	settle := func(m metal.Machine, to queue.State, reason string) {
-		_, _, err := e.q.Transition(e.ctx, e.pool, queue.Transition{CommandID: m.CommandID, NodeID: e.site, To: to, Reason: reason})
-		require.NoError(t, err)
+	mod := e.mod
+	settle := func(m metal.Machine, to modules.State, reason string) {
+		e.bench.Report(t, modulestest.Report{CommandID: m.CommandID, NodeID: e.site, To: to, Reason: reason})
 		w := wakes.Wake{Owner: "wf:" + run.ID, Args: wakes.Args{Key: "wf:" + run.ID + ":" + m.Machine + "." + strconv.Itoa(m.Seq),
 			CommandID: m.CommandID, NodeID: e.site, CommandKind: m.Kind, State: string(to), Reason: reason}}
 		require.NoError(t, mod.Wake(e.ctx, w))
 		require.NoError(t, mod.Wake(e.ctx, w), "a second delivery changes nothing")
 	}
-	settle(rep.Machines[0], queue.Succeeded, "")
-	settle(rep.Machines[2], queue.Failed, "bmc-unreachable")
-	rep, err = metal.Get(e.ctx, e.pool, e.q, e.tenant, run.ID)
+	settle(rep.Machines[0], modules.StateSucceeded, "")
+	settle(rep.Machines[2], modules.StateFailed, "bmc-unreachable")
+	rep, err = metal.Get(e.ctx, e.pool, e.cmds, e.tenant, run.ID)
 	require.NoError(t, err)
 	require.Equal(t, []string{"m1.1=succeeded", "m1.2=pending", "m2.1=failed", "m2.2=skipped"}, states(rep))
 	require.Contains(t, rep.Machines[3].Message, "step 1 (bmc.boot) ended failed bmc-unreachable")
-	c, err := e.q.Get(e.ctx, e.pool, e.site, rep.Machines[1].CommandID)
+	c, err := e.cmds.Get(e.ctx, e.pool, e.site, rep.Machines[1].CommandID)
 	require.NoError(t, err)
 	require.Equal(t, "bmc.power", c.Kind)
 	require.Equal(t, "wf:"+run.ID+":m1.2", c.IdempotencyKey)
 	require.Equal(t, run.BatchID, c.BatchID)
 	require.Equal(t, metal.StateRunning, rep.State)
 
-	settle(rep.Machines[1], queue.Succeeded, "")
-	rep, err = metal.Get(e.ctx, e.pool, e.q, e.tenant, run.ID)
+	settle(rep.Machines[1], modules.StateSucceeded, "")
+	rep, err = metal.Get(e.ctx, e.pool, e.cmds, e.tenant, run.ID)
 	require.NoError(t, err)
 	require.Equal(t, metal.StateFailed, rep.State, "every step ended, not all succeeded")
 }

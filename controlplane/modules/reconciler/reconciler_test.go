@@ -6,21 +6,18 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/hashicorp/go-hclog"
 	"github.com/stretchr/testify/require"
 
 	"github.com/better-compute/commands/controlplane/commands/kinds"
-	"github.com/better-compute/commands/controlplane/commands/queue"
 	"github.com/better-compute/commands/controlplane/fleet/nodespecs"
-	"github.com/better-compute/commands/controlplane/internal/storetest"
-	"github.com/better-compute/commands/controlplane/modules"
+	"github.com/better-compute/commands/controlplane/modules/modulestest"
 	"github.com/better-compute/commands/controlplane/modules/reconciler"
 	"github.com/better-compute/commands/controlplane/modules/remediation"
 )
 
 type bundle struct {
 	ctx    context.Context
-	q      *queue.Queue
+	bench  *modulestest.Bench
 	rec    *reconciler.Reconciler
 	tenant string
 	node   string
@@ -29,29 +26,22 @@ type bundle struct {
 func setup(t *testing.T) (*bundle, func(string, ...any) int) {
 	t.Helper()
 	t.Parallel()
-	ctx := context.Background()
-	db := storetest.DB(t)
-	reg, err := kinds.NewRegistry(kinds.FirstParty()...)
-	require.NoError(t, err)
-	q := queue.New(reg, hclog.NewNullLogger())
-	ten, err := q.CreateTenant(ctx, db, queue.Tenant{Name: "acme"})
-	require.NoError(t, err)
-	n, err := q.CreateNode(ctx, db, queue.Node{TenantID: ten.ID})
-	require.NoError(t, err)
 	rec := reconciler.New(reconciler.Options{})
-	_, err = modules.NewHost(db, q, reg, modules.HostOptions{}, rec)
-	require.NoError(t, err)
+	bench := modulestest.New(t, modulestest.Options{Kinds: kinds.FirstParty()}, rec)
+	ctx, db := bench.Ctx, bench.Pool
+	ten := bench.Tenant(t, "acme")
+	n := bench.Node(t, modulestest.Node{TenantID: ten})
 	count := func(sql string, args ...any) int {
 		var c int
 		require.NoError(t, db.QueryRow(ctx, sql, args...).Scan(&c))
 		return c
 	}
-	b := &bundle{ctx: ctx, q: q, rec: rec, tenant: ten.ID, node: n.ID}
+	b := &bundle{ctx: ctx, bench: bench, rec: rec, tenant: ten, node: n}
 	report := func(conds, inv string) {
-		require.NoError(t, q.RecordNodeStatus(ctx, db, n.ID, json.RawMessage(inv), json.RawMessage(conds)))
+		bench.NodeStatus(t, n, json.RawMessage(inv), json.RawMessage(conds))
 	}
 	report(`[]`, `{"gpus":[{"uuid":"GPU-a","xids":[{"xid":48,"count":1}]}]}`)
-	_, err = nodespecs.Set(ctx, db, n.ID, json.RawMessage(`{"holds":[{"gpu":"GPU-a","state":"live","allocation":"a1"}]}`), nil)
+	_, err := nodespecs.Set(ctx, db, n, json.RawMessage(`{"holds":[{"gpu":"GPU-a","state":"live","allocation":"a1"}]}`), nil)
 	require.NoError(t, err)
 	return b, count
 }
@@ -62,8 +52,7 @@ func TestRebootSupersedesAWaitingReset(t *testing.T) {
 	b, count := setup(t)
 	require.NoError(t, b.rec.Reconcile(b.ctx))
 	require.Equal(t, 1, count(`SELECT count(*) FROM remediations WHERE action = 'gpu.reset' AND state = 'waiting' AND waiting_reason = 'gpu-in-use'`))
-	require.NoError(t, b.q.RecordNodeStatus(b.ctx, b.rec.Engine().Pool(), b.node, nil,
-		json.RawMessage(`[{"type":"RebootRequired","status":"True","message":"packages wait"}]`)))
+	b.bench.NodeStatus(t, b.node, nil, json.RawMessage(`[{"type":"RebootRequired","status":"True","message":"packages wait"}]`))
 	require.NoError(t, b.rec.Reconcile(b.ctx))
 	require.Equal(t, 1, count(`SELECT count(*) FROM remediations WHERE action = 'gpu.reset' AND state = 'superseded' AND superseded_by LIKE 'health-%'`))
 	require.Equal(t, 1, count(`SELECT count(*) FROM remediations WHERE action = 'node.reboot' AND state = 'waiting' AND waiting_reason = 'allocations-live'`),

@@ -8,7 +8,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/better-compute/commands/controlplane/commands/queue"
 	"github.com/better-compute/commands/controlplane/fleet/pools"
 	"github.com/better-compute/commands/controlplane/modules"
 )
@@ -17,7 +16,7 @@ import (
 // in flight, or settled (a failure finishes the remediation; a success
 // goes to verification).
 func (e *Engine) running(ctx context.Context, tx pgx.Tx, r Row) error {
-	cmd, err := e.mc.Queue().Get(ctx, tx, r.NodeID, r.CommandID)
+	cmd, err := e.mc.Commands().Get(ctx, tx, r.NodeID, r.CommandID)
 	if err != nil {
 		return err
 	}
@@ -27,7 +26,7 @@ func (e *Engine) running(ctx context.Context, tx pgx.Tx, r Row) error {
 		}
 		return nil
 	}
-	if cmd.State == queue.Failed && r.Action == ActionGPUReset && cmd.Reason == ReasonGPUUnhealthy {
+	if cmd.State == modules.StateFailed && r.Action == ActionGPUReset && cmd.Reason == ReasonGPUUnhealthy {
 		// The reset ran and the GPU is still unhealthy: resetting again
 		// will not help, so it escalates, as a reset whose fresh inventory
 		// still shows the condition does.
@@ -38,7 +37,7 @@ func (e *Engine) running(ctx context.Context, tx pgx.Tx, r Row) error {
 		}
 		return e.finish(ctx, tx, r, StateEscalated, OutcomeFailed, msg)
 	}
-	if cmd.State != queue.Succeeded {
+	if cmd.State != modules.StateSucceeded {
 		return e.finish(ctx, tx, r, StateFailed, OutcomeFailed, fmt.Sprintf("%s %s ended %s (%s) %s", r.Action, cmd.ID, cmd.State, cmd.Reason, cmd.Message))
 	}
 	verifyID := ""
@@ -65,14 +64,14 @@ func (e *Engine) running(ctx context.Context, tx pgx.Tx, r Row) error {
 func (e *Engine) verifying(ctx context.Context, tx pgx.Tx, r Row) error {
 	switch r.Action {
 	case ActionGPUReset:
-		v, err := e.mc.Queue().Get(ctx, tx, r.NodeID, r.VerifyCommandID)
+		v, err := e.mc.Commands().Get(ctx, tx, r.NodeID, r.VerifyCommandID)
 		if err != nil {
 			return err
 		}
 		if !v.State.Terminal() {
 			return nil
 		}
-		if v.State != queue.Succeeded {
+		if v.State != modules.StateSucceeded {
 			return e.finish(ctx, tx, r, StateFailed, OutcomeUnverified, fmt.Sprintf("the fresh inventory (%s) ended %s (%s): the reset's outcome is unknown", v.ID, v.State, v.Reason))
 		}
 		n, err := modules.ReadNode(ctx, tx, r.NodeID)
@@ -94,7 +93,7 @@ func (e *Engine) verifying(ctx context.Context, tx pgx.Tx, r Row) error {
 		if err != nil {
 			return err
 		}
-		cmd, err := e.mc.Queue().Get(ctx, tx, r.NodeID, r.CommandID)
+		cmd, err := e.mc.Commands().Get(ctx, tx, r.NodeID, r.CommandID)
 		if err != nil {
 			return err
 		}

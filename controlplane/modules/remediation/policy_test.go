@@ -1,17 +1,13 @@
 package remediation_test
 
 import (
-	"context"
 	"testing"
 
-	"github.com/hashicorp/go-hclog"
 	"github.com/stretchr/testify/require"
 
 	"github.com/better-compute/commands/controlplane/commands/batches"
 	"github.com/better-compute/commands/controlplane/commands/kinds"
-	"github.com/better-compute/commands/controlplane/commands/queue"
-	"github.com/better-compute/commands/controlplane/internal/storetest"
-	"github.com/better-compute/commands/controlplane/modules"
+	"github.com/better-compute/commands/controlplane/modules/modulestest"
 	"github.com/better-compute/commands/controlplane/modules/remediation"
 	"github.com/better-compute/commands/internal/trust"
 )
@@ -39,31 +35,23 @@ func TestPlatformBatchPolicy(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			ctx := context.Background()
-			db := storetest.DB(t)
-			reg, err := kinds.NewRegistry(kinds.FirstParty()...)
-			require.NoError(t, err)
-			q := queue.New(reg, hclog.NewNullLogger())
-			q.RequireBatches(true)
-			ten, err := q.CreateTenant(ctx, db, queue.Tenant{Name: "acme"})
-			require.NoError(t, err)
-			n, err := q.CreateNode(ctx, db, queue.Node{TenantID: ten.ID})
-			require.NoError(t, err)
 			opts := remediation.ProvisionOptions{Engine: remediation.Options{
 				Quorum: func() batches.Quorum { return batches.Quorum{Approvers: approvers, Threshold: tc.threshold} }}}
 			if tc.key {
 				opts.Engine.PlatformKey, opts.Engine.PlatformKeyName = platKey, "platform"
 			}
 			prov := remediation.NewProvision(opts)
-			_, err = modules.NewHost(db, q, reg, modules.HostOptions{}, prov)
-			require.NoError(t, err)
-			b := &bundle{ctx: ctx, pool: db, q: q, prov: prov, tenant: ten.ID, node: n.ID}
+			bench := modulestest.New(t, modulestest.Options{Kinds: kinds.FirstParty(), RequireBatches: true}, prov)
+			ten := bench.Tenant(t, "acme")
+			n := bench.Node(t, modulestest.Node{TenantID: ten})
+			ctx, db := bench.Ctx, bench.Pool
+			b := &bundle{ctx: ctx, pool: db, bench: bench, prov: prov, tenant: ten, node: n}
 			b.report(t, inventory(true))
 			rows := b.plan(t)
 			require.Equal(t, remediation.StateRunning, rows[0].State)
 			cmd := b.commands(t)[0]
 			require.Equal(t, tc.awaiting, cmd.AwaitingApproval)
-			bt, err := batches.Get(ctx, db, ten.ID, rows[0].BatchID)
+			bt, err := batches.Get(ctx, db, ten, rows[0].BatchID)
 			require.NoError(t, err)
 			require.Len(t, bt.Approvals, tc.approvals)
 			if tc.awaiting {

@@ -7,17 +7,15 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hashicorp/go-hclog"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/better-compute/commands/controlplane/commands/kinds"
-	"github.com/better-compute/commands/controlplane/commands/queue"
 	"github.com/better-compute/commands/controlplane/fleet/nodespecs"
 	"github.com/better-compute/commands/controlplane/fleet/pools"
-	"github.com/better-compute/commands/controlplane/internal/storetest"
 	"github.com/better-compute/commands/controlplane/modules"
+	"github.com/better-compute/commands/controlplane/modules/modulestest"
 	"github.com/better-compute/commands/controlplane/modules/remediation"
 )
 
@@ -26,7 +24,7 @@ const gpu1 = "GPU-1f2e3d4c-5b6a-7988-a7b6-c5d4e3f2a1b0"
 type bundle struct {
 	ctx    context.Context
 	pool   *pgxpool.Pool
-	q      *queue.Queue
+	bench  *modulestest.Bench
 	prov   *remediation.Provision
 	tenant string
 	node   string
@@ -39,19 +37,11 @@ func inventory(pending bool) string {
 func setup(t *testing.T) *bundle {
 	t.Helper()
 	t.Parallel()
-	ctx := context.Background()
-	db := storetest.DB(t)
-	reg, err := kinds.NewRegistry(kinds.FirstParty()...)
-	require.NoError(t, err)
-	q := queue.New(reg, hclog.NewNullLogger())
-	ten, err := q.CreateTenant(ctx, db, queue.Tenant{Name: "acme"})
-	require.NoError(t, err)
-	n, err := q.CreateNode(ctx, db, queue.Node{TenantID: ten.ID, Pool: "gpu-a"})
-	require.NoError(t, err)
 	prov := remediation.NewProvision(remediation.ProvisionOptions{})
-	_, err = modules.NewHost(db, q, reg, modules.HostOptions{}, prov)
-	require.NoError(t, err)
-	b := &bundle{ctx: ctx, pool: db, q: q, prov: prov, tenant: ten.ID, node: n.ID}
+	bench := modulestest.New(t, modulestest.Options{Kinds: kinds.FirstParty()}, prov)
+	ten := bench.Tenant(t, "acme")
+	n := bench.Node(t, modulestest.Node{TenantID: ten, Pool: "gpu-a"})
+	b := &bundle{ctx: bench.Ctx, pool: bench.Pool, bench: bench, prov: prov, tenant: ten, node: n}
 	b.report(t, inventory(true))
 	return b
 }
@@ -60,7 +50,7 @@ func setup(t *testing.T) *bundle {
 // also marks its session seen.
 func (b *bundle) report(t *testing.T, inv string) {
 	t.Helper()
-	require.NoError(t, b.q.RecordNodeStatus(b.ctx, b.pool, b.node, json.RawMessage(inv), json.RawMessage(`[]`)))
+	b.bench.NodeStatus(t, b.node, json.RawMessage(inv), json.RawMessage(`[]`))
 }
 
 func (b *bundle) spec(t *testing.T, spec string) {
@@ -77,9 +67,9 @@ func (b *bundle) plan(t *testing.T) []remediation.Row {
 	return rows
 }
 
-func (b *bundle) commands(t *testing.T) []queue.Command {
+func (b *bundle) commands(t *testing.T) []modules.StoredCommand {
 	t.Helper()
-	cs, _, err := b.q.List(b.ctx, b.pool, queue.ListParams{NodeID: b.node})
+	cs, _, err := b.bench.Commands(t, b.prov.Name()).List(b.ctx, b.pool, modules.ListParams{NodeID: b.node})
 	require.NoError(t, err)
 	return cs
 }
@@ -90,8 +80,7 @@ func (b *bundle) settle(t *testing.T, id string, result string) {
 	if result != "" {
 		res = json.RawMessage(result)
 	}
-	_, changed, err := b.q.Transition(b.ctx, b.pool, queue.Transition{CommandID: id, NodeID: b.node, To: queue.Succeeded, Result: res})
-	require.NoError(t, err)
+	_, changed := b.bench.Report(t, modulestest.Report{CommandID: id, NodeID: b.node, To: modules.StateSucceeded, Result: res})
 	require.True(t, changed)
 }
 
@@ -200,9 +189,8 @@ func TestProvisionEscalatesWhenTheResetReportsTheGPUStillUnhealthy(t *testing.T)
 	b := setup(t)
 	rows := b.plan(t)
 	require.Equal(t, remediation.StateRunning, rows[0].State)
-	_, changed, err := b.q.Transition(b.ctx, b.pool, queue.Transition{CommandID: b.commands(t)[0].ID, NodeID: b.node, To: queue.Failed,
+	_, changed := b.bench.Report(t, modulestest.Report{CommandID: b.commands(t)[0].ID, NodeID: b.node, To: modules.StateFailed,
 		Reason: remediation.ReasonGPUUnhealthy, Message: "reset, but still unhealthy (power-cycle the node or replace the GPU): " + gpu1 + ": a row remap is still pending"})
-	require.NoError(t, err)
 	require.True(t, changed)
 	rows = b.plan(t)
 	require.Len(t, rows, 1, "no second reset")

@@ -7,9 +7,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/better-compute/commands/controlplane/commands/queue"
 	"github.com/better-compute/commands/controlplane/commands/wakes"
 	"github.com/better-compute/commands/controlplane/fleet/pools"
+	"github.com/better-compute/commands/controlplane/modules"
 	"github.com/better-compute/commands/internal/upgrade"
 )
 
@@ -22,18 +22,18 @@ type outcome struct {
 }
 
 // outcomeOf reads c's outcome. The command keeps its first terminal state,
-// but a contradicting report the node sent later (queue.Contradiction) is
+// but a contradicting report the node sent later (modules.Contradiction) is
 // the news: a rollback reported after the command was settled otherwise
 // is a rollback, and a success reported after it failed or was cancelled
 // is an upgrade.
-func outcomeOf(c queue.Command, xs []queue.Contradiction) outcome {
+func outcomeOf(c modules.StoredCommand, xs []modules.Contradiction) outcome {
 	var o outcome
 	switch {
-	case c.State == queue.Succeeded:
+	case c.State == modules.StateSucceeded:
 		o = outcome{state: StateUpgraded, reason: c.Reason, message: c.Message}
-	case c.State == queue.Failed && c.Reason == upgrade.ReasonRolledBack:
+	case c.State == modules.StateFailed && c.Reason == upgrade.ReasonRolledBack:
 		o = outcome{state: StateRolledBack, reason: c.Reason, message: c.Message}
-	case c.State == queue.Cancelled || c.State == queue.Expired:
+	case c.State == modules.StateCancelled || c.State == modules.StateExpired:
 		o = outcome{}
 	default:
 		o = outcome{state: StateFailed, reason: c.Reason, message: c.Message}
@@ -45,9 +45,9 @@ func outcomeOf(c queue.Command, xs []queue.Contradiction) outcome {
 		}
 		late += ")"
 		switch {
-		case x.ReportedState == queue.Failed && x.ReportedReason == upgrade.ReasonRolledBack:
+		case x.ReportedState == modules.StateFailed && x.ReportedReason == upgrade.ReasonRolledBack:
 			return outcome{state: StateRolledBack, reason: x.ReportedReason, message: x.ReportedMessage + late}
-		case x.ReportedState == queue.Succeeded && o.state != StateUpgraded:
+		case x.ReportedState == modules.StateSucceeded && o.state != StateUpgraded:
 			o = outcome{state: StateUpgraded, reason: x.ReportedReason, message: x.ReportedMessage + late}
 		}
 	}
@@ -81,11 +81,11 @@ func (m *Module) Wake(ctx context.Context, w wakes.Wake) error {
 		if err != nil {
 			return fmt.Errorf("locking the rollout of %s: %w", pool, err)
 		}
-		c, err := m.mc.Queue().Get(ctx, tx, nodeID, w.CommandID)
+		c, err := m.mc.Commands().Get(ctx, tx, nodeID, w.CommandID)
 		if err != nil {
 			return err
 		}
-		xs, err := m.mc.Queue().Contradictions(ctx, tx, c.ID)
+		xs, err := m.mc.Commands().Contradictions(ctx, tx, c.ID)
 		if err != nil {
 			return err
 		}
@@ -163,7 +163,7 @@ func (m *Module) stopWave(ctx context.Context, tx pgx.Tx, r Rollout, reason stri
 		if err != nil {
 			return err
 		}
-		if c.State == queue.Cancelled {
+		if c.State == modules.StateCancelled {
 			if _, err := tx.Exec(ctx, `UPDATE rollout_nodes SET state = 'pending', updated_at = now() WHERE command_id = $1`, id); err != nil {
 				return err
 			}

@@ -8,16 +8,17 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
-	"github.com/better-compute/commands/controlplane/commands/queue"
 	"github.com/better-compute/commands/controlplane/commands/wakes"
+	"github.com/better-compute/commands/controlplane/modules"
+	"github.com/better-compute/commands/controlplane/modules/modulestest"
 	"github.com/better-compute/commands/controlplane/modules/rollout"
 	"github.com/better-compute/commands/internal/upgrade"
 )
 
 // wake delivers c's owner wake to the module, as River would.
-func (f *fleet) wake(t *testing.T, c queue.Command) {
+func (f *fleet) wake(t *testing.T, c modules.StoredCommand) {
 	t.Helper()
-	cur, err := f.q.Get(f.ctx, f.pool, c.NodeID, c.ID)
+	cur, err := f.cmds.Get(f.ctx, f.pool, c.NodeID, c.ID)
 	require.NoError(t, err)
 	require.NoError(t, f.m.Wake(f.ctx, wakes.Wake{Owner: rollout.KeyPrefix, Args: wakes.Args{Key: c.IdempotencyKey, CommandID: c.ID,
 		NodeID: c.NodeID, CommandKind: c.Kind, State: string(cur.State), Reason: cur.Reason}, Attempt: 1}))
@@ -57,22 +58,17 @@ func TestRollout_ALateRollbackReportPausesTheWave(t *testing.T) {
 	fl := f.inFlight(t)
 	require.Len(t, fl, 1)
 	first := fl[0]
-	f.settle(t, first, queue.Succeeded, "upgraded", "1.1.0")
+	f.settle(t, first, modules.StateSucceeded, "upgraded", "1.1.0")
 	second := f.inFlight(t)
 	require.Len(t, second, 1, "the success freed the budget for the second node")
 
-	cur, err := f.q.Get(f.ctx, f.pool, first.NodeID, first.ID)
+	cur, err := f.cmds.Get(f.ctx, f.pool, first.NodeID, first.ID)
 	require.NoError(t, err)
-	late := queue.Transition{CommandID: first.ID, NodeID: first.NodeID, To: queue.Failed, Reason: upgrade.ReasonRolledBack, Message: "1.1.0 did not rejoin"}
-	_, changed, err := f.q.Transition(f.ctx, f.pool, late)
-	require.NoError(t, err)
+	late := modulestest.Report{CommandID: first.ID, NodeID: first.NodeID, To: modules.StateFailed, Reason: upgrade.ReasonRolledBack, Message: "1.1.0 did not rejoin"}
+	_, changed := f.bench.Report(t, late)
 	require.False(t, changed, "the forward-only rule keeps the first terminal state")
-	recorded, err := f.q.RecordContradiction(f.ctx, f.pool, cur, late)
-	require.NoError(t, err)
-	require.True(t, recorded)
-	recorded, err = f.q.RecordContradiction(f.ctx, f.pool, cur, late)
-	require.NoError(t, err)
-	require.False(t, recorded, "a repeat of the report is stored once")
+	require.True(t, f.bench.ReportLate(t, cur, late))
+	require.False(t, f.bench.ReportLate(t, cur, late), "a repeat of the report is stored once")
 	f.wake(t, first)
 
 	st := f.rollout(t)
@@ -83,20 +79,19 @@ func TestRollout_ALateRollbackReportPausesTheWave(t *testing.T) {
 	n := f.node(t, first.NodeID)
 	require.Equal(t, rollout.StateRolledBack, n.State)
 	require.Contains(t, n.Message, "reported after the command was stored succeeded")
-	c2, err := f.q.Get(f.ctx, f.pool, second[0].NodeID, second[0].ID)
+	c2, err := f.cmds.Get(f.ctx, f.pool, second[0].NodeID, second[0].ID)
 	require.NoError(t, err)
-	require.Equal(t, queue.Cancelled, c2.State, "the second node's command had not reached it: the wave stopped")
+	require.Equal(t, modules.StateCancelled, c2.State, "the second node's command had not reached it: the wave stopped")
 	require.Equal(t, rollout.StatePending, f.node(t, second[0].NodeID).State)
 	require.Empty(t, f.inFlight(t))
 
-	xs, err := queue.NodesContradictions(f.ctx, f.pool, []string{first.NodeID, second[0].NodeID})
-	require.NoError(t, err)
+	xs := f.bench.NodesContradictions(t, first.NodeID, second[0].NodeID)
 	require.Len(t, xs[first.NodeID], 1)
 	require.Equal(t, upgrade.ReasonRolledBack, xs[first.NodeID][0].ReportedReason)
-	require.Equal(t, queue.Succeeded, xs[first.NodeID][0].StoredState)
+	require.Equal(t, modules.StateSucceeded, xs[first.NodeID][0].StoredState)
 	require.Empty(t, xs[second[0].NodeID])
 	var topics int
-	require.NoError(t, f.pool.QueryRow(f.ctx, `SELECT count(*) FROM outbox WHERE topic = $1`, queue.TopicReportContradicted).Scan(&topics))
+	require.NoError(t, f.pool.QueryRow(f.ctx, `SELECT count(*) FROM outbox WHERE topic = $1`, modulestest.TopicReportContradicted).Scan(&topics))
 	require.Equal(t, 1, topics)
 
 	// A repeated wake changes nothing more: the failure counts once.
@@ -116,7 +111,7 @@ func TestRollout_FirstRefusalPausesAndRetrySendsANewCommand(t *testing.T) {
 	fl := f.inFlight(t)
 	require.Len(t, fl, 1)
 	bad := fl[0]
-	f.settle(t, bad, queue.Failed, "download-failed", "")
+	f.settle(t, bad, modules.StateFailed, "download-failed", "")
 	st := f.rollout(t)
 	require.True(t, st.Paused, "the first refusal pauses the rollout")
 	require.Contains(t, st.PausedReason, bad.NodeID)
@@ -154,7 +149,7 @@ func TestRollout_FirstRefusalPausesAndRetrySendsANewCommand(t *testing.T) {
 	require.True(t, strings.HasSuffix(fl[0].IdempotencyKey, ":2"), fl[0].IdempotencyKey)
 	require.Equal(t, 2, f.node(t, bad.NodeID).Attempts)
 	for len(fl) > 0 {
-		f.settle(t, fl[0], queue.Succeeded, "", "1.1.0")
+		f.settle(t, fl[0], modules.StateSucceeded, "", "1.1.0")
 		fl = f.inFlight(t)
 	}
 	for _, n := range f.rollout(t).Nodes {
@@ -181,12 +176,12 @@ func TestRollout_MaxFailuresAndSetWithANewPackageRetries(t *testing.T) {
 	_, err := f.m.Reconcile(f.ctx, f.tenant, poolName)
 	require.NoError(t, err)
 	fl := f.inFlight(t)
-	f.settle(t, fl[0], queue.Failed, "self-check-failed", "")
+	f.settle(t, fl[0], modules.StateFailed, "self-check-failed", "")
 	require.False(t, f.rollout(t).Paused, "1 failure of maxFailures 2")
 	fl = f.inFlight(t)
 	require.Len(t, fl, 1)
 	rolled := fl[0]
-	f.settle(t, rolled, queue.Failed, upgrade.ReasonRolledBack, "")
+	f.settle(t, rolled, modules.StateFailed, upgrade.ReasonRolledBack, "")
 	st := f.rollout(t)
 	require.True(t, st.Paused, "a rollback always pauses")
 	require.Equal(t, 2, st.Failures)
@@ -210,7 +205,7 @@ func TestRollout_MaxFailuresAndSetWithANewPackageRetries(t *testing.T) {
 		require.NoError(t, json.Unmarshal(fl[0].Payload, &p))
 		require.Equal(t, strings.Repeat("cd", 32), p.Package.SHA256)
 		require.Equal(t, fl[0].NodeID == rolled.NodeID, p.RetrySkipped, "only the node that rolled back is sent retrySkipped")
-		f.settle(t, fl[0], queue.Succeeded, "", "1.1.0")
+		f.settle(t, fl[0], modules.StateSucceeded, "", "1.1.0")
 		fl = f.inFlight(t)
 	}
 	for _, n := range f.rollout(t).Nodes {
@@ -231,8 +226,7 @@ func TestRollout_ExpireRejoinsFailsASilentUpgrade(t *testing.T) {
 	fl := f.inFlight(t)
 	require.Len(t, fl, 1)
 	c := fl[0]
-	_, _, err = f.q.Transition(f.ctx, f.pool, queue.Transition{CommandID: c.ID, NodeID: c.NodeID, To: queue.Running})
-	require.NoError(t, err)
+	f.bench.Report(t, modulestest.Report{CommandID: c.ID, NodeID: c.NodeID, To: modules.StateRunning})
 	_, err = f.pool.Exec(f.ctx, `UPDATE nodes SET daemon_version = '1.1.0', session_opened_at = now() - interval '6 minutes' WHERE id = $1`, c.NodeID)
 	require.NoError(t, err)
 	n, err := f.m.ExpireRejoins(f.ctx)
@@ -244,9 +238,9 @@ func TestRollout_ExpireRejoinsFailsASilentUpgrade(t *testing.T) {
 	n, err = f.m.ExpireRejoins(f.ctx)
 	require.NoError(t, err)
 	require.Equal(t, 1, n)
-	got, err := f.q.Get(f.ctx, f.pool, c.NodeID, c.ID)
+	got, err := f.cmds.Get(f.ctx, f.pool, c.NodeID, c.ID)
 	require.NoError(t, err)
-	require.Equal(t, queue.Failed, got.State)
+	require.Equal(t, modules.StateFailed, got.State)
 	require.Equal(t, rollout.ReasonRejoinTimeout, got.Reason)
 	require.Contains(t, got.Message, "wrote no rejoin marker")
 	f.wake(t, c)
@@ -255,9 +249,8 @@ func TestRollout_ExpireRejoinsFailsASilentUpgrade(t *testing.T) {
 	require.Contains(t, st.PausedReason, rollout.ReasonRejoinTimeout)
 	require.Empty(t, f.inFlight(t))
 
-	late := queue.Transition{CommandID: c.ID, NodeID: c.NodeID, To: queue.Failed, Reason: upgrade.ReasonRolledBack, Message: "1.1.0 did not rejoin"}
-	_, err = f.q.RecordContradiction(f.ctx, f.pool, got, late)
-	require.NoError(t, err)
+	late := modulestest.Report{CommandID: c.ID, NodeID: c.NodeID, To: modules.StateFailed, Reason: upgrade.ReasonRolledBack, Message: "1.1.0 did not rejoin"}
+	f.bench.ReportLate(t, got, late)
 	f.wake(t, c)
 	require.Equal(t, rollout.StateRolledBack, f.node(t, c.NodeID).State)
 	require.Equal(t, 1, f.rollout(t).Failures, "the same node's failure counts once")

@@ -7,7 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/better-compute/commands/controlplane/commands/queue"
+	"github.com/better-compute/commands/controlplane/modules"
 )
 
 // ExpireRejoins fails, with rejoin-timeout, each upgrade whose command is
@@ -17,15 +17,17 @@ import (
 // the old daemon reports that at once, so this much silence means neither
 // will come ("the rejoin window passes with no news"). The settle wakes the
 // module, which counts the failure. A report that comes later anyway is
-// stored beside it (queue.RecordContradiction) and acted on. It returns
-// how many it failed.
+// stored beside it (a modules.Contradiction) and acted on. It returns how
+// many it failed.
 func (m *Module) ExpireRejoins(ctx context.Context) (int, error) {
+	// The upgrades whose new daemon said Hello longer ago than the window
+	// and the grace, from the module's own rows and the nodes; which of
+	// their commands are still in flight is the queue's to say.
 	rows, err := m.mc.Pool().Query(ctx, `SELECT rn.command_id, rn.node_id, rn.target_version, n.session_opened_at, r.rejoin_window_seconds
 		FROM rollout_nodes rn
 		JOIN rollouts r ON r.tenant_id = rn.tenant_id AND r.pool = rn.pool AND r.generation = rn.generation
-		JOIN commands c ON c.id = rn.command_id AND c.node_id = rn.node_id
 		JOIN nodes n ON n.id = rn.node_id
-		WHERE rn.state = 'upgrading' AND c.state IN ('dispatched', 'acked', 'running') AND n.daemon_version = rn.target_version
+		WHERE rn.state = 'upgrading' AND n.daemon_version = rn.target_version
 		  AND n.session_opened_at < now() - r.rejoin_window_seconds * interval '1 second' - $1 * interval '1 microsecond'`,
 		m.RejoinGrace.Microseconds())
 	if err != nil {
@@ -43,12 +45,22 @@ func (m *Module) ExpireRejoins(ctx context.Context) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("listing upgrades past their rejoin window: %w", err)
 	}
+	refs := make([]modules.CommandRef, 0, len(list))
+	for _, s := range list {
+		refs = append(refs, modules.CommandRef{NodeID: s.node, CommandID: s.cmd})
+	}
+	inFlight, err := m.mc.Commands().InFlight(ctx, m.mc.Pool(), refs)
+	if err != nil {
+		return 0, fmt.Errorf("listing upgrades past their rejoin window: %w", err)
+	}
 	n := 0
 	for _, s := range list {
+		if !inFlight[s.cmd] {
+			continue
+		}
 		msg := fmt.Sprintf("bcd %s said Hello at %s but wrote no rejoin marker, and no rollback was reported, within the rejoin window (%ds) and %s after it",
 			s.version, s.hello.UTC().Format(time.RFC3339), s.window, m.RejoinGrace)
-		_, changed, err := m.mc.Queue().Transition(ctx, m.mc.Pool(), queue.Transition{CommandID: s.cmd, NodeID: s.node, To: queue.Failed,
-			Reason: ReasonRejoinTimeout, Message: msg})
+		_, changed, err := m.mc.Commands().Fail(ctx, m.mc.Pool(), s.node, s.cmd, ReasonRejoinTimeout, msg)
 		if err != nil {
 			return n, fmt.Errorf("failing the upgrade of %s: %w", s.node, err)
 		}

@@ -24,10 +24,8 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/better-compute/commands/controlplane/commands/events"
-	"github.com/better-compute/commands/controlplane/commands/queue"
 	"github.com/better-compute/commands/controlplane/fleet/pools"
 	"github.com/better-compute/commands/controlplane/internal/errcode"
 	"github.com/better-compute/commands/controlplane/internal/store"
@@ -132,14 +130,24 @@ var (
 	_ modules.KindProvider = (*Module)(nil)
 	_ modules.Waker        = (*Module)(nil)
 	_ modules.Runner       = (*Module)(nil)
+	_ modules.Initializer  = (*Module)(nil)
 )
 
-// New builds the module over the control plane's database and queue.
-func New(pool *pgxpool.Pool, q *queue.Queue, logger hclog.Logger) *Module {
+// New builds the module; the module host hands it its context (the
+// database and the command queue, through the module API) when it loads it
+// (Init).
+func New(logger hclog.Logger) *Module {
 	if logger == nil {
 		logger = hclog.NewNullLogger()
 	}
-	return &Module{mc: modules.NewContext(Name, pool, q, nil, logger), logger: logger.Named(Name), Every: DefaultEvery, RejoinGrace: DefaultRejoinGrace}
+	return &Module{logger: logger.Named(Name), Every: DefaultEvery, RejoinGrace: DefaultRejoinGrace}
+}
+
+// Init keeps the module's context: its wakes and its loop reach the
+// database and the queue through it.
+func (m *Module) Init(mc *modules.Context) error {
+	m.mc = mc
+	return nil
 }
 
 // Name is "rollout".

@@ -7,17 +7,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hashicorp/go-hclog"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
-	"github.com/better-compute/commands/controlplane/commands/kinds"
-	"github.com/better-compute/commands/controlplane/commands/queue"
 	"github.com/better-compute/commands/controlplane/commands/wakes"
 	"github.com/better-compute/commands/controlplane/fleet/pools"
-	"github.com/better-compute/commands/controlplane/internal/storetest"
 	"github.com/better-compute/commands/controlplane/modules"
+	"github.com/better-compute/commands/controlplane/modules/modulestest"
 	"github.com/better-compute/commands/controlplane/modules/rollout"
 	"github.com/better-compute/commands/internal/upgrade"
 )
@@ -27,7 +24,8 @@ const poolName = "gpu-a"
 type fleet struct {
 	ctx    context.Context
 	pool   *pgxpool.Pool
-	q      *queue.Queue
+	bench  *modulestest.Bench
+	cmds   modules.Commands
 	m      *rollout.Module
 	tenant string
 	nodes  []string
@@ -37,31 +35,24 @@ type fleet struct {
 // maxConcurrent, and the rollout module over a real database.
 func newFleet(t *testing.T, n, maxConcurrent int, from string) *fleet {
 	t.Helper()
-	ctx := context.Background()
-	db := storetest.DB(t)
-	reg, err := kinds.NewRegistry()
-	require.NoError(t, err)
-	q := queue.New(reg, hclog.NewNullLogger())
-	m := rollout.New(db, q, nil)
+	m := rollout.New(nil)
 	// The module registers daemon.upgrade itself, through the module host.
-	_, err = modules.NewHost(db, q, reg, modules.HostOptions{}, m)
-	require.NoError(t, err)
-	_, ok := reg.Get(upgrade.KindName)
+	b := modulestest.New(t, modulestest.Options{}, m)
+	ctx, db := b.Ctx, b.Pool
+	_, ok := b.Registry.Get(upgrade.KindName)
 	require.True(t, ok, "the rollout module registers daemon.upgrade")
-	ten, err := q.CreateTenant(ctx, db, queue.Tenant{Name: "acme"})
-	require.NoError(t, err)
-	f := &fleet{ctx: ctx, pool: db, q: q, m: m, tenant: ten.ID}
+	ten := b.Tenant(t, "acme")
+	f := &fleet{ctx: ctx, pool: db, bench: b, cmds: b.Commands(t, rollout.Name), m: m, tenant: ten}
 	for i := 0; i < n; i++ {
-		nd, err := q.CreateNode(ctx, db, queue.Node{TenantID: ten.ID})
-		require.NoError(t, err)
-		f.nodes = append(f.nodes, nd.ID)
-		_, err = db.Exec(ctx, `UPDATE nodes SET pool = $2, daemon_version = $3 WHERE id = $1`, nd.ID, poolName, from)
+		id := b.Node(t, modulestest.Node{TenantID: ten})
+		f.nodes = append(f.nodes, id)
+		_, err := db.Exec(ctx, `UPDATE nodes SET pool = $2, daemon_version = $3 WHERE id = $1`, id, poolName, from)
 		require.NoError(t, err)
 	}
 	require.NoError(t, pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
-		b := pools.Defaults(ten.ID, poolName)
-		b.MaxConcurrent = maxConcurrent
-		_, err := pools.Set(ctx, tx, b, "test")
+		bu := pools.Defaults(ten, poolName)
+		bu.MaxConcurrent = maxConcurrent
+		_, err := pools.Set(ctx, tx, bu, "test")
 		return err
 	}))
 	return f
@@ -81,11 +72,11 @@ func (f *fleet) set(t *testing.T, version string) rollout.Rollout {
 }
 
 // inFlight are the pool's daemon.upgrade commands that are not terminal.
-func (f *fleet) inFlight(t *testing.T) []queue.Command {
+func (f *fleet) inFlight(t *testing.T) []modules.StoredCommand {
 	t.Helper()
-	var out []queue.Command
+	var out []modules.StoredCommand
 	for _, id := range f.nodes {
-		list, _, err := f.q.List(f.ctx, f.pool, queue.ListParams{NodeID: id, Limit: 100})
+		list, _, err := f.cmds.List(f.ctx, f.pool, modules.ListParams{NodeID: id, Limit: 100})
 		require.NoError(t, err)
 		for _, c := range list {
 			if c.Kind == upgrade.KindName && !c.State.Terminal() {
@@ -98,15 +89,13 @@ func (f *fleet) inFlight(t *testing.T) []queue.Command {
 
 // settle reports c's outcome as the node would, moves the node's version
 // when it succeeded, and delivers the owner's wake to the module.
-func (f *fleet) settle(t *testing.T, c queue.Command, to queue.State, reason, version string) {
+func (f *fleet) settle(t *testing.T, c modules.StoredCommand, to modules.State, reason, version string) {
 	t.Helper()
-	_, _, err := f.q.Transition(f.ctx, f.pool, queue.Transition{CommandID: c.ID, NodeID: c.NodeID, To: queue.Running})
-	require.NoError(t, err)
-	_, changed, err := f.q.Transition(f.ctx, f.pool, queue.Transition{CommandID: c.ID, NodeID: c.NodeID, To: to, Reason: reason})
-	require.NoError(t, err)
+	f.bench.Report(t, modulestest.Report{CommandID: c.ID, NodeID: c.NodeID, To: modules.StateRunning})
+	_, changed := f.bench.Report(t, modulestest.Report{CommandID: c.ID, NodeID: c.NodeID, To: to, Reason: reason})
 	require.True(t, changed)
 	if version != "" {
-		_, err = f.pool.Exec(f.ctx, `UPDATE nodes SET daemon_version = $2 WHERE id = $1`, c.NodeID, version)
+		_, err := f.pool.Exec(f.ctx, `UPDATE nodes SET daemon_version = $2 WHERE id = $1`, c.NodeID, version)
 		require.NoError(t, err)
 	}
 	require.NoError(t, f.m.Wake(f.ctx, wakes.Wake{Owner: rollout.KeyPrefix, Args: wakes.Args{Key: c.IdempotencyKey, CommandID: c.ID,
@@ -139,9 +128,9 @@ func TestRollout_TenNodesBudgetTwo_PausesOnFirstRollback(t *testing.T) {
 		c := fl[0]
 		if settled == 5 {
 			rolledBack = c.NodeID
-			f.settle(t, c, queue.Failed, upgrade.ReasonRolledBack, "")
+			f.settle(t, c, modules.StateFailed, upgrade.ReasonRolledBack, "")
 		} else {
-			f.settle(t, c, queue.Succeeded, "", "1.1.0")
+			f.settle(t, c, modules.StateSucceeded, "", "1.1.0")
 		}
 		settled++
 	}
@@ -183,7 +172,7 @@ func TestRollout_TenNodesBudgetTwo_PausesOnFirstRollback(t *testing.T) {
 			break
 		}
 		require.NotEqual(t, rolledBack, fl[0].NodeID, "a rolled-back node is not retried in the generation")
-		f.settle(t, fl[0], queue.Succeeded, "", "1.1.0")
+		f.settle(t, fl[0], modules.StateSucceeded, "", "1.1.0")
 	}
 	st, err = rollout.Status(f.ctx, f.pool, f.tenant, poolName)
 	require.NoError(t, err)
@@ -204,7 +193,7 @@ func TestRollout_WakeIsIdempotent(t *testing.T) {
 	require.NoError(t, err)
 	fl := f.inFlight(t)
 	require.Len(t, fl, 1)
-	f.settle(t, fl[0], queue.Succeeded, "", "1.1.0")
+	f.settle(t, fl[0], modules.StateSucceeded, "", "1.1.0")
 	next := f.inFlight(t)
 	require.Len(t, next, 1)
 	require.NoError(t, f.m.Wake(f.ctx, wakes.Wake{Args: wakes.Args{Key: fl[0].IdempotencyKey, CommandID: fl[0].ID, NodeID: fl[0].NodeID, State: "succeeded"}, Attempt: 2}))
