@@ -23,3 +23,26 @@ func CountFailedSince(ctx context.Context, db DBTX, tenantID string, since time.
 	}
 	return n, nil
 }
+
+// PendingByLane counts the pending commands of every tenant by lane (over
+// the open-commands index); a lane without any is absent.
+func PendingByLane(ctx context.Context, db DBTX) (map[string]int64, error) {
+	rows, err := db.Query(ctx, `SELECT lane, count(*) FROM commands WHERE state = 'pending' GROUP BY lane`)
+	if err != nil {
+		return nil, fmt.Errorf("counting pending commands by lane: %w", err)
+	}
+	defer rows.Close()
+	out := map[string]int64{}
+	for rows.Next() {
+		var lane string
+		var n int64
+		if err := rows.Scan(&lane, &n); err != nil {
+			return nil, fmt.Errorf("counting pending commands by lane: %w", err)
+		}
+		out[lane] = n
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("counting pending commands by lane: %w", err)
+	}
+	return out, nil
+}

@@ -7,14 +7,16 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/better-compute/commands/controlplane/commands/queue"
+	"github.com/better-compute/commands/controlplane/internal/errcode"
 )
 
-// The overview's failures since a time, narrowed by the caller's node
-// patterns.
+// The queue's reads for other rooms: the overview's failures since a time
+// (narrowed by the caller's node patterns), the pending count by lane, and
+// what a node's secret exchange reads of its own command.
 func TestCountsAndSignedBytesAreReadFromTheQueue(t *testing.T) {
 	b := setup(t)
 	before := time.Now().Add(-time.Minute)
-	b.enqueue(t, b.params("pending"))
+	pending, _ := b.enqueue(t, b.params("pending"))
 	failed, _ := b.enqueue(t, b.params("failed"))
 	b.transition(t, queue.Transition{CommandID: failed.ID, To: queue.Failed, Reason: "timeout"})
 
@@ -27,4 +29,16 @@ func TestCountsAndSignedBytesAreReadFromTheQueue(t *testing.T) {
 	n, err = queue.CountFailedSince(b.ctx, b.pool, b.tenant.ID, before, []string{"compute-node/none"})
 	require.NoError(t, err)
 	require.Zero(t, n, "on no node the patterns match")
+
+	lanes, err := queue.PendingByLane(b.ctx, b.pool)
+	require.NoError(t, err)
+	require.Equal(t, map[string]int64{"control": 1}, lanes)
+
+	s, err := queue.SignedOf(b.ctx, b.pool, b.node.ID, pending.ID)
+	require.NoError(t, err)
+	require.Equal(t, b.tenant.ID, s.TenantID)
+	require.Equal(t, queue.Pending, s.State)
+	require.NotEmpty(t, s.Bytes)
+	_, err = queue.SignedOf(b.ctx, b.pool, "node_other", pending.ID)
+	require.Equal(t, errcode.NotFound, errcode.CodeOf(err), "another node's command")
 }
