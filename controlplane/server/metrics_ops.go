@@ -129,22 +129,11 @@ func (d *dbCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, l := range kind.Lanes {
 		counts[string(l)] = 0
 	}
-	rows, err := d.pool.Query(ctx, `SELECT lane, count(*) FROM commands WHERE state = 'pending' GROUP BY lane`)
+	pending, err := queue.PendingByLane(ctx, d.pool)
 	if err == nil {
-		for rows.Next() {
-			var lane string
-			var n int64
-			if err = rows.Scan(&lane, &n); err != nil {
-				break
-			}
+		for lane, n := range pending {
 			counts[lane] = float64(n)
 		}
-		rows.Close()
-		if err == nil {
-			err = rows.Err()
-		}
-	}
-	if err == nil {
 		for lane, n := range counts {
 			ch <- prometheus.MustNewConstMetric(pendingDesc, prometheus.GaugeValue, n, lane)
 		}

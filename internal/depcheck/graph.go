@@ -8,7 +8,9 @@
 // plumbing links no other room, the core rooms (commands, fleet) link no
 // front door, module or server, only bc-sim links the test doubles, and a
 // module reaches the command queue only through the module API. A broken
-// wall is reported with the import chain that breaks it.
+// wall is reported with the import chain that breaks it. Beside the import
+// walls, the SQL walls (sql.go) are read from the source: the front doors
+// write no SQL, and only the command queue's room names the commands table.
 package depcheck
 
 import (
@@ -18,7 +20,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"sort"
 	"strings"
 )
@@ -47,6 +51,11 @@ type Package struct {
 	XTestImports []string
 	Module       *struct{ Path string }
 	Error        *struct{ Err string }
+	// Dir, GoFiles and CgoFiles are the package's folder and the files
+	// its build compiles, tests left out: what the SQL walls read.
+	Dir      string
+	GoFiles  []string
+	CgoFiles []string
 }
 
 // ModulePath is the module the package belongs to; "" for the standard
@@ -61,15 +70,24 @@ func (p *Package) ModulePath() string {
 // Graph is the import graph of a set of packages and everything they link.
 type Graph struct {
 	pkgs map[string]*Package
+	// replace is the overlay's Replace map, its paths absolute: a file
+	// go list reports that the overlay adds or changes is read from its
+	// replacement ("" for a file the overlay deletes).
+	replace map[string]string
 }
 
 // Load runs `go list -e -deps -json` for patterns in dir. overlay, when not
 // empty, is a go build -overlay file, which lets a test add an import to a
 // package without writing into the tree.
 func Load(ctx context.Context, dir, overlay string, patterns ...string) (*Graph, error) {
-	args := []string{"list", "-e", "-deps", "-json=ImportPath,Name,Standard,Imports,TestImports,XTestImports,Module,Error"}
+	args := []string{"list", "-e", "-deps", "-json=ImportPath,Name,Standard,Imports,TestImports,XTestImports,Module,Error,Dir,GoFiles,CgoFiles"}
+	replace := map[string]string{}
 	if overlay != "" {
 		args = append(args, "-overlay", overlay)
+		var err error
+		if replace, err = readOverlay(dir, overlay); err != nil {
+			return nil, err
+		}
 	}
 	args = append(args, patterns...)
 	cmd := exec.CommandContext(ctx, "go", args...)
@@ -80,7 +98,7 @@ func Load(ctx context.Context, dir, overlay string, patterns ...string) (*Graph,
 	if err != nil {
 		return nil, fmt.Errorf("go list %s: %w: %s", strings.Join(patterns, " "), err, strings.TrimSpace(stderr.String()))
 	}
-	g := &Graph{pkgs: map[string]*Package{}}
+	g := &Graph{pkgs: map[string]*Package{}, replace: replace}
 	dec := json.NewDecoder(bytes.NewReader(out))
 	for {
 		var p Package
@@ -95,6 +113,33 @@ func Load(ctx context.Context, dir, overlay string, patterns ...string) (*Graph,
 		g.pkgs[p.ImportPath] = &p
 	}
 	return g, nil
+}
+
+// readOverlay reads a go build -overlay file's Replace map, its paths made
+// absolute against dir as the go command does.
+func readOverlay(dir, overlay string) (map[string]string, error) {
+	if !filepath.IsAbs(overlay) {
+		overlay = filepath.Join(dir, overlay)
+	}
+	b, err := os.ReadFile(overlay)
+	if err != nil {
+		return nil, fmt.Errorf("reading the overlay: %w", err)
+	}
+	var ov struct{ Replace map[string]string }
+	if err := json.Unmarshal(b, &ov); err != nil {
+		return nil, fmt.Errorf("reading the overlay %s: %w", overlay, err)
+	}
+	abs := func(p string) string {
+		if p == "" || filepath.IsAbs(p) {
+			return p
+		}
+		return filepath.Join(dir, p)
+	}
+	out := map[string]string{}
+	for from, to := range ov.Replace {
+		out[filepath.Clean(abs(from))] = abs(to)
+	}
+	return out, nil
 }
 
 // Package returns the package with the import path, or nil.

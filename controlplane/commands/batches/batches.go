@@ -252,6 +252,17 @@ func Get(ctx context.Context, db store.DBTX, tenantID, id string) (Batch, error)
 	return b, err
 }
 
+// CountAwaitingApproval counts the tenant's batches awaiting approval whose
+// deadline is after now.
+func CountAwaitingApproval(ctx context.Context, db store.DBTX, tenantID string, now time.Time) (int64, error) {
+	var n int64
+	if err := db.QueryRow(ctx, `SELECT count(*) FROM command_batches WHERE tenant_id = $1 AND state = '`+StateAwaiting+`' AND deadline > $2`,
+		tenantID, now).Scan(&n); err != nil {
+		return 0, fmt.Errorf("counting batches awaiting approval: %w", err)
+	}
+	return n, nil
+}
+
 // List returns the tenant's batches, newest first, filtered by state.
 func List(ctx context.Context, db store.DBTX, tenantID, state string, limit int) ([]Batch, error) {
 	return list(ctx, db, tenantID, state, "", limit)

@@ -138,6 +138,18 @@ func (s *Service) List(ctx context.Context, tenantID, state, requester string, l
 	return out, next, nil
 }
 
+// CountOpen counts the tenant's runs not yet finished: every requester's
+// with all, else only those requester created (what List shows a caller
+// without compute:runs:read).
+func CountOpen(ctx context.Context, db store.DBTX, tenantID string, all bool, requester string) (int64, error) {
+	var n int64
+	if err := db.QueryRow(ctx, `SELECT count(*) FROM fleet_runs WHERE tenant_id = $1 AND finished_at IS NULL AND ($2 OR requester = $3)`,
+		tenantID, all, requester).Scan(&n); err != nil {
+		return 0, fmt.Errorf("counting open fleet runs: %w", err)
+	}
+	return n, nil
+}
+
 // Targets returns a page of a run's targets in order; state filters by a
 // target state, or "failures" for failed, rejected and expired.
 func (s *Service) Targets(ctx context.Context, tenantID, runID, state string, limit int, cursor string) ([]Target, string, error) {

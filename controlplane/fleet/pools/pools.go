@@ -191,6 +191,18 @@ func SetNodePool(ctx context.Context, tx pgx.Tx, tenantID, nodeID, pool, by stri
 	return events.Write(ctx, tx, tenantID, TopicNodePoolSet, map[string]any{"nodeId": nodeID, "pool": pool, "previous": prev, "by": by})
 }
 
+// SetJoinedNodePool moves a node into the pool its join token names, in
+// the join's transaction. Unlike SetNodePool it publishes no event and
+// checks neither tenant nor deletion: the token was made for this node, and
+// the join's own checks (the node's allowed kinds) refuse a deleted one in
+// the same transaction.
+func SetJoinedNodePool(ctx context.Context, tx pgx.Tx, nodeID, pool string) error {
+	if _, err := tx.Exec(ctx, `UPDATE nodes SET pool = $2 WHERE id = $1`, nodeID, pool); err != nil {
+		return fmt.Errorf("setting the pool of %s: %w", nodeID, err)
+	}
+	return nil
+}
+
 // Status is a pool as operators see it: its budget and what uses it now.
 type Status struct {
 	Budget

@@ -29,6 +29,7 @@ import (
 	"github.com/better-compute/commands/controlplane/commands/events"
 	"github.com/better-compute/commands/controlplane/commands/fleetruns"
 	"github.com/better-compute/commands/controlplane/commands/queue"
+	"github.com/better-compute/commands/controlplane/fleet/nodes"
 	"github.com/better-compute/commands/controlplane/front/join"
 	"github.com/better-compute/commands/controlplane/internal/apierr"
 	"github.com/better-compute/commands/controlplane/internal/dbhealth"
@@ -237,17 +238,12 @@ func (s *Server) lookupNode(ctx context.Context, nodeID string) (string, bool, e
 // include a deleted node's: its commands' history (how they ended, reason
 // node-deleted) outlives it.
 func (s *Server) lookupNodeHistory(ctx context.Context, nodeID string) (string, bool, error) {
-	var tenantID string
-	err := s.pool.QueryRow(ctx, `SELECT tenant_id FROM nodes WHERE id = $1`, nodeID).Scan(&tenantID)
-	if errors.Is(err, pgx.ErrNoRows) {
-		s.outage.OK()
-		return "", false, nil
-	}
+	tenantID, ok, err := nodes.TenantOf(ctx, s.pool, nodeID)
 	if err != nil {
 		return "", false, s.fail(ctx, "looking up node", err)
 	}
 	s.outage.OK()
-	return tenantID, true, nil
+	return tenantID, ok, nil
 }
 
 // fail turns any error into an API status: a queue refusal keeps its code,

@@ -2,14 +2,15 @@ package api
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/better-compute/commands/controlplane/commands/batches"
+	"github.com/better-compute/commands/controlplane/commands/fleetruns"
 	"github.com/better-compute/commands/controlplane/commands/queue"
-	"github.com/better-compute/commands/controlplane/fleet/nodehealth"
+	"github.com/better-compute/commands/controlplane/fleet/nodes"
 	"github.com/better-compute/commands/controlplane/internal/apierr"
 	"github.com/better-compute/commands/controlplane/internal/errcode"
 	"github.com/better-compute/commands/controlplane/trust/auth"
@@ -21,14 +22,6 @@ type fleetServer struct {
 	apiv1.UnimplementedFleetServer
 	s *Server
 }
-
-// visibleNodesSQL selects the tenant's live nodes the caller reads ($1
-// tenant, $2 the LIKE patterns of its grants or NULL for all, $3
-// sessionStaleAfter in seconds), with their connection and health.
-var visibleNodesSQL = `SELECT id, pool, conditions, failed_checks, ` + connectedSQL + ` AS connected,
-	` + nodehealth.UnhealthySQL("") + ` AS unhealthy
-	FROM nodes WHERE tenant_id = $1 AND deleted_at IS NULL
-	  AND ($2::text[] IS NULL OR ('compute-node/' || id) LIKE ANY ($2::text[]))`
 
 // Summary counts what the caller may read of the tenant's fleet, in one
 // snapshot (a repeatable-read transaction): nodes by connection, health,
@@ -62,30 +55,32 @@ func (f *fleetServer) Summary(ctx context.Context, req *apiv1.FleetSummaryReques
 		if patterns != nil && len(patterns) == 0 {
 			return nil // no grant reads any node
 		}
-		return summarise(ctx, tx, out, tenantID, patterns)
+		sum, err := nodes.Summarise(ctx, tx, tenantID, patterns)
+		if err != nil {
+			return err
+		}
+		summaryProto(out, sum)
+		return nil
 	})
 	if err != nil {
 		return nil, s.fail(ctx, "fleet.summary", err)
 	}
 	err = pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		var err error
 		if patterns == nil || len(patterns) > 0 {
-			if err := tx.QueryRow(ctx, `SELECT count(*) FROM commands c WHERE c.tenant_id = $1 AND c.state = ANY ($2::text[]) AND c.settled_at > $3
-				AND ($4::text[] IS NULL OR ('compute-node/' || c.node_id) LIKE ANY ($4::text[]))`,
-				tenantID, []string{string(queue.Failed), string(queue.Rejected), string(queue.Expired)}, now.Add(-time.Hour), patterns).Scan(&out.FailedLastHour); err != nil {
-				return fmt.Errorf("counting the last hour's failures: %w", err)
+			if out.FailedLastHour, err = queue.CountFailedSince(ctx, tx, tenantID, now.Add(-time.Hour), patterns); err != nil {
+				return err
 			}
 		}
 		// Runs: all of the tenant's with compute:runs:read, else the
 		// caller's own (what fleetRuns.list shows it).
 		allRuns := id.Allowed(auth.PermRunsRead, auth.TenantResource(tenantID))
-		if err := tx.QueryRow(ctx, `SELECT count(*) FROM fleet_runs WHERE tenant_id = $1 AND finished_at IS NULL AND ($2 OR requester = $3)`,
-			tenantID, allRuns, id.Name).Scan(&out.RunsInProgress); err != nil {
-			return fmt.Errorf("counting open fleet runs: %w", err)
+		if out.RunsInProgress, err = fleetruns.CountOpen(ctx, tx, tenantID, allRuns, id.Name); err != nil {
+			return err
 		}
 		if id.Allowed(auth.PermBatchesRead, auth.TenantResource(tenantID)) {
-			if err := tx.QueryRow(ctx, `SELECT count(*) FROM command_batches WHERE tenant_id = $1 AND state = 'awaiting-approval' AND deadline > $2`,
-				tenantID, now).Scan(&out.BatchesAwaitingApproval); err != nil {
-				return fmt.Errorf("counting batches awaiting approval: %w", err)
+			if out.BatchesAwaitingApproval, err = batches.CountAwaitingApproval(ctx, tx, tenantID, now); err != nil {
+				return err
 			}
 		}
 		return nil
@@ -97,46 +92,21 @@ func (f *fleetServer) Summary(ctx context.Context, req *apiv1.FleetSummaryReques
 	return out, nil
 }
 
-// summarise fills the node counts of out from one snapshot.
-func summarise(ctx context.Context, tx pgx.Tx, out *apiv1.FleetSummary, tenantID string, patterns []string) error {
-	args := []any{tenantID, patterns, sessionStaleAfter.Seconds()}
-	if err := tx.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE connected), count(*) FILTER (WHERE unhealthy)
-		FROM (`+visibleNodesSQL+`) v`, args...).Scan(&out.Nodes, &out.Connected, &out.Unhealthy); err != nil {
-		return fmt.Errorf("counting nodes: %w", err)
-	}
+// summaryProto fills the node counts of out from sum.
+func summaryProto(out *apiv1.FleetSummary, sum nodes.Summary) {
+	out.Nodes, out.Connected, out.Unhealthy = sum.Nodes, sum.Connected, sum.Unhealthy
 	out.Healthy = out.Nodes - out.Unhealthy
-	rows, err := tx.Query(ctx, `SELECT pool, count(*), count(*) FILTER (WHERE connected), count(*) FILTER (WHERE unhealthy)
-		FROM (`+visibleNodesSQL+`) v GROUP BY pool ORDER BY pool`, args...)
-	if err != nil {
-		return fmt.Errorf("counting nodes by pool: %w", err)
+	out.Pools = make([]*apiv1.PoolCount, len(sum.Pools))
+	for i, p := range sum.Pools {
+		out.Pools[i] = &apiv1.PoolCount{Pool: p.Pool, Nodes: p.Nodes, Connected: p.Connected, Unhealthy: p.Unhealthy}
 	}
-	out.Pools, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (*apiv1.PoolCount, error) {
-		p := &apiv1.PoolCount{}
-		return p, r.Scan(&p.Pool, &p.Nodes, &p.Connected, &p.Unhealthy)
-	})
-	if err != nil {
-		return fmt.Errorf("counting nodes by pool: %w", err)
-	}
-	count := func(what, sql string) ([]*apiv1.NodeCount, error) {
-		rows, err := tx.Query(ctx, sql, args...)
-		if err != nil {
-			return nil, fmt.Errorf("counting nodes by %s: %w", what, err)
+	counts := func(cs []nodes.NameCount) []*apiv1.NodeCount {
+		ns := make([]*apiv1.NodeCount, len(cs))
+		for i, c := range cs {
+			ns[i] = &apiv1.NodeCount{Name: c.Name, Nodes: c.Nodes}
 		}
-		cs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (*apiv1.NodeCount, error) {
-			c := &apiv1.NodeCount{}
-			return c, r.Scan(&c.Name, &c.Nodes)
-		})
-		if err != nil {
-			return nil, fmt.Errorf("counting nodes by %s: %w", what, err)
-		}
-		return cs, nil
+		return ns
 	}
-	if out.ByCondition, err = count("condition", `SELECT c->>'type', count(DISTINCT v.id) FROM (`+visibleNodesSQL+`) v,
-		jsonb_array_elements(CASE WHEN jsonb_typeof(v.conditions) = 'array' THEN v.conditions ELSE '[]'::jsonb END) c
-		WHERE c->>'type' IS NOT NULL AND `+nodehealth.ProblemSQL+` GROUP BY 1 ORDER BY 2 DESC, 1`); err != nil {
-		return err
-	}
-	out.ByFailedCheck, err = count("failed check", `SELECT ch, count(*) FROM (`+visibleNodesSQL+`) v, unnest(v.failed_checks) ch
-		GROUP BY 1 ORDER BY 2 DESC, 1`)
-	return err
+	out.ByCondition = counts(sum.ByCondition)
+	out.ByFailedCheck = counts(sum.ByFailedCheck)
 }

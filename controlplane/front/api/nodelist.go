@@ -8,6 +8,7 @@ import (
 
 	"github.com/better-compute/commands/controlplane/commands/queue"
 	"github.com/better-compute/commands/controlplane/fleet/labels"
+	"github.com/better-compute/commands/controlplane/fleet/nodes"
 	"github.com/better-compute/commands/controlplane/internal/apierr"
 	"github.com/better-compute/commands/controlplane/internal/errcode"
 	"github.com/better-compute/commands/controlplane/trust/auth"
@@ -104,25 +105,18 @@ func (n *nodesServer) List(ctx context.Context, req *apiv1.ListNodesRequest) (*a
 
 // nodeChunk reads the next nodeListChunk live nodes of the tenant that
 // pass f after the id after, by id.
-func (s *Server) nodeChunk(ctx context.Context, tenantID string, f nodeFilter, after string) ([]nodeRow, error) {
-	cond, args := f.sql(5)
-	rs, err := s.pool.Query(ctx, `SELECT `+nodeColumns+`
-		FROM nodes WHERE tenant_id = $1 AND deleted_at IS NULL AND id > $2 AND `+cond+`
-		ORDER BY id LIMIT $4`, append([]any{tenantID, after, sessionStaleAfter.Seconds(), nodeListChunk}, args...)...)
+func (s *Server) nodeChunk(ctx context.Context, tenantID string, f nodes.Filter, after string) ([]nodeRow, error) {
+	rs, err := nodes.List(ctx, s.pool, tenantID, f, after, nodeListChunk)
 	if err != nil {
-		return nil, fmt.Errorf("listing the nodes of %s: %w", tenantID, err)
+		return nil, err
 	}
-	defer rs.Close()
-	var out []nodeRow
-	for rs.Next() {
-		r, err := scanNodeRow(rs)
+	out := make([]nodeRow, 0, len(rs))
+	for _, r := range rs {
+		x, err := nodeRowOf(r)
 		if err != nil {
 			return nil, fmt.Errorf("listing the nodes of %s: %w", tenantID, err)
 		}
-		out = append(out, r)
-	}
-	if err := rs.Err(); err != nil {
-		return nil, fmt.Errorf("listing the nodes of %s: %w", tenantID, err)
+		out = append(out, x)
 	}
 	return out, nil
 }

@@ -8,11 +8,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/better-compute/commands/controlplane/commands/queue"
-	"github.com/better-compute/commands/controlplane/fleet/nodehealth"
+	"github.com/better-compute/commands/controlplane/fleet/nodes"
 	"github.com/better-compute/commands/controlplane/internal/apierr"
 	"github.com/better-compute/commands/controlplane/internal/errcode"
 	"github.com/better-compute/commands/controlplane/internal/ids"
@@ -41,11 +40,14 @@ func (n *nodesServer) Get(ctx context.Context, req *apiv1.GetNodeRequest) (*apiv
 	if _, err := auth.AuthorizeNode(ctx, s.lookupNode, req.GetTenantId(), req.GetNodeId(), auth.PermNodesRead); err != nil {
 		return nil, err
 	}
-	row, err := scanNodeRow(s.pool.QueryRow(ctx, `SELECT `+nodeColumns+`
-		FROM nodes WHERE id = $1 AND tenant_id = $2 AND deleted_at IS NULL`, req.GetNodeId(), req.GetTenantId(), sessionStaleAfter.Seconds()))
-	if errors.Is(err, pgx.ErrNoRows) {
+	r, err := nodes.Get(ctx, s.pool, req.GetTenantId(), req.GetNodeId())
+	if errors.Is(err, nodes.ErrNotFound) {
 		return nil, apierr.New(errcode.NotFound, "node "+req.GetNodeId()+" not found", map[string]string{"nodeId": req.GetNodeId()})
 	}
+	if err != nil {
+		return nil, s.fail(ctx, "nodes.get", err)
+	}
+	row, err := nodeRowOf(r)
 	if err != nil {
 		return nil, s.fail(ctx, "nodes.get", err)
 	}
@@ -57,57 +59,30 @@ func (n *nodesServer) Get(ctx context.Context, req *apiv1.GetNodeRequest) (*apiv
 	return out, nil
 }
 
-// sessionStaleAfter is how long after a gateway last refreshed a session
-// (every 15s, server.sessionTouchEvery) the API calls it disconnected
-// although no gateway recorded its end: its gateway died with it open.
-const sessionStaleAfter = time.Minute
-
-// nodeColumns are the columns scanNodeRow reads; the query's last
-// parameter is sessionStaleAfter in seconds.
-var nodeColumns = `id, tenant_id, role, allowed_kinds, inventory, conditions, applied_generation, created_at, trust_version, kind_mismatches, pool,
-	session_epoch, session_gateway, session_opened_at, session_closed_at, session_seen_at, daemon_version, boot_id, labels,
-	` + connectedSQL + `, failed_checks, checked_at, NOT ` + nodehealth.UnhealthySQL("") + `, hello_kinds, refused_plugins`
-
-// connectedSQL is Node.connected on a row of nodes; the query's third
-// parameter is sessionStaleAfter in seconds.
-const connectedSQL = `coalesce(session_opened_at IS NOT NULL AND session_closed_at IS NULL
-	  AND session_seen_at > now() - make_interval(secs => $3::float8), false)`
-
-// nodeRow is a node as the nodes table holds it.
+// nodeRow is a node as the API shows it so far (its plain columns, labels
+// and last Hello) and the fleet's row it came from, whose inventory,
+// conditions and session times nodeProtoWith adds.
 type nodeRow struct {
-	node                   *apiv1.Node
-	inv, conds, mismatches []byte
-	labels                 []byte
-	helloKinds, refused    []byte
-	opened, closed, seen   *time.Time
+	node *apiv1.Node
+	row  nodes.Row
 }
 
-func scanNodeRow(r pgx.Row) (nodeRow, error) {
-	var (
-		x       = nodeRow{node: &apiv1.Node{}}
-		out     = x.node
-		allowed []string
-		created time.Time
-		checked *time.Time
-	)
-	err := r.Scan(&out.Id, &out.TenantId, &out.Role, &allowed, &x.inv, &x.conds, &out.AppliedGeneration, &created, &out.TrustVersion, &x.mismatches, &out.Pool,
-		&out.SessionEpoch, &out.Gateway, &x.opened, &x.closed, &x.seen, &out.AgentVersion, &out.BootId, &x.labels, &out.Connected,
-		&out.FailedChecks, &checked, &out.Healthy, &x.helloKinds, &x.refused)
-	if err != nil {
+// nodeRowOf shows the row's plain columns, its labels and what its last
+// Hello reported as the API's node; nodeProtoWith completes it.
+func nodeRowOf(r nodes.Row) (nodeRow, error) {
+	out := &apiv1.Node{Id: r.ID, TenantId: r.TenantID, Role: r.Role, AllowedKinds: r.AllowedKinds, AppliedGeneration: r.AppliedGeneration,
+		CreatedAt: timestamppb.New(r.CreatedAt), TrustVersion: r.TrustVersion, Pool: r.Pool, SessionEpoch: r.SessionEpoch, Gateway: r.Gateway,
+		AgentVersion: r.DaemonVersion, BootId: r.BootID, Connected: r.Connected, FailedChecks: r.FailedChecks, CheckedAt: ts(r.CheckedAt),
+		Healthy: r.Healthy}
+	if err := helloProto(out, r.HelloKinds, r.RefusedPlugins); err != nil {
 		return nodeRow{}, err
 	}
-	if err := helloProto(out, x.helloKinds, x.refused); err != nil {
-		return nodeRow{}, err
-	}
-	out.CheckedAt = ts(checked)
-	out.AllowedKinds = allowed
-	out.CreatedAt = timestamppb.New(created)
-	if len(x.labels) > 2 { // not "{}"
-		if err := json.Unmarshal(x.labels, &out.Labels); err != nil {
+	if len(r.Labels) > 2 { // not "{}"
+		if err := json.Unmarshal(r.Labels, &out.Labels); err != nil {
 			return nodeRow{}, fmt.Errorf("decoding the labels of %s: %w", out.Id, err)
 		}
 	}
-	return x, nil
+	return nodeRow{node: out, row: r}, nil
 }
 
 // nodeProto completes a node row: inventory, its conditions with the
@@ -128,12 +103,12 @@ func (s *Server) nodeProto(ctx context.Context, x nodeRow) (*apiv1.Node, error) 
 // conditions rc read beforehand (one statement for a whole nodes.list page).
 func nodeProtoWith(x nodeRow, rc []remediation.Condition) *apiv1.Node {
 	out := x.node
-	out.Inventory = toStruct(x.inv)
-	out.ConnectedSince = ts(x.opened)
-	out.DisconnectedAt = ts(x.closed)
-	out.LastSeen = ts(x.seen)
+	out.Inventory = toStruct(x.row.Inventory)
+	out.ConnectedSince = ts(x.row.SessionOpenedAt)
+	out.DisconnectedAt = ts(x.row.SessionClosedAt)
+	out.LastSeen = ts(x.row.SessionSeenAt)
 	var cs []condition
-	if len(x.conds) > 0 && json.Unmarshal(x.conds, &cs) == nil {
+	if len(x.row.Conditions) > 0 && json.Unmarshal(x.row.Conditions, &cs) == nil {
 		for _, c := range cs {
 			pc := &apiv1.Condition{Type: c.Type, Status: c.Status, Reason: c.Reason, Message: c.Message}
 			if !c.Since.IsZero() {
@@ -142,7 +117,7 @@ func nodeProtoWith(x nodeRow, rc []remediation.Condition) *apiv1.Node {
 			out.Conditions = append(out.Conditions, pc)
 		}
 	}
-	if c := kindsCondition(x.mismatches); c != nil {
+	if c := kindsCondition(x.row.KindMismatches); c != nil {
 		out.Conditions = append(out.Conditions, c)
 	}
 	for _, c := range rc {

@@ -32,8 +32,10 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/better-compute/commands/controlplane/commands/queue"
+	"github.com/better-compute/commands/controlplane/fleet/pools"
 	"github.com/better-compute/commands/controlplane/internal/errcode"
 	"github.com/better-compute/commands/controlplane/internal/store"
+	"github.com/better-compute/commands/controlplane/trust/jointokens"
 	"github.com/better-compute/commands/controlplane/trust/nodecerts"
 	"github.com/better-compute/commands/controlplane/trust/pki"
 	"github.com/better-compute/commands/internal/names"
@@ -152,17 +154,16 @@ func (s *Service) CreateToken(ctx context.Context, db store.DBTX, req TokenReque
 		return Token{}, fmt.Errorf("join token: %w", err)
 	}
 	tok := Token{Value: TokenPrefix + base64.RawURLEncoding.EncodeToString(raw), NodeID: req.NodeID}
-	// The node must exist and not be deleted; the INSERT ... SELECT makes
-	// that one statement.
-	err := db.QueryRow(ctx, `
-		INSERT INTO join_tokens (token_sha256, node_id, role, allowed_kinds, expires_at, pool)
-		SELECT $1, id, $3, $4, now() + $5 * interval '1 microsecond', $6 FROM nodes WHERE id = $2 AND deleted_at IS NULL
-		RETURNING expires_at`, Hash(tok.Value), req.NodeID, role, allowed, ttl.Microseconds(), req.Pool).Scan(&tok.ExpiresAt)
-	if errors.Is(err, pgx.ErrNoRows) {
+	// The node must exist and not be deleted: Store checks it in the
+	// statement that stores the token.
+	var err error
+	tok.ExpiresAt, err = jointokens.Store(ctx, db, jointokens.Token{SHA256: Hash(tok.Value), TTL: ttl,
+		Grant: jointokens.Grant{NodeID: req.NodeID, Role: role, AllowedKinds: allowed, Pool: req.Pool}})
+	if errors.Is(err, jointokens.ErrNoNode) {
 		return Token{}, fmt.Errorf("join token for %s: %w", req.NodeID, ErrNodeNotFound)
 	}
 	if err != nil {
-		return Token{}, fmt.Errorf("storing join token for %s: %w", req.NodeID, err)
+		return Token{}, err
 	}
 	s.logger.Info("join token created", "node_id", req.NodeID, "role", role, "restricted", len(allowed) > 0, "expires_at", tok.ExpiresAt)
 	return tok, nil
@@ -200,24 +201,21 @@ func (s *Service) Join(ctx context.Context, req *agentv1.JoinRequest) (*agentv1.
 			return nil, status.Error(codes.Unavailable, "join: the trust bundle could not be read; retry")
 		}
 	}
-	var pool string
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		// The guarded UPDATE is the whole check: a second join with the
-		// same token waits on the row lock, then finds used_at set.
-		err := tx.QueryRow(ctx, `
-			UPDATE join_tokens SET used_at = now()
-			WHERE token_sha256 = $1 AND used_at IS NULL AND expires_at > now()
-			RETURNING node_id, role, allowed_kinds, pool`, Hash(req.GetToken())).Scan(&id.NodeID, &id.Role, &id.AllowedKinds, &pool)
-		if errors.Is(err, pgx.ErrNoRows) {
+		// Burning is the whole check: a second join with the same token
+		// waits on the row lock, then finds it used.
+		g, err := jointokens.Burn(ctx, tx, Hash(req.GetToken()))
+		if errors.Is(err, jointokens.ErrUnusable) {
 			return errBadToken
 		}
 		if err != nil {
-			return fmt.Errorf("burning join token: %w", err)
+			return err
 		}
+		id = trust.Identity{NodeID: g.NodeID, Role: g.Role, AllowedKinds: g.AllowedKinds}
 		// The token's pool is the node's label from now on.
-		if pool != "" {
-			if _, err := tx.Exec(ctx, `UPDATE nodes SET pool = $2 WHERE id = $1`, id.NodeID, pool); err != nil {
-				return fmt.Errorf("setting the pool of %s: %w", id.NodeID, err)
+		if g.Pool != "" {
+			if err := pools.SetJoinedNodePool(ctx, tx, id.NodeID, g.Pool); err != nil {
+				return err
 			}
 		}
 		if cert, err = s.ca.IssueNode(req.GetCsr(), id); err != nil {

@@ -7,10 +7,11 @@ import (
 	"slices"
 
 	"github.com/hashicorp/go-hclog"
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/better-compute/commands/controlplane/commands/queue"
+	"github.com/better-compute/commands/controlplane/internal/errcode"
 	"github.com/better-compute/commands/internal/sealed"
 	agentv1 "github.com/better-compute/commands/proto/bc/agent/v1"
 )
@@ -30,7 +31,7 @@ const (
 
 // liveStates are the states of a command a node is running: only then may
 // it fetch the command's secrets.
-var liveStates = []string{"dispatched", "acked", "running"}
+var liveStates = []queue.State{queue.Dispatched, queue.Acked, queue.Running}
 
 // Exchanger answers SecretRequests. The rule: a node may fetch a ref only
 // while it holds a live command (dispatched, acked or running on it) whose
@@ -58,21 +59,19 @@ func (x *Exchanger) Exchange(ctx context.Context, nodeID string, req *agentv1.Se
 	if err := sealed.ValidRefs(req.GetRefs()); err != nil {
 		return deny(CodeBadRequest, "%v", err)
 	}
-	var tenantID, state string
-	var cmdBytes []byte
-	err := x.Pool.QueryRow(ctx, `SELECT tenant_id, state, command_bytes FROM commands WHERE id = $1 AND node_id = $2`, req.GetCommandId(), nodeID).
-		Scan(&tenantID, &state, &cmdBytes)
-	if errors.Is(err, pgx.ErrNoRows) {
+	held, err := queue.SignedOf(ctx, x.Pool, nodeID, req.GetCommandId())
+	if errcode.CodeOf(err) == errcode.NotFound {
 		return deny(CodeDenied, "node %s holds no command %s", nodeID, req.GetCommandId())
 	}
 	if err != nil {
-		return deny(CodeUnavailable, "reading command %s: %v", req.GetCommandId(), err)
+		return deny(CodeUnavailable, "%v", err)
 	}
-	if !slices.Contains(liveStates, state) {
-		return deny(CodeDenied, "command %s is %s: secrets go only to a command the node is running", req.GetCommandId(), state)
+	tenantID := held.TenantID
+	if !slices.Contains(liveStates, held.State) {
+		return deny(CodeDenied, "command %s is %s: secrets go only to a command the node is running", req.GetCommandId(), held.State)
 	}
 	var c agentv1.Command
-	if err := proto.Unmarshal(cmdBytes, &c); err != nil {
+	if err := proto.Unmarshal(held.Bytes, &c); err != nil {
 		return deny(CodeUnavailable, "command %s's stored bytes do not parse: %v", req.GetCommandId(), err)
 	}
 	for _, ref := range req.GetRefs() {
