@@ -9,7 +9,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/better-compute/commands/controlplane/commands/queue"
-	"github.com/better-compute/commands/controlplane/server/serverconfig"
 	"github.com/better-compute/commands/controlplane/testing/fakedaemon"
 	"github.com/better-compute/commands/controlplane/trust/trustbundle"
 	"github.com/better-compute/commands/internal/testutil"
@@ -81,7 +80,7 @@ func TestGateway_AnIdleSessionGetsANewerTrustBundle(t *testing.T) {
 // that version.
 func publishAgain(t *testing.T, e *signedEnv) int64 {
 	t.Helper()
-	content, err := trustbundle.Content(serverconfig.PKIConfig{}, e.auth.RootPublic())
+	content, err := trustbundle.Content(trustbundle.Settings{}, e.auth.RootPublic())
 	require.NoError(t, err)
 	tb, err := trustbundle.Publish(e.ctx, e.pool, content, e.auth, e.bundle.Version+1, time.Now())
 	require.NoError(t, err)

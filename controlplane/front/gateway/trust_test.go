@@ -21,7 +21,6 @@ import (
 	"github.com/better-compute/commands/controlplane/commands/queue"
 	"github.com/better-compute/commands/controlplane/fleet/bindings"
 	"github.com/better-compute/commands/controlplane/fleet/nodespecs"
-	"github.com/better-compute/commands/controlplane/server/serverconfig"
 	"github.com/better-compute/commands/controlplane/testing/fakedaemon"
 	"github.com/better-compute/commands/controlplane/trust/attest"
 	"github.com/better-compute/commands/controlplane/trust/nodecerts"
@@ -50,7 +49,7 @@ func setupSigned(t *testing.T) *signedEnv {
 	src := &lazySource{}
 	e := setupWith(t, setupOptions{trust: src})
 	src.set(trustbundle.NewSource(e.pool, time.Millisecond))
-	content, err := trustbundle.Content(serverconfig.PKIConfig{}, a.RootPublic())
+	content, err := trustbundle.Content(trustbundle.Settings{}, a.RootPublic())
 	require.NoError(t, err)
 	tb, err := trustbundle.Publish(e.ctx, e.pool, content, a, 0, time.Now())
 	require.NoError(t, err)
