@@ -88,11 +88,14 @@ func (o *opsMetrics) onSwept(expired, timedOut []queue.Command) {
 	}
 }
 
-// registerGateway adds the session count of g.
+// registerGateway adds the session count of g and the sessions it shed.
 func registerGateway(reg *prometheus.Registry, g *gateway.Gateway) {
 	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "bc_gateway_sessions", Help: "Node sessions this replica holds.",
 	}, func() float64 { return float64(g.Sessions()) }))
+	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "bc_gateway_sessions_shed_total", Help: "Node sessions this replica ended because it held more than its share of the gateways' sessions (gateway.shed); their nodes reconnect through the load balancer.",
+	}, func() float64 { return float64(g.Shed()) }))
 }
 
 // registerSweeper adds whether sw leads.

@@ -146,6 +146,10 @@ func (s *Server) newGateway(gc GatewayConfig) error {
 	if gc.CADir == "" {
 		return errors.New("gateway.caDir is required with gateway.listen: it holds the node CA")
 	}
+	shedEvery, shedAbove, err := gc.Shed.Options()
+	if err != nil {
+		return err
+	}
 	ca, err := pki.LoadOrCreateCA(gc.CADir)
 	if err != nil {
 		return fmt.Errorf("node CA in %s: %w", gc.CADir, err)
@@ -168,6 +172,7 @@ func (s *Server) newGateway(gc GatewayConfig) error {
 		BusyBackoffMin: time.Duration(gc.BusyBackoffMin), BusyBackoffMax: time.Duration(gc.BusyBackoffMax),
 		OnSettled: s.checkBundle, TrustBundle: s.trust, NodeCA: ca.Pool(), Observer: s.metrics.ops, Tracer: s.tracer,
 		Secrets: s.exchanger(),
+		Shed:    gateway.ShedOptions{Off: gc.Shed.Off, Every: shedEvery, Above: shedAbove, Least: gc.Shed.Least, Most: gc.Shed.Most},
 	})
 	s.join = join.New(s.pool, s.queue, ca, s.trust, s.logger)
 	s.sessions = newNodeSessions(s.pool, s.queue, s.logger)

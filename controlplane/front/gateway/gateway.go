@@ -15,6 +15,7 @@ import (
 	"crypto/x509"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -26,6 +27,7 @@ import (
 	"github.com/better-compute/commands/controlplane/commands/queue"
 	"github.com/better-compute/commands/controlplane/internal/dbhealth"
 	"github.com/better-compute/commands/controlplane/internal/groupcommit"
+	"github.com/better-compute/commands/controlplane/internal/ids"
 	"github.com/better-compute/commands/controlplane/internal/pgtx"
 	agentv1 "github.com/better-compute/commands/proto/bc/agent/v1"
 	"github.com/better-compute/commands/sdk/kind"
@@ -88,6 +90,9 @@ type Options struct {
 	// Name names this gateway in the node rows of the sessions it holds
 	// (nodes.get and nodes.list show it); the host name when empty.
 	Name string
+	// Shed tunes how this gateway evens out its load with the others on
+	// the same database (shed.go).
+	Shed ShedOptions
 }
 
 func (o *Options) defaults() {
@@ -118,6 +123,7 @@ func (o *Options) defaults() {
 	if o.Observer == nil {
 		o.Observer = nopObserver{}
 	}
+	o.Shed.defaults()
 	if o.Tracer == nil {
 		o.Tracer = noop.NewTracerProvider().Tracer("")
 	}
@@ -148,6 +154,13 @@ type Gateway struct {
 	// tracingOff says Options.Tracer is the no-op one: the gateway then
 	// builds no span at all (startSpan).
 	tracingOff bool
+	// id is this process's row in the gateways table (shed.go).
+	id string
+	// shed counts the sessions this gateway ended to even out the load.
+	shed atomic.Int64
+	// overLast says the last round of balance found an excess (only
+	// balance's goroutine touches it).
+	overLast bool
 
 	// statsLock guards maxOutstanding and dispatched.
 	statsLock      sync.Mutex
@@ -179,15 +192,19 @@ func New(pool *pgxpool.Pool, q *queue.Queue, logger hclog.Logger, opts Options) 
 		}),
 		maxOutstanding: map[string]map[kind.Lane]int{},
 		tracingOff:     isNoopTracer(opts.Tracer),
+		id:             ids.New(ids.Gateway),
 	}
 }
 
 // Run listens for dispatch wake-ups, sweeps the idle sessions every
-// IdlePoll, and looks for a newer trust bundle every Poll, until ctx ends.
+// IdlePoll, looks for a newer trust bundle every Poll, and records its
+// session count and sheds what it holds beyond its share every
+// Shed.Every, until ctx ends.
 func (g *Gateway) Run(ctx context.Context) {
 	var wg sync.WaitGroup
 	wg.Go(func() { g.sweepIdle(ctx) })
 	wg.Go(func() { g.watchTrust(ctx) })
+	wg.Go(func() { g.balance(ctx) })
 	g.hub.listen(ctx, g.pool, g.logger, g.outage)
 	wg.Wait() // nothing of the gateway's runs on once Run returned
 }

@@ -36,6 +36,9 @@ type waker struct {
 	// read says the session should read its open commands: set by every
 	// wake-up but the trust bundle's.
 	read atomic.Bool
+	// shed says the gateway ends this session to even out its load with
+	// the other gateways (shed.go).
+	shed atomic.Bool
 	// ticks counts the session's timer firings (needsTick; tests).
 	ticks atomic.Int64
 	// idle says the session's last read left it nothing to do on a timer

@@ -90,6 +90,10 @@ func (s *session) run(ctx context.Context) error {
 				return nil
 			}
 		case <-s.wake.ch:
+			if s.wake.shed.Load() {
+				s.logger.Info("ending the session to even out the load across gateways")
+				return errShed
+			}
 			if err := s.recheckCert(ctx); err != nil {
 				return err
 			}

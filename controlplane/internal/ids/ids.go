@@ -26,6 +26,9 @@ const (
 	Tenant  Prefix = "tenant_"
 	// Run is a fleet run's.
 	Run Prefix = "run_"
+	// Gateway is a gateway process's, drawn at its start (the gateways
+	// table).
+	Gateway Prefix = "gw_"
 )
 
 // bodyLen is the length of the base32 body: 128 bits in 5-bit digits.

@@ -269,6 +269,25 @@ type GatewayConfig struct {
 	// BusyBackoffMin and BusyBackoffMax bound BUSY's backoff (1s, 30s).
 	BusyBackoffMin Duration `yaml:"busyBackoffMin"`
 	BusyBackoffMax Duration `yaml:"busyBackoffMax"`
+	// Shed tunes how gateways on one database even out their sessions
+	// (gateway.ShedOptions).
+	Shed ShedConfig `yaml:"shed"`
+}
+
+// ShedConfig is gateway.ShedOptions in the configuration file: every
+// Every the gateway records how many sessions it holds, and when it holds
+// more than Above times the mean over the live gateways (and at least
+// Least more), it ends as many as bring it down to the mean, at most Most
+// a round (0: a tenth of those held); their nodes reconnect through the
+// load balancer.
+type ShedConfig struct {
+	// Off keeps this gateway from ending sessions (it still records its
+	// count for the others).
+	Off   bool     `yaml:"off"`
+	Every Duration `yaml:"every"`
+	Above float64  `yaml:"above"`
+	Least int      `yaml:"least"`
+	Most  int      `yaml:"most"`
 }
 
 // SweeperConfig tunes the CommandSweeper.
@@ -297,6 +316,19 @@ type HistoryConfig struct {
 // TenantHistory is one tenant's retention.
 type TenantHistory struct {
 	RetentionDays int `yaml:"retentionDays"`
+}
+
+// Options are the shed settings as the gateway takes them, checked: a
+// value that would never shed, or shed on every round, is refused rather
+// than silently replaced by the default.
+func (s ShedConfig) Options() (every time.Duration, above float64, err error) {
+	if s.Every < 0 || s.Least < 0 || s.Most < 0 {
+		return 0, 0, errors.New("gateway.shed: every, least and most must not be negative")
+	}
+	if s.Above != 0 && s.Above <= 1 {
+		return 0, 0, fmt.Errorf("gateway.shed.above: %g would shed sessions from a gateway holding its share or less; use a factor above 1, such as 1.1 (the default)", s.Above)
+	}
+	return time.Duration(s.Every), s.Above, nil
 }
 
 // Policy is the retention per tenant, checked.

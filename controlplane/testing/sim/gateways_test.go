@@ -162,3 +162,139 @@ func TestFleet_NodesRehomeWhenTheirGatewayDies(t *testing.T) {
 	t.Logf("re-home after a gateway died: %d nodes, every session back within %s; per node median %s, max %s (pause 100-200 ms each, jittered)",
 		len(times), rehomed.Round(time.Millisecond), times[len(times)/2].Round(time.Millisecond), times[len(times)-1].Round(time.Millisecond))
 }
+
+// Issue 34: "Then start it again: new sessions spread across the three
+// (... what gateways do to shed load when one holds far more than the
+// others)". Three gateways on one database, 300 simulated nodes; the first
+// gateway dies and its nodes re-home to the two others, which even out
+// between themselves; it starts again on the same address, empty, with a
+// fan-out in flight (each node takes 300 ms). The loaded gateways end
+// sessions until none holds more than 1.1 times the mean (ShedOptions'
+// default trigger), their nodes reconnect (here to the next gateway, as
+// bc-sim's re-homing does), every command of the fan-out settles exactly
+// once, and a fan-out afterwards reaches every node.
+func TestFleet_GatewaysShedSessionsUntilTheLoadIsEven(t *testing.T) {
+	t.Parallel()
+	pool := storetest.DBConfig(t, func(c *pgxpool.Config) { c.MaxConns = 24 })
+	reg, err := kinds.NewRegistry(sim.Kind)
+	require.NoError(t, err)
+	q := queue.New(reg, hclog.NewNullLogger())
+	ca, err := pki.NewCA("sim-test")
+	require.NoError(t, err)
+	const every = 200 * time.Millisecond
+	gws := make([]*gateway.Gateway, 3)
+	kills := make([]func(), 3)
+	addrs := make([]string, 3)
+	start := func(i int, listen string) {
+		ctx, cancel := context.WithCancel(context.Background())
+		gw := gateway.New(pool, q, hclog.NewNullLogger(), gateway.Options{Shed: gateway.ShedOptions{Every: every, Least: 5}})
+		done := make(chan struct{})
+		go func() { defer close(done); gw.Run(ctx) }()
+		addr, stop, err := sim.ServeOn(gw, ca, listen)
+		require.NoError(t, err)
+		var once bool
+		kill := func() {
+			if !once {
+				once = true
+				stop()
+				cancel()
+				<-done
+			}
+		}
+		t.Cleanup(kill)
+		gws[i], kills[i], addrs[i] = gw, kill, addr
+	}
+	for i := range 3 {
+		start(i, "127.0.0.1:0")
+	}
+
+	const n = 300
+	ctx := context.Background()
+	tenantID, nodeIDs, err := sim.Provision(ctx, pool, q, n)
+	require.NoError(t, err)
+	certs, err := sim.IssueCerts(ca, nodeIDs)
+	require.NoError(t, err)
+	f, err := sim.StartFleet(ctx, sim.FleetConfig{Addrs: addrs, Rehome: true, RehomeDelay: 50 * time.Millisecond,
+		RootCAs: ca.Pool(), NodeIDs: nodeIDs, Certs: certs})
+	require.NoError(t, err)
+	t.Cleanup(f.Close)
+	held := func() []int { return []int{gws[0].Sessions(), gws[1].Sessions(), gws[2].Sessions()} }
+	// Spread as a round-robin load balancer would, though a gateway may
+	// have shed a few while the fleet connected (its count ahead of the
+	// others' for two rounds).
+	testutil.WaitFor(t, time.Minute, "every node on a gateway, none above 1.1 times the mean", func() bool {
+		h := held()
+		return h[0]+h[1]+h[2] == n && slices.Max(h) <= n/3*11/10
+	})
+
+	kills[0]()
+	testutil.WaitFor(t, time.Minute, "every node on the two gateways left, evened out between them", func() bool {
+		h := held()
+		return h[1]+h[2] == n && max(h[1], h[2]) <= n/2*11/10
+	})
+	t.Logf("after the first gateway died: %v sessions; shed by the two others: %d, %d", held(), gws[1].Shed(), gws[2].Shed())
+
+	// The first gateway again, empty, while a fan-out is in flight.
+	for _, d := range f.Daemons {
+		d.Script = func(*agentv1.Command) fakedaemon.Action {
+			return fakedaemon.Action{Kind: fakedaemon.Succeed, Delay: 300 * time.Millisecond}
+		}
+	}
+	target := sim.Target{Pool: pool, Queue: q, TenantID: tenantID, Fleet: f}
+	fanout := make(chan error, 1)
+	go func() {
+		_, err := sim.Fanout(ctx, target, time.Minute)
+		fanout <- err
+	}()
+	testutil.WaitFor(t, 30*time.Second, "the fan-out to reach nodes", func() bool {
+		for _, d := range f.Daemons {
+			if len(d.Received()) > 0 {
+				return true
+			}
+		}
+		return false
+	})
+	restarted := time.Now()
+	start(0, addrs[0])
+	testutil.WaitFor(t, time.Minute, "the three gateways to hold at most 1.1 times the mean each", func() bool {
+		h := held()
+		return h[0]+h[1]+h[2] == n && slices.Max(h) <= n/3*11/10
+	})
+	even := time.Since(restarted)
+	t.Logf("after the first gateway started again: %v sessions within %s; shed by each: %d, %d, %d", held(), even.Round(time.Millisecond), gws[0].Shed(), gws[1].Shed(), gws[2].Shed())
+	require.Zero(t, gws[0].Shed(), "the gateway below the mean ends no session")
+	if err := <-fanout; err != nil {
+		t.Logf("the fan-out's own wait: %v", err)
+	}
+
+	// Every command of the fan-out in flight settled exactly once.
+	states := map[string]int{}
+	testutil.WaitFor(t, time.Minute, "every command of the fan-out in flight to settle", func() bool {
+		rows, err := pool.Query(ctx, `SELECT state, count(*) FROM commands WHERE tenant_id = $1 GROUP BY state`, tenantID)
+		require.NoError(t, err)
+		defer rows.Close()
+		clear(states)
+		for rows.Next() {
+			var st string
+			var c int
+			require.NoError(t, rows.Scan(&st, &c))
+			states[st] = c
+		}
+		return states["pending"]+states["dispatched"]+states["acked"]+states["running"] == 0
+	})
+	require.Equal(t, map[string]int{"succeeded": n}, states)
+	var settled, twice int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE n <> 1) FROM (
+		SELECT c.id, (SELECT count(*) FROM outbox o WHERE o.topic = 'command.settled' AND o.payload->>'commandId' = c.id) AS n
+		FROM commands c WHERE c.tenant_id = $1) s`, tenantID).Scan(&settled, &twice))
+	require.Equal(t, n, settled)
+	require.Zero(t, twice, "no command settled twice")
+
+	// Every node takes new commands where it now is.
+	for _, d := range f.Daemons {
+		d.Script = nil
+	}
+	again, err := sim.Fanout(ctx, target, time.Minute)
+	require.NoError(t, err)
+	require.Equal(t, n, again.Succeeded)
+}

@@ -18,6 +18,12 @@ import (
 // from ca and client certificates verified against it, as the control plane
 // does. It returns the address and a stop function.
 func Serve(srv agentv1.SessionServer, ca *pki.CA) (addr string, stop func(), err error) {
+	return ServeOn(srv, ca, "127.0.0.1:0")
+}
+
+// ServeOn is Serve on a given address: a gateway started again where it
+// stopped, as a restarted process behind a load balancer.
+func ServeOn(srv agentv1.SessionServer, ca *pki.CA, listen string) (addr string, stop func(), err error) {
 	certPEM, keyPEM, err := ca.IssueServer("127.0.0.1")
 	if err != nil {
 		return "", nil, fmt.Errorf("serving certificate: %w", err)
@@ -30,7 +36,7 @@ func Serve(srv agentv1.SessionServer, ca *pki.CA) (addr string, stop func(), err
 		Certificates: []tls.Certificate{cert}, ClientAuth: tls.RequireAndVerifyClientCert, ClientCAs: ca.Pool(), MinVersion: tls.VersionTLS13,
 	}))}, sessiongrpc.ServerOptions()...)...)
 	agentv1.RegisterSessionServer(gs, srv)
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	lis, err := net.Listen("tcp", listen)
 	if err != nil {
 		return "", nil, fmt.Errorf("listening: %w", err)
 	}
