@@ -25,6 +25,11 @@ type bcServer struct {
 	proc *exec.Cmd
 	done chan struct{}
 	logs *lockedBuffer
+	// runs is the fleet runs API of this process, which start waits on;
+	// the cluster's (c.conn) when nil.
+	runs apiv1.FleetRunsClient
+	// gateway is its gateway's address (a replica's; c.cfg's otherwise).
+	gateway string
 }
 
 // swapToBinary stops the in-process server and runs the bc-server binary
@@ -61,7 +66,10 @@ func (b *bcServer) start(c *cluster) {
 	require.NoError(b.t, b.proc.Start())
 	b.done = make(chan struct{})
 	go func(p *exec.Cmd, done chan struct{}) { _ = p.Wait(); close(done) }(b.proc, b.done)
-	runs := apiv1.NewFleetRunsClient(c.conn)
+	runs := b.runs
+	if runs == nil {
+		runs = apiv1.NewFleetRunsClient(c.conn)
+	}
 	testutil.WaitFor(b.t, 60*time.Second, "bc-server to serve", func() bool {
 		select {
 		case <-b.done:

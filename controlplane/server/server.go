@@ -171,8 +171,8 @@ func (s *Server) newGateway(gc GatewayConfig) error {
 		Poll: time.Duration(gc.Poll), CancelResend: time.Duration(gc.CancelResend),
 		BusyBackoffMin: time.Duration(gc.BusyBackoffMin), BusyBackoffMax: time.Duration(gc.BusyBackoffMax),
 		OnSettled: s.checkBundle, TrustBundle: s.trust, NodeCA: ca.Pool(), Observer: s.metrics.ops, Tracer: s.tracer,
-		Secrets: s.exchanger(),
-		Shed:    gateway.ShedOptions{Off: gc.Shed.Off, Every: shedEvery, Above: shedAbove, Least: gc.Shed.Least, Most: gc.Shed.Most},
+		Secrets: s.exchanger(), Name: gc.Name,
+		Shed: gateway.ShedOptions{Off: gc.Shed.Off, Every: shedEvery, Above: shedAbove, Least: gc.Shed.Least, Most: gc.Shed.Most},
 	})
 	s.join = join.New(s.pool, s.queue, ca, s.trust, s.logger)
 	s.sessions = newNodeSessions(s.pool, s.queue, s.logger)

@@ -256,6 +256,11 @@ type ApproverConfig struct {
 type GatewayConfig struct {
 	// Listen is the gateway's address (":7444"); "" turns the gateway off.
 	Listen string `yaml:"listen"`
+	// Name names this gateway in the node rows of the sessions it holds
+	// (nodes.get and nodes.list show it) and in the gateways table; the
+	// host name when empty. Give each gateway of one host a name of its
+	// own.
+	Name string `yaml:"name"`
 	// CADir holds the node CA (ca.pem, ca-key.pem), created if missing.
 	CADir string `yaml:"caDir"`
 	// ServerHosts are the DNS names and IPs in the gateway's serving
