@@ -43,6 +43,7 @@ type sessionFigures struct {
 	fanout               sim.FanoutResult
 	firstFanout          time.Duration // the first fan-out's settle time
 	fanoutFloor          time.Duration // N bare round trips, 64 at a time
+	fanoutFloorCPU       time.Duration // this process's CPU over them, client and server both
 	gwBytes, bareBytes   float64       // heap+stack per idle session
 	gwHeap, bareHeap     float64       // heap alone per idle session
 	idleCPU, idleQPS     float64       // gateway CPU share and database transactions/s with every session idle
@@ -80,6 +81,10 @@ var (
 //     terminal in the database; the median of five fan-outs run one after
 //     another, each logged, and the first), beside N bare round trips 64 at a time,
 //     and the CPU the gateway, PostgreSQL and bc-sim each spent over it
+//     (the gateway's and PostgreSQL's also per settled node, beside the
+//     CPU one bare round trip of the floor costs this process, client and
+//     server together: cpu-gateway-ns/node, cpu-postgres-ns/node,
+//     floor-cpu-ns/node, ratio-cpu)
 //     (with the share of the machine's cores they kept busy: near 100%,
 //     the fan-out is bound by this machine's CPU, and only spending less
 //     of it a node makes it faster);
@@ -141,6 +146,14 @@ func BenchmarkSessions(b *testing.B) {
 			b.ReportMetric(float64(f.fanoutCPU.gateway), "fanout-cpu-gateway-ns")
 			b.ReportMetric(float64(f.fanoutCPU.postgres), "fanout-cpu-postgres-ns")
 			b.ReportMetric(float64(f.fanoutCPU.sim), "fanout-cpu-sim-ns")
+			// Issue 34: CPU per settled node, the gateway's and
+			// PostgreSQL's, beside the floor: what one bare mTLS round
+			// trip costs client and server together (a command needs at
+			// least one: its dispatch and its result).
+			b.ReportMetric(float64(f.fanoutCPU.gateway)/float64(n), "cpu-gateway-ns/node")
+			b.ReportMetric(float64(f.fanoutCPU.postgres)/float64(n), "cpu-postgres-ns/node")
+			b.ReportMetric(float64(f.fanoutFloorCPU)/float64(n), "floor-cpu-ns/node")
+			b.ReportMetric(float64(f.fanoutCPU.gateway+f.fanoutCPU.postgres)/float64(f.fanoutFloorCPU), "ratio-cpu")
 			b.ReportMetric(float64(f.schedLate.P99), "sched-late-p99-ns")
 		})
 	}
@@ -171,7 +184,7 @@ func measureSessions(b *testing.B, n int) *sessionFigures {
 		require.NoError(b, err, "BC_SIM_FANOUTS")
 		require.Positive(b, fanouts, "BC_SIM_FANOUTS")
 	}
-	f.rtt, f.fanoutFloor = bareRoundTrips(b, ca, n)
+	f.rtt, f.fanoutFloor, f.fanoutFloorCPU = bareRoundTrips(b, ca, n)
 
 	// Floor: N idle Bare sessions over the same mTLS.
 	bare := &sim.Bare{}
@@ -272,13 +285,15 @@ func measureSessions(b *testing.B, n int) *sessionFigures {
 	// time falls only with the CPU it costs.
 	busy := f.fanoutCPU.total().Seconds() / (f.fanout.Settled.Seconds() * float64(runtime.NumCPU()))
 	require.Zero(b, f.lost, "every command reached its node")
-	b.Logf("nodes=%d: sessions open in %s (bare %s); dispatch p50 %s p99 %s max %s (floor rtt p50 %s p99 %s; meanwhile a 2 ms sleep in the gateway process woke late by p50 %s p99 %s max %s); fan-out (median of %d) received p50 %s max %s, settled %s (floor %s); %.1f KiB/session (heap %.1f KiB; bare %.1f KiB); idle: gateway CPU %.0f%%, %.0f db tx/s; %d sessions ended; fan-out CPU: gateway %s, postgres %s, bc-sim %s (%.0f µs a node in all; %.0f%% of %d cores busy over its window)",
+	b.Logf("nodes=%d: sessions open in %s (bare %s); dispatch p50 %s p99 %s max %s (floor rtt p50 %s p99 %s; meanwhile a 2 ms sleep in the gateway process woke late by p50 %s p99 %s max %s); fan-out (median of %d) received p50 %s max %s, settled %s (floor %s); %.1f KiB/session (heap %.1f KiB; bare %.1f KiB); idle: gateway CPU %.0f%%, %.0f db tx/s; %d sessions ended; fan-out CPU: gateway %s, postgres %s, bc-sim %s (%.0f µs a node in all; %.0f%% of %d cores busy over its window); a settled node: gateway %.0f µs + postgres %.0f µs beside a bare round trip's %.0f µs (ratio %.1f)",
 		n, f.connect.Round(time.Millisecond), f.bareConnect.Round(time.Millisecond), f.dispatch.P50, f.dispatch.P99, f.dispatch.Max, f.rtt.P50, f.rtt.P99,
 		f.schedLate.P50, f.schedLate.P99, f.schedLate.Max,
 		fanouts, f.fanout.Receipt.P50.Round(time.Millisecond), f.fanout.Received.Round(time.Millisecond), f.fanout.Settled.Round(time.Millisecond), f.fanoutFloor.Round(time.Millisecond),
 		f.gwBytes/1024, f.gwHeap/1024, f.bareBytes/1024, f.idleCPU, f.idleQPS, rep.SessionsEnded,
 		f.fanoutCPU.gateway.Round(10*time.Millisecond), f.fanoutCPU.postgres.Round(10*time.Millisecond), f.fanoutCPU.sim.Round(10*time.Millisecond),
-		float64(f.fanoutCPU.total().Microseconds())/float64(n), 100*busy, runtime.NumCPU())
+		float64(f.fanoutCPU.total().Microseconds())/float64(n), 100*busy, runtime.NumCPU(),
+		float64(f.fanoutCPU.gateway.Microseconds())/float64(n), float64(f.fanoutCPU.postgres.Microseconds())/float64(n),
+		float64(f.fanoutFloorCPU.Microseconds())/float64(n), float64(f.fanoutCPU.gateway+f.fanoutCPU.postgres)/float64(f.fanoutFloorCPU))
 	figures[n] = f
 	return f
 }

@@ -228,7 +228,7 @@ func idleLoad(b *testing.B, pool *pgxpool.Pool, window time.Duration) (cpu, qps 
 // bareRoundTrips measures the floor: a bare gRPC unary round trip (health
 // Check) on loopback over the same mTLS, one at a time for latency, and the
 // time for n of them issued 64 at a time (the fan-out's floor).
-func bareRoundTrips(b *testing.B, ca *pki.CA, n int) (sim.Latency, time.Duration) {
+func bareRoundTrips(b *testing.B, ca *pki.CA, n int) (sim.Latency, time.Duration, time.Duration) {
 	b.Helper()
 	certPEM, keyPEM, err := ca.IssueServer("127.0.0.1")
 	require.NoError(b, err)
@@ -264,7 +264,7 @@ func bareRoundTrips(b *testing.B, ca *pki.CA, n int) (sim.Latency, time.Duration
 		call()
 		rtts = append(rtts, time.Since(t0))
 	}
-	t0 := time.Now()
+	t0, c0 := time.Now(), takeCPUSnapshot(0).self
 	work := make(chan struct{}, n)
 	for range n {
 		work <- struct{}{}
@@ -281,7 +281,7 @@ func bareRoundTrips(b *testing.B, ca *pki.CA, n int) (sim.Latency, time.Duration
 		}()
 	}
 	wg.Wait()
-	return sim.Summarise(rtts), time.Since(t0)
+	return sim.Summarise(rtts), time.Since(t0), takeCPUSnapshot(0).self - c0
 }
 
 // writeAllocs writes this process's allocation profile to path, after a
