@@ -40,6 +40,7 @@ func startBalancer(t *testing.T, backends ...string) *tcpBalancer {
 		for c := range b.conns {
 			_ = c.Close()
 		}
+		b.conns = nil // a pipe still dialling closes its ends (track)
 		b.mu.Unlock()
 		b.wg.Wait()
 	})
@@ -63,7 +64,7 @@ func (b *tcpBalancer) serve() {
 func (b *tcpBalancer) pipe(c net.Conn) {
 	var up net.Conn
 	for range b.backends {
-		addr := b.backends[b.next.Add(1)%uint64(len(b.backends))]
+		addr := b.backends[(b.next.Add(1)-1)%uint64(len(b.backends))]
 		d, err := net.DialTimeout("tcp", addr, time.Second)
 		if err == nil {
 			up = d
@@ -89,8 +90,10 @@ func (b *tcpBalancer) pipe(c net.Conn) {
 	_ = up.Close()
 	<-done
 	b.mu.Lock()
-	delete(b.conns, c)
-	delete(b.conns, up)
+	if b.conns != nil {
+		delete(b.conns, c)
+		delete(b.conns, up)
+	}
 	b.mu.Unlock()
 }
 

@@ -72,6 +72,8 @@ func TestE2E_ThreeGatewaysOneKilledItsNodesRehomeAndComeBack(t *testing.T) {
 		n.start()
 		nodes = append(nodes, n)
 	}
+	// Three connections pass the balancer, one after another, none
+	// refused: round robin puts one bcd on each gateway.
 	require.Equal(t, map[string]int{"gw-a": 1, "gw-b": 1, "gw-c": 1}, c.sessionsPerGateway(servertest.TenantA), "the balancer spreads the bcds")
 
 	// The simulated fleet, spread over the three gateways.

@@ -158,9 +158,10 @@ type Gateway struct {
 	id string
 	// shed counts the sessions this gateway ended to even out the load.
 	shed atomic.Int64
-	// overLast says the last round of balance found an excess (only
-	// balance's goroutine touches it).
-	overLast bool
+	// lastSeen is when each live gateway last wrote its row, as the last
+	// round of balance read it when that round found an excess; nil
+	// otherwise (only balance's goroutine touches it).
+	lastSeen map[string]time.Time
 
 	// statsLock guards maxOutstanding and dispatched.
 	statsLock      sync.Mutex

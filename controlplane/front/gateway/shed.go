@@ -19,8 +19,11 @@ import (
 // every Every each gateway records how many sessions it holds (the
 // gateways table) and, when it held more than Above times the mean over
 // the live gateways, and at least Least more than the mean, in two rounds
-// in a row, ends as many sessions as bring it down to the mean, at most
-// Most in one round. A shed node's bcd reconnects after its shortest
+// in a row with every other gateway's row written again in between (a
+// gateway killed with -9 writes no more: its stale count holds shedding
+// back), ends half of what it holds beyond the mean, at most Most in one
+// round: the others' counts are up to a round old, so going half the way
+// a round keeps the overshoot small. A shed node's bcd reconnects after its shortest
 // backoff (about a second) through the load balancer; a node that lands
 // on a gateway still above its share is shed again in a later round. What
 // was in flight on a shed session is replayed on the next, and the node's
@@ -42,7 +45,7 @@ type ShedOptions struct {
 	// sessions more than the mean are not worth a reconnect.
 	Least int
 	// Most bounds the sessions ended in one round (0: a tenth of those
-	// held, at least Least), so that a large excess moves over several
+	// held, or Least when that is more), so that a large excess moves over several
 	// rounds and the others take the reconnects spread out.
 	Most int
 }
@@ -104,10 +107,17 @@ func (g *Gateway) balance(ctx context.Context) {
 
 // balanceOnce records the count and sheds the excess, once.
 func (g *Gateway) balanceOnce(ctx context.Context) error {
-	held := g.hub.count()
+	// What the last round saw goes with this round whatever happens: an
+	// error leaves nothing to compare the next round with.
+	prev := g.lastSeen
+	g.lastSeen = nil
+	ctx, cancel := context.WithTimeout(ctx, g.opts.Shed.Every)
+	defer cancel()
+	held := g.hub.held()
 	if err := gateways.Beat(ctx, g.pool, g.id, g.opts.Name, held); err != nil {
 		return err
 	}
+	g.outage.OK()
 	if g.opts.Shed.Off {
 		return nil
 	}
@@ -116,31 +126,56 @@ func (g *Gateway) balanceOnce(ctx context.Context) error {
 		return err
 	}
 	counts := make([]int, 0, len(live))
+	seen := make(map[string]time.Time, len(live))
 	for _, gw := range live {
 		counts = append(counts, gw.Sessions)
+		seen[gw.ID] = gw.SeenAt
 	}
 	n := gateways.Excess(held, counts, g.opts.Shed.Above, g.opts.Shed.Least)
-	// Only an excess seen in two rounds in a row is shed: the others'
-	// counts are up to a round old, and while a fleet connects (or
-	// re-homes) they lag behind the sessions arriving; one round's excess
-	// may be gone by the next.
-	seenBefore := g.overLast
-	g.overLast = n > 0
-	if !seenBefore {
+	if n <= 0 {
 		return nil
 	}
+	g.lastSeen = seen
+	// Only an excess seen in two rounds in a row, with every other
+	// gateway's row written again in between, is shed. While a fleet
+	// connects (or re-homes) the others' counts lag behind the sessions
+	// arriving, and one round's excess may be gone by the next; and a
+	// gateway killed with -9 leaves a row that still counts its sessions
+	// until it goes stale, while they already arrive here: its row, not
+	// written again, holds the shedding back.
+	if !freshSince(prev, seen, g.id) {
+		return nil
+	}
+	// Half the excess a round: every loaded gateway acts on the others'
+	// counts, up to a round old, and the sessions it ends land on a
+	// gateway whose row does not show them yet; going half the way each
+	// round keeps the overshoot small.
+	n = (n + 1) / 2
 	most := g.opts.Shed.Most
 	if most <= 0 {
 		most = max(g.opts.Shed.Least, held/10)
 	}
 	n = min(n, most)
-	if n <= 0 {
-		return nil
-	}
 	ended := g.hub.shed(n)
 	g.shed.Add(int64(ended))
 	g.logger.Info("ending sessions to even out the load across gateways", "held", held, "gateways", len(live), "fleet_sessions", sum(counts), "ending", ended)
 	return nil
+}
+
+// freshSince says that the last round saw the same gateways as this one
+// and that every other gateway wrote its row again since: what this round
+// read is their count now, not a dead gateway's last word.
+func freshSince(prev, now map[string]time.Time, self string) bool {
+	if len(prev) == 0 || len(prev) != len(now) {
+		return false
+	}
+	for id, at := range now {
+		before, ok := prev[id]
+		if !ok || (id != self && !at.After(before)) {
+			return false
+		}
+	}
+	return true
 }
 
 func sum(ns []int) int {
@@ -149,6 +184,22 @@ func sum(ns []int) int {
 		t += n
 	}
 	return t
+}
+
+// held counts the sessions not already marked to end: one marked in an
+// earlier round that has not ended yet is not shed again.
+func (h *hub) held() int {
+	h.lock.Lock()
+	defer h.lock.Unlock()
+	n := 0
+	for _, s := range h.sessions {
+		for w := range s {
+			if !w.shed.Load() {
+				n++
+			}
+		}
+	}
+	return n
 }
 
 // shed marks up to n sessions to end, those waiting for a wake-up first

@@ -7,6 +7,7 @@ package serverconfig
 import (
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"strings"
 	"time"
@@ -282,9 +283,9 @@ type GatewayConfig struct {
 // ShedConfig is gateway.ShedOptions in the configuration file: every
 // Every the gateway records how many sessions it holds, and when it holds
 // more than Above times the mean over the live gateways (and at least
-// Least more), it ends as many as bring it down to the mean, at most Most
-// a round (0: a tenth of those held); their nodes reconnect through the
-// load balancer.
+// Least more) in two rounds in a row, it ends half of what it holds beyond
+// the mean, at most Most a round (0: a tenth of those held); their nodes
+// reconnect through the load balancer.
 type ShedConfig struct {
 	// Off keeps this gateway from ending sessions (it still records its
 	// count for the others).
@@ -330,7 +331,10 @@ func (s ShedConfig) Options() (every time.Duration, above float64, err error) {
 	if s.Every < 0 || s.Least < 0 || s.Most < 0 {
 		return 0, 0, errors.New("gateway.shed: every, least and most must not be negative")
 	}
-	if s.Above != 0 && s.Above <= 1 {
+	if s.Every != 0 && time.Duration(s.Every) < time.Second {
+		return 0, 0, fmt.Errorf("gateway.shed.every: %s is too often (each round writes the database); use 1s or more, such as 10s (the default)", time.Duration(s.Every))
+	}
+	if s.Above != 0 && (math.IsNaN(s.Above) || math.IsInf(s.Above, 0) || s.Above <= 1) {
 		return 0, 0, fmt.Errorf("gateway.shed.above: %g would shed sessions from a gateway holding its share or less; use a factor above 1, such as 1.1 (the default)", s.Above)
 	}
 	return time.Duration(s.Every), s.Above, nil

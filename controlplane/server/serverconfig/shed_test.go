@@ -1,6 +1,7 @@
 package serverconfig_test
 
 import (
+	"math"
 	"os"
 	"path/filepath"
 	"testing"
@@ -33,6 +34,12 @@ func TestGatewayShedKeys(t *testing.T) {
 	_, _, err = serverconfig.ShedConfig{Above: 0.9}.Options()
 	require.ErrorContains(t, err, "gateway.shed.above: 0.9")
 	require.ErrorContains(t, err, "1.1")
+	_, _, err = serverconfig.ShedConfig{Above: math.NaN()}.Options()
+	require.ErrorContains(t, err, "gateway.shed.above")
+	_, _, err = serverconfig.ShedConfig{Above: math.Inf(1)}.Options()
+	require.ErrorContains(t, err, "gateway.shed.above")
+	_, _, err = serverconfig.ShedConfig{Every: serverconfig.Duration(time.Millisecond)}.Options()
+	require.ErrorContains(t, err, "gateway.shed.every: 1ms is too often")
 	_, _, err = serverconfig.ShedConfig{Most: -1}.Options()
 	require.ErrorContains(t, err, "must not be negative")
 }

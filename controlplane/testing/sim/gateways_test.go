@@ -43,7 +43,9 @@ func TestFleet_NodesRehomeWhenTheirGatewayDies(t *testing.T) {
 	)
 	for range 3 {
 		ctx, cancel := context.WithCancel(context.Background())
-		gw := gateway.New(pool, q, hclog.NewNullLogger(), gateway.Options{})
+		// Shedding off: this test counts each re-home of the dead
+		// gateway's nodes, and the next test has the gateways shed.
+		gw := gateway.New(pool, q, hclog.NewNullLogger(), gateway.Options{Shed: gateway.ShedOptions{Off: true}})
 		done := make(chan struct{})
 		go func() { defer close(done); gw.Run(ctx) }()
 		addr, stop, err := sim.Serve(gw, ca)
@@ -255,6 +257,7 @@ func TestFleet_GatewaysShedSessionsUntilTheLoadIsEven(t *testing.T) {
 		return false
 	})
 	restarted := time.Now()
+	shedBefore := gws[1].Shed() + gws[2].Shed()
 	start(0, addrs[0])
 	testutil.WaitFor(t, time.Minute, "the three gateways to hold at most 1.1 times the mean each", func() bool {
 		h := held()
@@ -262,7 +265,10 @@ func TestFleet_GatewaysShedSessionsUntilTheLoadIsEven(t *testing.T) {
 	})
 	even := time.Since(restarted)
 	t.Logf("after the first gateway started again: %v sessions within %s; shed by each: %d, %d, %d", held(), even.Round(time.Millisecond), gws[0].Shed(), gws[1].Shed(), gws[2].Shed())
-	require.Zero(t, gws[0].Shed(), "the gateway below the mean ends no session")
+	// The counts a gateway acts on are up to a round old, so the
+	// returned gateway may briefly overshoot the mean and shed some back;
+	// the loaded ones do the shedding.
+	require.LessOrEqual(t, 4*gws[0].Shed(), gws[1].Shed()+gws[2].Shed()-shedBefore, "the returned gateway sheds far less than the loaded ones did since it returned")
 	if err := <-fanout; err != nil {
 		t.Logf("the fan-out's own wait: %v", err)
 	}
