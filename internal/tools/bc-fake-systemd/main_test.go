@@ -62,7 +62,9 @@ func TestFakeSystemdBinaryRunsTheService(t *testing.T) {
 	bin := testutil.BuildBinary(t, "./internal/tools/bc-fake-systemd")
 	dir, work := t.TempDir(), t.TempDir()
 	pidFile, envFile := filepath.Join(work, "pid"), filepath.Join(work, "env")
-	script := "echo $$ > " + pidFile + ".tmp && mv " + pidFile + ".tmp " + pidFile + "; echo \"$BCD_SYSTEM_BUS_ADDRESS\" > " + envFile + "; exec sleep 600"
+	// The environment first, the pid last: the test reads the env file
+	// once the pid file is there (CI read it between the two writes).
+	script := "echo \"$BCD_SYSTEM_BUS_ADDRESS\" > " + envFile + "; echo $$ > " + pidFile + ".tmp && mv " + pidFile + ".tmp " + pidFile + "; exec sleep 600"
 	logs := &logBuffer{}
 	srv := exec.Command(bin, "serve", "--dir", dir, "--unit", "demo.service", "--", "/bin/sh", "-c", script)
 	srv.Stderr = logs
