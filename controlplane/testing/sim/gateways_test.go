@@ -113,29 +113,7 @@ func TestFleet_NodesRehomeWhenTheirGatewayDies(t *testing.T) {
 	if err := <-fanout; err != nil {
 		t.Logf("the fan-out's own wait: %v", err)
 	}
-	states := map[string]int{}
-	testutil.WaitFor(t, time.Minute, "every command of the fan-out in flight to settle", func() bool {
-		rows, err := pool.Query(ctx, `SELECT state, count(*) FROM commands WHERE tenant_id = $1 GROUP BY state`, tenantID)
-		require.NoError(t, err)
-		defer rows.Close()
-		clear(states)
-		for rows.Next() {
-			var st string
-			var c int
-			require.NoError(t, rows.Scan(&st, &c))
-			states[st] = c
-		}
-		return states["pending"]+states["dispatched"]+states["acked"]+states["running"] == 0
-	})
-	require.Equal(t, map[string]int{"succeeded": n}, states, "every command of the fan-out in flight settled succeeded")
-
-	// Exactly once: one command.settled each, one run each.
-	var settled, twice int
-	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE n <> 1) FROM (
-		SELECT c.id, (SELECT count(*) FROM outbox o WHERE o.topic = 'command.settled' AND o.payload->>'commandId' = c.id) AS n
-		FROM commands c WHERE c.tenant_id = $1) s`, tenantID).Scan(&settled, &twice))
-	require.Equal(t, n, settled)
-	require.Zero(t, twice, "no command settled twice")
+	requireSettledOnce(t, pool, tenantID, n)
 	// The fake forgets a run when its session ends (as a daemon that
 	// restarted would), so a command replayed to a re-homed node of the
 	// dead gateway may run a second time (sim.noop is retry-safe); the
@@ -274,6 +252,23 @@ func TestFleet_GatewaysShedSessionsUntilTheLoadIsEven(t *testing.T) {
 	}
 
 	// Every command of the fan-out in flight settled exactly once.
+	requireSettledOnce(t, pool, tenantID, n)
+
+	// Every node takes new commands where it now is.
+	for _, d := range f.Daemons {
+		d.Script = nil
+	}
+	again, err := sim.Fanout(ctx, target, time.Minute)
+	require.NoError(t, err)
+	require.Equal(t, n, again.Succeeded)
+}
+
+// requireSettledOnce waits for every command of the tenant to settle and
+// asserts that all n succeeded, each with exactly one command.settled
+// event: nothing lost, nothing settled twice.
+func requireSettledOnce(t *testing.T, pool *pgxpool.Pool, tenantID string, n int) {
+	t.Helper()
+	ctx := context.Background()
 	states := map[string]int{}
 	testutil.WaitFor(t, time.Minute, "every command of the fan-out in flight to settle", func() bool {
 		rows, err := pool.Query(ctx, `SELECT state, count(*) FROM commands WHERE tenant_id = $1 GROUP BY state`, tenantID)
@@ -288,19 +283,13 @@ func TestFleet_GatewaysShedSessionsUntilTheLoadIsEven(t *testing.T) {
 		}
 		return states["pending"]+states["dispatched"]+states["acked"]+states["running"] == 0
 	})
-	require.Equal(t, map[string]int{"succeeded": n}, states)
+	require.Equal(t, map[string]int{"succeeded": n}, states, "every command of the fan-out in flight settled succeeded")
+
+	// Exactly once: one command.settled each.
 	var settled, twice int
 	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE n <> 1) FROM (
 		SELECT c.id, (SELECT count(*) FROM outbox o WHERE o.topic = 'command.settled' AND o.payload->>'commandId' = c.id) AS n
 		FROM commands c WHERE c.tenant_id = $1) s`, tenantID).Scan(&settled, &twice))
 	require.Equal(t, n, settled)
 	require.Zero(t, twice, "no command settled twice")
-
-	// Every node takes new commands where it now is.
-	for _, d := range f.Daemons {
-		d.Script = nil
-	}
-	again, err := sim.Fanout(ctx, target, time.Minute)
-	require.NoError(t, err)
-	require.Equal(t, n, again.Succeeded)
 }
