@@ -196,8 +196,10 @@ func BenchmarkHistory(b *testing.B) {
 	// The archive, with commands.run beside it.
 	store, err := bundles.NewDirStore(bundles.DirOptions{Root: b.TempDir(), BaseURL: "http://127.0.0.1/v1/blobs", Secret: bytes.Repeat([]byte("s"), 32)})
 	require.NoError(b, err)
+	// p99 of 1,500: with 300 it was the third slowest, and moved by half
+	// from run to run (1.6 to 2.4 ms) with nothing else changed.
 	var before []time.Duration
-	for i := 0; i < 300; i++ {
+	for i := 0; i < 1500; i++ {
 		timed(b, &before, func() error { return big.run(ctx) })
 	}
 	arch := history.NewArchiver(big.pool, store, history.Policy{Days: 90}, history.Options{})
