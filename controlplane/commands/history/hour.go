@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -49,8 +50,12 @@ ORDER BY j.id`
 // hourRows are the rows of one tenant hour still in the database.
 type hourRows struct {
 	// hour is the hour the rows settled in.
-	hour                  time.Time
-	lines                 [][]byte
+	hour  time.Time
+	lines [][]byte
+	// keys[i] is lines[i]'s record key (recordKey's "type:id"), known
+	// from the row's id: parsing each line back for it cost the archive
+	// more than compressing it.
+	keys                  []string
 	commands, events, job []string
 	held                  int
 }
@@ -71,12 +76,13 @@ func (a *Archiver) readHour(ctx context.Context, tenant string, hour time.Time) 
 		}
 		h.commands = append(h.commands, id)
 		h.lines = append(h.lines, []byte(line))
+		h.keys = append(h.keys, archive.TypeCommand+":"+id)
 		return nil
 	})
 	if err != nil {
 		return h, fmt.Errorf("reading commands: %w", err)
 	}
-	read := func(sql string, ids *[]string, args ...any) error {
+	read := func(sql, typ string, ids *[]string, args ...any) error {
 		rows, err := a.pool.Query(ctx, sql, args...)
 		if err != nil {
 			return err
@@ -84,15 +90,16 @@ func (a *Archiver) readHour(ctx context.Context, tenant string, hour time.Time) 
 		_, err = pgx.ForEachRow(rows, []any{&id, &line}, func() error {
 			*ids = append(*ids, id)
 			h.lines = append(h.lines, []byte(line))
+			h.keys = append(h.keys, typ+":"+id)
 			return nil
 		})
 		return err
 	}
-	if err := read(hourEventsSQL, &h.events, tenant, hour, end); err != nil {
+	if err := read(hourEventsSQL, archive.TypeEvent, &h.events, tenant, hour, end); err != nil {
 		return h, fmt.Errorf("reading events: %w", err)
 	}
 	if tenant == "" {
-		if err := read(hourJobsSQL, &h.job, hour, end); err != nil {
+		if err := read(hourJobsSQL, archive.TypeJob, &h.job, hour, end); err != nil {
 			return h, fmt.Errorf("reading River's jobs: %w", err)
 		}
 	}
@@ -183,11 +190,9 @@ func (a *Archiver) writeHour(ctx context.Context, tenant string, hour time.Time,
 		counts[typ]++
 	}
 	added := 0
-	for _, l := range h.lines {
-		typ, k, err := recordKey(l)
-		if err != nil {
-			return h, false, err
-		}
+	for i, l := range h.lines {
+		k := h.keys[i]
+		typ, _, _ := strings.Cut(k, ":")
 		if !seen[k] {
 			seen[k] = true
 			counts[typ]++
@@ -195,7 +200,7 @@ func (a *Archiver) writeHour(ctx context.Context, tenant string, hour time.Time,
 			added++
 		}
 	}
-	h.lines = nil
+	h.lines, h.keys = nil, nil
 	if added == 0 && listed {
 		return h, false, nil
 	}
