@@ -144,7 +144,8 @@ func timed(b *testing.B, into *[]time.Duration, f func() error) {
 // (target: at most 1.15). Then it archives the filled database with a
 // 90-day retention into a dir store and reports the archive's rows a
 // second, with enqueue p99 during the archive over p99 just before it
-// (target: at most 1.2). It measures once however large b.N is.
+// (target: at most 1.2; BC_BENCH_HISTORY_DUTY sets the archiver's duty,
+// 0.5 by default). It measures once however large b.N is.
 func BenchmarkHistory(b *testing.B) {
 	if testing.Short() {
 		b.Skip("heavy: millions of rows")
@@ -202,7 +203,15 @@ func BenchmarkHistory(b *testing.B) {
 	for i := 0; i < 1500; i++ {
 		timed(b, &before, func() error { return big.run(ctx) })
 	}
-	arch := history.NewArchiver(big.pool, store, history.Policy{Days: 90}, history.Options{})
+	// BC_BENCH_HISTORY_DUTY runs the archive at another duty than the
+	// default (history.duty in bc-server's configuration).
+	var duty float64
+	if s := os.Getenv("BC_BENCH_HISTORY_DUTY"); s != "" {
+		duty, err = strconv.ParseFloat(s, 64)
+		require.NoError(b, err)
+		require.True(b, duty > 0 && duty <= 1, "BC_BENCH_HISTORY_DUTY is a share of time")
+	}
+	arch := history.NewArchiver(big.pool, store, history.Policy{Days: 90}, history.Options{Duty: duty})
 	var during []time.Duration
 	done := make(chan struct{})
 	var wg sync.WaitGroup
