@@ -232,6 +232,11 @@ func (a *Archiver) nextHour(ctx context.Context, tenant string, after, cutoff ti
 	return h.UTC(), true, nil
 }
 
+// keyOf is the identity of the record of type typ whose row's id is id:
+// what a line parsed back (recordKey) and a row just read (readHour) are
+// matched by.
+func keyOf(typ, id string) string { return typ + ":" + id }
+
 // recordKey is a line's identity: its type and its row's id.
 func recordKey(line []byte) (string, string, error) {
 	var rec struct {
@@ -243,5 +248,5 @@ func recordKey(line []byte) (string, string, error) {
 	if err := json.Unmarshal(line, &rec); err != nil {
 		return "", "", fmt.Errorf("%w: a record: %w", archive.ErrIntegrity, err)
 	}
-	return rec.Type, rec.Type + ":" + string(bytes.Trim(rec.Row.ID, `"`)), nil
+	return rec.Type, keyOf(rec.Type, string(bytes.Trim(rec.Row.ID, `"`))), nil
 }

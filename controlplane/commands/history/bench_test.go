@@ -204,7 +204,7 @@ func BenchmarkHistory(b *testing.B) {
 		timed(b, &before, func() error { return big.run(ctx) })
 	}
 	// BC_BENCH_HISTORY_DUTY runs the archive at another duty than the
-	// default (history.duty in bc-server's configuration).
+	// default (history.Options.Duty; bc-server runs the default).
 	var duty float64
 	if s := os.Getenv("BC_BENCH_HISTORY_DUTY"); s != "" {
 		duty, err = strconv.ParseFloat(s, 64)

@@ -52,7 +52,7 @@ type hourRows struct {
 	// hour is the hour the rows settled in.
 	hour  time.Time
 	lines [][]byte
-	// keys[i] is lines[i]'s record key (recordKey's "type:id"), known
+	// keys[i] is lines[i]'s record key (keyOf its type and id), known
 	// from the row's id: parsing each line back for it cost the archive
 	// more than compressing it.
 	keys                  []string
@@ -76,7 +76,7 @@ func (a *Archiver) readHour(ctx context.Context, tenant string, hour time.Time) 
 		}
 		h.commands = append(h.commands, id)
 		h.lines = append(h.lines, []byte(line))
-		h.keys = append(h.keys, archive.TypeCommand+":"+id)
+		h.keys = append(h.keys, keyOf(archive.TypeCommand, id))
 		return nil
 	})
 	if err != nil {
@@ -90,7 +90,7 @@ func (a *Archiver) readHour(ctx context.Context, tenant string, hour time.Time) 
 		_, err = pgx.ForEachRow(rows, []any{&id, &line}, func() error {
 			*ids = append(*ids, id)
 			h.lines = append(h.lines, []byte(line))
-			h.keys = append(h.keys, typ+":"+id)
+			h.keys = append(h.keys, keyOf(typ, id))
 			return nil
 		})
 		return err

@@ -73,7 +73,6 @@ func BenchmarkTransitionSet(b *testing.B) {
 	}
 	var set [2]time.Duration // dispatched, succeeded
 	var bare [2]time.Duration
-	rows := 0
 	round := 0
 	for b.Loop() {
 		if round == transitionBenchRounds {
@@ -94,8 +93,10 @@ func BenchmarkTransitionSet(b *testing.B) {
 				t0 := time.Now()
 				require.NoError(b, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 					out, err := q.TransitionSet(ctx, tx, ts)
-					if err == nil && !out[0].Changed {
-						err = fmt.Errorf("%s did not move to %s", ts[0].CommandID, to)
+					for i := 0; err == nil && i < len(out); i++ {
+						if !out[i].Changed {
+							err = fmt.Errorf("%s did not move to %s", ts[i].CommandID, to)
+						}
 					}
 					return err
 				}))
@@ -104,17 +105,19 @@ func BenchmarkTransitionSet(b *testing.B) {
 				bareIDs := ids("bare", round, lo, hi)
 				t0 = time.Now()
 				require.NoError(b, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-					_, err := tx.Exec(ctx, `UPDATE commands SET state = $2, updated_at = now(), settled_at = CASE WHEN $3 THEN now() END WHERE id = ANY($1)`,
+					tag, err := tx.Exec(ctx, `UPDATE commands SET state = $2, updated_at = now(), settled_at = CASE WHEN $3 THEN now() END WHERE id = ANY($1)`,
 						bareIDs, string(to), to.Terminal())
+					if err == nil && tag.RowsAffected() != int64(len(bareIDs)) {
+						err = fmt.Errorf("the floor moved %d of %d rows to %s", tag.RowsAffected(), len(bareIDs), to)
+					}
 					return err
 				}))
 				bare[step] += time.Since(t0)
 			}
 		}
-		rows += transitionBenchNodes
 		round++
 	}
-	perRow := func(d time.Duration) float64 { return float64(d.Nanoseconds()) / float64(rows) }
+	perRow := func(d time.Duration) float64 { return float64(d.Nanoseconds()) / float64(round*transitionBenchNodes) }
 	b.ReportMetric(0, "ns/op")
 	b.ReportMetric(perRow(set[0]), "dispatched-ns/row")
 	b.ReportMetric(perRow(set[1]), "succeeded-ns/row")
